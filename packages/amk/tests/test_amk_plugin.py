@@ -1,0 +1,6 @@
+from mosaic.testing import CommandPluginTests
+
+
+class TestAmkPlugin(CommandPluginTests):
+    plugin = "amk"
+    commands = {"amk"}

@@ -1,0 +1,6 @@
+from mosaic.testing import LanguagePluginTests
+
+
+class TestCutePlugin(LanguagePluginTests):
+    plugin = "cute"
+    languages = {"cute"}

@@ -1,0 +1,20 @@
+"""Entry point `cutlass`: registers the cutlass kernel language.
+
+The language's families and capabilities are listed only as they are implemented, so
+`mosaic plugins` never advertises a build or capture path that does not exist yet.
+"""
+
+from mosaic.plugins import hookimpl
+from mosaic.records import Language
+
+LANGUAGE = Language(
+    name="cutlass",
+    summary="CUTLASS C++ (nvcc; CUTLASS 3.x/CuTe C++ templates)",
+    families=(),
+    capabilities=frozenset(),
+)
+
+
+@hookimpl
+def register_languages(register):
+    register(LANGUAGE)

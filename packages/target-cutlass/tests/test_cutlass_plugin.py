@@ -1,0 +1,6 @@
+from mosaic.testing import LanguagePluginTests
+
+
+class TestCutlassPlugin(LanguagePluginTests):
+    plugin = "cutlass"
+    languages = {"cutlass"}

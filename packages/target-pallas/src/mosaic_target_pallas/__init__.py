@@ -1,0 +1,1 @@
+"""Mosaicist kernel language plugin `pallas`: Pallas Mosaic GPU (jax.experimental.pallas, plgpu)."""

@@ -1,0 +1,6 @@
+from mosaic.testing import LanguagePluginTests
+
+
+class TestPallasPlugin(LanguagePluginTests):
+    plugin = "pallas"
+    languages = {"pallas"}

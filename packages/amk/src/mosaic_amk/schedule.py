@@ -1,0 +1,322 @@
+"""The AMK schedule IR: an SM-level task DAG synchronised only by monotonic counters.
+
+A :class:`Schedule` is what lowering produces, what the validator checks and what the VMs run. Its JSON
+form (``{"format": "mosaic-amk-schedule", "version": 1, ...}``) is a public contract, documented in
+docs/amk-schedule.md. Execution semantics, in one paragraph: counters start at zero; each SM walks its
+queue (its tasks in task-list order); a task waits until every ``(counter, threshold)`` pair holds
+(``counter >= threshold``, acquire), runs its op (reads ``inputs``, writes ``outputs``), then
+increments exactly its ``signal`` counter by one (release).
+
+The records validate *types* (and the dtype/kind vocabularies) at construction. Everything that
+relates one part of a schedule to another (a buffer name that does not exist, a counter out of
+bounds, a capacity overflow) is representable on purpose: finding those is the validator's job,
+and the audit builds such schedules deliberately.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+from mosaic.errors import BadInput
+from mosaic.records import _fail
+
+FORMAT = "mosaic-amk-schedule"
+VERSION = 1
+DTYPES = ("bf16", "f32", "i8", "i4", "i32")
+BUFFER_KINDS = ("weight", "activation", "kv_cache", "input", "output", "scratch")
+# The VM's task-descriptor ABI (fixed slots): checked by the validator's `capacity` rule.
+MAX_INPUTS = 8
+MAX_OUTPUTS = 4
+MAX_WAITS = 8
+MAX_RANK = 4
+
+
+class ScheduleFormatError(BadInput):
+    """Not a schedule at all: not JSON, wrong format tag, wrong version, or (for ``load_schedule``)
+    a structure the records cannot hold. Exit 2."""
+
+
+def _int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(inst, attribute, value, "an integer")
+
+
+def _str(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, str):
+        _fail(inst, attribute, value, "a string")
+
+
+def _str_tuple(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, tuple) or any(not isinstance(v, str) for v in value):
+        _fail(inst, attribute, value, "a list of buffer names (strings)")
+
+
+def _int_tuple(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, tuple) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+        _fail(inst, attribute, value, "a list of integers")
+
+
+def _choice(*allowed: str):
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value not in allowed:
+            _fail(inst, attribute, value, "one of " + ", ".join(allowed))
+
+    return check
+
+
+def _tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
+def _ranges(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _tuple(v) for k, v in value.items()}
+    return value
+
+
+def _ranges_check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    ok = isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, tuple) and len(v) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        for k, v in value.items())
+    if not ok:
+        _fail(inst, attribute, value, "an object mapping buffer names to [lo, hi] row ranges")
+
+
+def _params_check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, dict) or any(not isinstance(k, str) for k in value):
+        _fail(inst, attribute, value, "a JSON object with string keys")
+
+
+@attrs.frozen
+class Buffer:
+    """A named tensor the VM allocates. ``kind`` says who owns it: ``weight`` and ``input`` are
+    written before launch, ``kv_cache`` persists between launches, ``activation``/``scratch`` live
+    for one launch, ``output`` is read back after it."""
+
+    name: str = attrs.field(validator=_str)
+    dtype: str = attrs.field(validator=_choice(*DTYPES))
+    shape: tuple = attrs.field(converter=_tuple, validator=_int_tuple)
+    kind: str = attrs.field(validator=_choice(*BUFFER_KINDS))
+
+    @property
+    def rows(self) -> int:
+        """Extent of axis 0 (1 for a scalar), the axis that task ``ranges`` refer to."""
+        return self.shape[0] if self.shape else 1
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "kind": self.kind}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Buffer:
+        return _build(cls, data, ("name", "dtype", "shape", "kind"), ())
+
+
+@attrs.frozen
+class Wait:
+    """Block until ``counters[counter] >= threshold`` (an acquire load)."""
+
+    counter: int = attrs.field(validator=_int)
+    threshold: int = attrs.field(validator=_int)
+
+    def to_json(self) -> dict:
+        return {"counter": self.counter, "threshold": self.threshold}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Wait:
+        return _build(cls, data, ("counter", "threshold"), ())
+
+
+def _waits(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(Wait.from_json(v) if isinstance(v, Mapping) else v for v in value)
+    return value
+
+
+def _waits_check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, tuple) or any(not isinstance(v, Wait) for v in value):
+        _fail(inst, attribute, value, "a list of waits {counter, threshold}")
+
+
+@attrs.frozen(eq=True, hash=False)
+class Task:
+    """One unit of work on one SM: wait -> op -> signal.
+
+    ``ranges`` (optional, documented extra field) narrows the task's access to a buffer it names to
+    rows ``[lo, hi)`` of axis 0; without an entry the task touches the whole buffer. Row-split GEMVs
+    and the KV-cache append at one position use it, so writers of disjoint rows do not conflict.
+    """
+
+    id: int = attrs.field(validator=_int)
+    op: str = attrs.field(validator=_str)
+    sm: int = attrs.field(validator=_int)
+    inputs: tuple = attrs.field(converter=_tuple, validator=_str_tuple)
+    outputs: tuple = attrs.field(converter=_tuple, validator=_str_tuple)
+    waits: tuple = attrs.field(converter=_waits, validator=_waits_check)
+    signal: int = attrs.field(validator=_int)
+    params: dict = attrs.field(factory=dict, validator=_params_check)
+    ranges: dict = attrs.field(factory=dict, converter=_ranges, validator=_ranges_check)
+
+    def to_json(self) -> dict:
+        out = {"id": self.id, "op": self.op, "sm": self.sm, "inputs": list(self.inputs),
+               "outputs": list(self.outputs), "waits": [w.to_json() for w in self.waits],
+               "signal": self.signal, "params": _jsonable(self.params)}
+        if self.ranges:
+            out["ranges"] = {k: list(v) for k, v in self.ranges.items()}
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Task:
+        return _build(cls, data, ("id", "op", "sm", "inputs", "outputs", "waits", "signal", "params"),
+                      ("ranges",))
+
+    def range_of(self, buffer: str, rows: int) -> tuple[int, int]:
+        """Rows of ``buffer`` this task touches (the whole extent unless ``ranges`` narrows it)."""
+        return self.ranges.get(buffer, (0, rows))
+
+
+def _buffers(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(Buffer.from_json(v) if isinstance(v, Mapping) else v for v in value)
+    return value
+
+
+def _tasks(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(Task.from_json(v) if isinstance(v, Mapping) else v for v in value)
+    return value
+
+
+def _of(kind: type, what: str):
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, tuple) or any(not isinstance(v, kind) for v in value):
+            _fail(inst, attribute, value, what)
+
+    return check
+
+
+@attrs.frozen(eq=True, hash=False)
+class Schedule:
+    """A whole decode step: SM count, buffers, counter count, the task list (the global topological
+    order; an SM's queue is its tasks in list order) and the buffers read back as results."""
+
+    num_sms: int = attrs.field(validator=_int)
+    buffers: tuple = attrs.field(converter=_buffers, validator=_of(Buffer, "a list of buffers"))
+    num_counters: int = attrs.field(validator=_int)
+    tasks: tuple = attrs.field(converter=_tasks, validator=_of(Task, "a list of tasks"))
+    outputs: tuple = attrs.field(converter=_tuple, validator=_str_tuple)
+    meta: dict = attrs.field(factory=dict, validator=_params_check)
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def buffer_map(self) -> dict[str, Buffer]:
+        return {b.name: b for b in self.buffers}
+
+    def producers(self) -> dict[int, list[Task]]:
+        """counter -> the tasks that signal it, in list order."""
+        out: dict[int, list[Task]] = {}
+        for t in self.tasks:
+            out.setdefault(t.signal, []).append(t)
+        return out
+
+    def producers_of(self, counter: int) -> list[Task]:
+        return [t for t in self.tasks if t.signal == counter]
+
+    def queues(self) -> dict[int, list[Task]]:
+        """sm -> its queue (its tasks in list order)."""
+        out: dict[int, list[Task]] = {}
+        for t in self.tasks:
+            out.setdefault(t.sm, []).append(t)
+        return out
+
+    def task_by_id(self) -> dict[int, Task]:
+        return {t.id: t for t in self.tasks}
+
+    # ---- JSON ----------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        out = {"format": FORMAT, "version": VERSION, "num_sms": self.num_sms,
+               "buffers": [b.to_json() for b in self.buffers], "num_counters": self.num_counters,
+               "tasks": [t.to_json() for t in self.tasks], "outputs": list(self.outputs)}
+        if self.meta:
+            out["meta"] = _jsonable(self.meta)
+        return out
+
+    def dumps(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_json(), indent=indent)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(self.dumps(indent=1) + "\n")
+        return path
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "schedule") -> Schedule:
+        """Strict: raises :class:`ScheduleFormatError` for a wrong tag/version or any structure the
+        records cannot hold. (``validator.validate`` takes raw JSON too and reports such problems as
+        ``malformed`` diagnostics instead.)"""
+        check_header(data, where)
+        body = {k: v for k, v in data.items() if k not in ("format", "version")}
+        try:
+            return _build(cls, body, ("num_sms", "buffers", "num_counters", "tasks", "outputs"), ("meta",))
+        except BadInput as exc:
+            raise ScheduleFormatError(exc.what, where) from None
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _build(cls: type, data: Any, required: tuple, optional: tuple):
+    if not isinstance(data, Mapping):
+        raise BadInput(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise BadInput(f"{cls.__name__}: missing field(s) {', '.join(missing)}")
+    unknown = sorted(set(data) - set(required) - set(optional))
+    if unknown:
+        raise BadInput(f"{cls.__name__}: unknown field(s) {', '.join(map(str, unknown))}")
+    return cls(**{k: data[k] for k in (*required, *optional) if k in data})
+
+
+def check_header(data: Any, where: str = "schedule") -> None:
+    """Raise :class:`ScheduleFormatError` unless ``data`` is a JSON object tagged as a version-1 schedule."""
+    if not isinstance(data, Mapping):
+        raise ScheduleFormatError(f"not a schedule: expected a JSON object, got {type(data).__name__}", where)
+    if data.get("format") != FORMAT:
+        raise ScheduleFormatError(f"not a schedule: format tag is {data.get('format')!r}, expected {FORMAT!r}",
+                                  where)
+    version = data.get("version")
+    if version != VERSION or isinstance(version, bool):
+        raise ScheduleFormatError(f"unsupported schedule version {version!r}; this reader supports {VERSION}",
+                                  where)
+
+
+def read_schedule_json(path: str | Path) -> dict:
+    """Read a file as schedule JSON: the header is checked (exit 2 if wrong), the body is returned raw
+    so the validator can report every structural problem in it."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ScheduleFormatError("not a schedule: not UTF-8 text", str(path)) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScheduleFormatError(f"not a schedule: not JSON ({exc.msg} at line {exc.lineno})", str(path)) from None
+    except RecursionError:
+        raise ScheduleFormatError("not a schedule: JSON nested too deeply", str(path)) from None
+    check_header(data, str(path))
+    return data
+
+
+def load_schedule(path: str | Path) -> Schedule:
+    """Load a schedule file into records. Raises :class:`ScheduleFormatError` (exit 2) for anything
+    that is not a well-typed version-1 schedule. It does not validate safety: call ``validate``."""
+    return Schedule.from_json(read_schedule_json(path), str(path))

@@ -1,0 +1,149 @@
+"""ScheduleConfig: the structured object an agent or tuner edits instead of kernel code.
+
+Lowering turns (ModelSpec, ScheduleConfig, GpuTarget, position) into a Schedule deterministically; the
+validator then gates the result. Field values are checked at construction (types, ranges, vocabularies);
+``check(gpu)`` checks them against a GPU record (SM count, threads and shared memory per block) and
+returns every problem, and ``for_gpu(gpu)`` raises one BadInput line listing them all.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mosaic.errors import BadInput
+from mosaic.records import GpuTarget, _fail, non_negative_int, positive
+
+FUSIONS = ("residual", "gate_up_silu", "rope_append")
+SM_POLICIES = ("round_robin", "least_loaded", "single")
+
+
+def _fusion(inst, attribute, value) -> None:
+    bad = [f for f in value if f not in FUSIONS]
+    if bad or len(set(value)) != len(value):
+        _fail(inst, attribute, list(value), f"distinct names from {', '.join(FUSIONS)}")
+
+
+def _pow2(inst, attribute, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value & (value - 1):
+        _fail(inst, attribute, value, "a power of two >= 1")
+
+
+def _int_pos(inst, attribute, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        _fail(inst, attribute, value, "an integer")
+    positive(inst, attribute, value)
+
+
+def _warp_multiple(inst, attribute, value) -> None:
+    _int_pos(inst, attribute, value)
+    if value % 32:
+        _fail(inst, attribute, value, "a multiple of 32 (whole warps)")
+
+
+@attrs.frozen
+class ScheduleConfig:
+    """How one decode step is cut into tasks and placed on SMs.
+
+    - ``gemv_rows_per_task``: output rows per GEMV task (q/k/v/o, gate/up/down); ``lm_head_rows_per_task``
+      the same for the LM head (0: same as gemv_rows_per_task).
+    - ``attention_kv_heads_per_task``: KV heads (with their query-head group) per attention task.
+    - ``fusion``: which fusions to apply (see docs/amk.md): ``residual`` (o-proj/down GEMV tasks add the
+      residual), ``gate_up_silu`` (one task computes rows of silu(gate)*up), ``rope_append`` (RoPE of k
+      and the KV append in one task).
+    - ``sm_policy``: ``round_robin`` (task i of the list on SM i mod num_sms), ``least_loaded`` (each task
+      on the SM with the fewest weight bytes so far), ``single`` (everything on SM 0; for debugging).
+    - ``num_sms``: SMs to use (0: all SMs of the GPU).
+    - ``prefetch_depth`` / ``prefetch_tile_bytes``: weight tiles in flight per block (cp.async stages).
+    - ``threads_per_block``, ``smem_bytes``: the persistent block's shape.
+    - ``kv_page_tokens``, ``kv_max_tokens``: KV cache page size and capacity in tokens (0: the model's
+      max_position_embeddings rounded up to a page).
+    """
+
+    gemv_rows_per_task: int = attrs.field(default=64, validator=_int_pos)
+    lm_head_rows_per_task: int = attrs.field(default=0, validator=non_negative_int)
+    attention_kv_heads_per_task: int = attrs.field(default=1, validator=_int_pos)
+    fusion: tuple = attrs.field(default=FUSIONS, converter=tuple, validator=_fusion)
+    sm_policy: str = attrs.field(default="round_robin", validator=attrs.validators.in_(SM_POLICIES))
+    num_sms: int = attrs.field(default=0, validator=non_negative_int)
+    prefetch_depth: int = attrs.field(default=2, validator=non_negative_int)
+    prefetch_tile_bytes: int = attrs.field(default=16384, validator=_int_pos)
+    threads_per_block: int = attrs.field(default=512, validator=_warp_multiple)
+    smem_bytes: int = attrs.field(default=96 * 1024, validator=_int_pos)
+    kv_page_tokens: int = attrs.field(default=16, validator=_pow2)
+    kv_max_tokens: int = attrs.field(default=0, validator=non_negative_int)
+
+    @prefetch_depth.validator
+    def _depth(self, attribute, value):
+        if value > 8:
+            _fail(self, attribute, value, "<= 8")
+
+    @kv_max_tokens.validator
+    def _kv_max(self, attribute, value):
+        if value % self.kv_page_tokens:
+            _fail(self, attribute, value, f"a multiple of kv_page_tokens ({self.kv_page_tokens})")
+
+    # ------------------------------------------------------------------------------------------ gpu
+    def check(self, gpu: GpuTarget) -> list[str]:
+        """Every way this config does not fit ``gpu`` (empty when it fits)."""
+        problems = []
+        if self.num_sms > gpu.sm_count:
+            problems.append(f"num_sms={self.num_sms} > {gpu.name} sm_count {gpu.sm_count}")
+        if self.threads_per_block > gpu.max_threads_per_block:
+            problems.append(f"threads_per_block={self.threads_per_block} > {gpu.name} max_threads_per_block "
+                            f"{gpu.max_threads_per_block}")
+        if self.smem_bytes > gpu.smem_per_block:
+            problems.append(f"smem_bytes={self.smem_bytes} > {gpu.name} smem_per_block {gpu.smem_per_block}")
+        if self.smem_bytes + gpu.smem_reserved_per_block > gpu.smem_per_sm:
+            problems.append(f"smem_bytes={self.smem_bytes} + reserved {gpu.smem_reserved_per_block} > {gpu.name} "
+                            f"smem_per_sm {gpu.smem_per_sm}")
+        need = self.prefetch_depth * self.prefetch_tile_bytes
+        if need > self.smem_bytes:
+            problems.append(f"prefetch_depth*prefetch_tile_bytes={need} > smem_bytes {self.smem_bytes}")
+        return problems
+
+    def for_gpu(self, gpu: GpuTarget) -> ScheduleConfig:
+        problems = self.check(gpu)
+        if problems:
+            raise BadInput(f"schedule config does not fit {gpu.name}: " + "; ".join(problems))
+        return self
+
+    def sms(self, gpu: GpuTarget) -> int:
+        return self.num_sms or gpu.sm_count
+
+    def to_json(self) -> dict:
+        return {a.name: (list(v) if isinstance(v := getattr(self, a.name), tuple) else v)
+                for a in attrs.fields(ScheduleConfig)}
+
+    @classmethod
+    def from_mapping(cls, data: Any, where: str = "config") -> ScheduleConfig:
+        if not isinstance(data, dict):
+            raise BadInput(f"schedule config must be a table, got {type(data).__name__}", where)
+        if set(data) == {"schedule"} and isinstance(data["schedule"], dict):
+            data = data["schedule"]
+        known = {a.name for a in attrs.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise BadInput(f"unknown schedule config key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
+                           where)
+        try:
+            return cls(**data)
+        except (ValueError, TypeError) as exc:
+            raise BadInput(str(exc), where) from None
+
+
+def load_config(path: str | Path | None) -> ScheduleConfig:
+    """Read a ScheduleConfig from TOML (top-level keys or a [schedule] table); defaults when path is None."""
+    if path is None:
+        return ScheduleConfig()
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"not valid TOML: {exc}", str(p)) from None
+    except UnicodeDecodeError:
+        raise BadInput("not valid TOML: not UTF-8 text", str(p)) from None
+    return ScheduleConfig.from_mapping(data, str(p))

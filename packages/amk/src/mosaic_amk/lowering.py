@@ -1,0 +1,241 @@
+"""Lowering: one decode step of a ModelSpec at a position, with a KV cache, into a Schedule (task DAG).
+
+``lower(model, config, gpu, position)`` is deterministic. The task list is built in topological order,
+so every SM queue (its tasks in list order) is a linear extension of the DAG. Every stage of the step
+signals its own counter and every consumer waits on it with threshold = number of producers (all-join).
+KV appends are ordered before the attention reads of the same step by waits on the append counters.
+Row-split tasks carry ``ranges`` (rows of axis 0 they touch) so writers of disjoint rows do not conflict.
+
+Prefill is done token by token: the ReferenceVM runs the decode-step schedule at positions 0..n-1 of
+the prompt (each step appends its K/V and attends over the cache), then keeps decoding. See docs/amk.md.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from mosaic.errors import BadInput
+from mosaic.records import GpuTarget
+from mosaic_amk.config import ScheduleConfig
+from mosaic_amk.model import INV_FREQ, ModelSpec
+from mosaic_amk.ops import SPECS
+from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
+
+TOKEN = "token"
+LOGITS = "logits"
+NEXT_TOKEN = "next_token"
+
+
+def k_cache(layer: int) -> str:
+    return f"kv.{layer}.k"
+
+
+def v_cache(layer: int) -> str:
+    return f"kv.{layer}.v"
+
+
+def kv_capacity(model: ModelSpec, config: ScheduleConfig) -> int:
+    """Tokens the KV cache holds: kv_max_tokens, or max_position_embeddings rounded up to a page."""
+    page = config.kv_page_tokens
+    return config.kv_max_tokens or -(-model.max_position_embeddings // page) * page
+
+
+class _Builder:
+    def __init__(self, model: ModelSpec, config: ScheduleConfig, num_sms: int):
+        self.model, self.config, self.num_sms = model, config, num_sms
+        self.buffers: dict[str, Buffer] = {}
+        self.tasks: list[Task] = []
+        self.producers: list[int] = []  # per counter: how many tasks signal it
+        self.load = [(0, sm) for sm in range(num_sms)]  # least_loaded heap: (bytes, sm)
+
+    # buffers ---------------------------------------------------------------------------------------
+    def weight(self, name: str) -> str:
+        if name not in self.buffers:
+            w = self.model.weights.get(name)
+            if w is None:
+                raise BadInput(f"model has no weight {name}")
+            self.buffers[name] = Buffer(name, "f32", tuple(w.shape), "weight")
+        return name
+
+    def buf(self, name: str, shape: tuple, kind: str = "activation", dtype: str = "f32") -> str:
+        self.buffers[name] = Buffer(name, dtype, tuple(shape), kind)
+        return name
+
+    # counters and tasks ----------------------------------------------------------------------------
+    def counter(self) -> int:
+        self.producers.append(0)
+        return len(self.producers) - 1
+
+    def join(self, counter: int) -> Wait:
+        return Wait(counter, self.producers[counter])
+
+    def _sm(self, cost: int) -> int:
+        policy = self.config.sm_policy
+        if policy == "single":
+            return 0
+        if policy == "round_robin":
+            return len(self.tasks) % self.num_sms
+        used, sm = heapq.heappop(self.load)
+        heapq.heappush(self.load, (used + max(cost, 1), sm))
+        return sm
+
+    def task(self, op: str, inputs: list[str], outputs: list[str], waits: list[Wait], signal: int,
+             params: dict[str, Any], ranges: dict[str, tuple[int, int]] | None = None, cost: int = 0) -> None:
+        spec = SPECS[op]
+        assert len(inputs) == len(spec.input_roles(params)) and len(outputs) == len(spec.outputs), op
+        self.tasks.append(Task(id=len(self.tasks), op=op, sm=self._sm(cost), inputs=tuple(inputs),
+                               outputs=tuple(outputs), waits=tuple(waits), signal=signal, params=params,
+                               ranges=ranges or {}))
+        self.producers[signal] += 1
+
+    def gemv(self, x: str, weight: str, bias: str | None, out: str, waits: list[Wait], signal: int,
+             rows_per_task: int, residual: str | None = None) -> None:
+        """Row-split GEMV: out[r0:r1] = (residual[r0:r1] +) W[r0:r1] @ x (+ b[r0:r1])."""
+        n_out, n_in = self.buffers[weight].shape
+        for r0 in range(0, n_out, rows_per_task):
+            r1 = min(n_out, r0 + rows_per_task)
+            inputs = [x, weight] + ([bias] if bias else []) + ([residual] if residual else [])
+            ranges = {n: (r0, r1) for n in inputs[1:]}
+            ranges[out] = (r0, r1)
+            self.task("gemv", inputs, [out], waits, signal,
+                      {"row_start": r0, "row_end": r1, "bias": bool(bias), "residual": bool(residual)},
+                      ranges, cost=(r1 - r0) * n_in * 4)
+
+
+def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: int) -> Schedule:
+    """The schedule of one decode step at ``position`` (the token's index; the KV cache holds positions
+    ``0 .. position-1`` from earlier steps, and this step appends ``position``)."""
+    config.for_gpu(gpu)
+    capacity = kv_capacity(model, config)
+    if not isinstance(position, int) or position < 0 or position >= capacity:
+        raise BadInput(f"position {position} outside the KV cache (0 .. {capacity - 1})")
+    m, c = model, config
+    b = _Builder(m, c, c.sms(gpu))
+    fused = set(c.fusion)
+    rows = c.gemv_rows_per_task
+    page = c.kv_page_tokens
+    pages = capacity // page
+    h, qd, kvd, hd = m.hidden_size, m.q_dim, m.kv_dim, m.head_dim
+    rope = {"position": position, "head_dim": hd, "attention_scaling": m.attention_scaling}
+    bias = lambda name: b.weight(name) if name in m.weights else None  # noqa: E731
+    inv_freq = b.weight(INV_FREQ)
+
+    b.buf(TOKEN, (1,), "input", "i32")
+    emb = b.weight(m.embed_name)
+    resid = b.buf("h.0", (h,))
+    c_resid = b.counter()
+    b.task("embed", [emb, TOKEN], [resid], [], c_resid, {}, cost=h * 4)
+
+    for i in range(m.num_layers):
+        lay = lambda n: m.layer(i, n)  # noqa: E731, B023
+        # attention block ------------------------------------------------------------------------------
+        xn = b.buf(f"l{i}.attn_norm", (h,))
+        c_xn = b.counter()
+        b.task("rmsnorm", [resid, b.weight(lay("input_layernorm.weight"))], [xn], [b.join(c_resid)], c_xn,
+               {"eps": m.rms_norm_eps}, cost=h * 8)
+        proj = {}
+        for name, dim in (("q", qd), ("k", kvd), ("v", kvd)):
+            out = b.buf(f"l{i}.{name}", (dim,))
+            cnt = b.counter()
+            b.gemv(xn, b.weight(lay(f"self_attn.{name}_proj.weight")), bias(lay(f"self_attn.{name}_proj.bias")),
+                   out, [b.join(c_xn)], cnt, rows)
+            proj[name] = (out, cnt)
+        qr = b.buf(f"l{i}.q_rope", (qd,))
+        c_qr = b.counter()
+        b.task("rope", [proj["q"][0], inv_freq], [qr], [b.join(proj["q"][1])], c_qr,
+               {**rope, "num_heads": m.num_heads}, cost=qd * 4)
+        kc = b.buf(k_cache(i), (pages, page, kvd), "kv_cache")
+        vc = b.buf(v_cache(i), (pages, page, kvd), "kv_cache")
+        slot = {kc: (position // page, position // page + 1)}
+        c_ka = b.counter()
+        if "rope_append" in fused:
+            b.task("rope_append", [proj["k"][0], inv_freq], [kc], [b.join(proj["k"][1])], c_ka,
+                   {**rope, "num_heads": m.num_kv_heads, "page_tokens": page}, slot, cost=kvd * 4)
+        else:
+            kr = b.buf(f"l{i}.k_rope", (kvd,))
+            c_kr = b.counter()
+            b.task("rope", [proj["k"][0], inv_freq], [kr], [b.join(proj["k"][1])], c_kr,
+                   {**rope, "num_heads": m.num_kv_heads}, cost=kvd * 4)
+            b.task("kv_append", [kr], [kc], [b.join(c_kr)], c_ka, {"position": position, "page_tokens": page},
+                   slot, cost=kvd * 4)
+        c_va = b.counter()
+        b.task("kv_append", [proj["v"][0]], [vc], [b.join(proj["v"][1])], c_va,
+               {"position": position, "page_tokens": page}, {vc: slot[kc]}, cost=kvd * 4)
+        attn = b.buf(f"l{i}.attn", (qd,))
+        c_attn = b.counter()
+        window = m.window(i)
+        first = max(0, position - window + 1) if window else 0
+        rep = m.num_heads // m.num_kv_heads
+        per = c.attention_kv_heads_per_task
+        for g0 in range(0, m.num_kv_heads, per):
+            g1 = min(m.num_kv_heads, g0 + per)
+            r0, r1 = g0 * rep * hd, g1 * rep * hd
+            kv_pages = (first // page, position // page + 1)
+            b.task("attention", [qr, kc, vc], [attn], [b.join(c_qr), b.join(c_ka), b.join(c_va)], c_attn,
+                   {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
+                    "head_dim": hd, "row_start": r0, "row_end": r1, "window": window, "scale": hd ** -0.5,
+                    "page_tokens": page},
+                   {qr: (r0, r1), kc: kv_pages, vc: kv_pages, attn: (r0, r1)},
+                   cost=2 * (position + 1 - first) * (g1 - g0) * hd * 4)
+        mid = b.buf(f"l{i}.h_mid", (h,))
+        c_mid = b.counter()
+        o_w, o_b = b.weight(lay("self_attn.o_proj.weight")), bias(lay("self_attn.o_proj.bias"))
+        if "residual" in fused:
+            b.gemv(attn, o_w, o_b, mid, [b.join(c_attn)], c_mid, rows, residual=resid)
+        else:
+            o = b.buf(f"l{i}.o", (h,))
+            c_o = b.counter()
+            b.gemv(attn, o_w, o_b, o, [b.join(c_attn)], c_o, rows)
+            b.task("add", [resid, o], [mid], [b.join(c_o)], c_mid, {}, cost=h * 12)
+        # MLP block --------------------------------------------------------------------------------------
+        xn2 = b.buf(f"l{i}.mlp_norm", (h,))
+        c_xn2 = b.counter()
+        b.task("rmsnorm", [mid, b.weight(lay("post_attention_layernorm.weight"))], [xn2], [b.join(c_mid)],
+               c_xn2, {"eps": m.rms_norm_eps}, cost=h * 8)
+        inter = m.intermediate_size
+        act = b.buf(f"l{i}.act", (inter,))
+        c_act = b.counter()
+        wg, wu = b.weight(lay("mlp.gate_proj.weight")), b.weight(lay("mlp.up_proj.weight"))
+        bg, bu = bias(lay("mlp.gate_proj.bias")), bias(lay("mlp.up_proj.bias"))
+        if "gate_up_silu" in fused:
+            for r0 in range(0, inter, rows):
+                r1 = min(inter, r0 + rows)
+                inputs = [xn2, wg, wu] + ([bg, bu] if bg else [])
+                rng = {n: (r0, r1) for n in inputs[1:]}
+                rng[act] = (r0, r1)
+                b.task("gemv_silu_mul", inputs, [act], [b.join(c_xn2)], c_act,
+                       {"row_start": r0, "row_end": r1, "bias": bool(bg)}, rng, cost=2 * (r1 - r0) * h * 4)
+        else:
+            gate, up = b.buf(f"l{i}.gate", (inter,)), b.buf(f"l{i}.up", (inter,))
+            c_gu = b.counter()  # shared by the gate and up row tasks: an all-join
+            b.gemv(xn2, wg, bg, gate, [b.join(c_xn2)], c_gu, rows)
+            b.gemv(xn2, wu, bu, up, [b.join(c_xn2)], c_gu, rows)
+            b.task("silu_mul", [gate, up], [act], [b.join(c_gu)], c_act, {}, cost=inter * 12)
+        nxt = b.buf(f"h.{i + 1}", (h,))
+        c_next = b.counter()
+        d_w, d_b = b.weight(lay("mlp.down_proj.weight")), bias(lay("mlp.down_proj.bias"))
+        if "residual" in fused:
+            b.gemv(act, d_w, d_b, nxt, [b.join(c_act)], c_next, rows, residual=mid)
+        else:
+            d = b.buf(f"l{i}.down", (h,))
+            c_d = b.counter()
+            b.gemv(act, d_w, d_b, d, [b.join(c_act)], c_d, rows)
+            b.task("add", [mid, d], [nxt], [b.join(c_d)], c_next, {}, cost=h * 12)
+        resid, c_resid = nxt, c_next
+
+    # final norm, LM head, argmax --------------------------------------------------------------------------
+    xf = b.buf("final_norm", (h,))
+    c_xf = b.counter()
+    b.task("rmsnorm", [resid, b.weight("model.norm.weight")], [xf], [b.join(c_resid)], c_xf,
+           {"eps": m.rms_norm_eps}, cost=h * 8)
+    logits = b.buf(LOGITS, (m.vocab_size,), "output")
+    c_logits = b.counter()
+    b.gemv(xf, b.weight(m.lm_head_name), None, logits, [b.join(c_xf)], c_logits, c.lm_head_rows_per_task or rows)
+    nt = b.buf(NEXT_TOKEN, (1,), "output", "i32")
+    b.task("argmax", [logits], [nt], [b.join(c_logits)], b.counter(), {}, cost=m.vocab_size * 4)
+
+    meta = {"model": m.family, "layers": m.num_layers, "position": position, "gpu": gpu.name,
+            "kv_capacity": capacity, "config": c.to_json()}
+    return Schedule(num_sms=b.num_sms, buffers=tuple(b.buffers.values()), num_counters=len(b.producers),
+                    tasks=tuple(b.tasks), outputs=(LOGITS, NEXT_TOKEN), meta=meta)

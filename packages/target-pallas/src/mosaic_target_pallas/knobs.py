@@ -1,0 +1,121 @@
+"""Knob classes of the Pallas families, validated at construction (a bad value raises RecordError).
+
+``gemm`` covers two kernels, chosen by the ``kernel`` knob:
+
+* ``jax-hopper`` — jax's ``hopper_matmul_mgpu`` (warp-specialised: one TMA warpgroup and two wgmma
+  warpgroups, persistent over ``sm_count`` CTAs). Its knobs are exactly jax's ``TuningConfig``.
+* ``pipelined`` — the project's own kernel (``kernels/pipelined_matmul.py``): one warpgroup, no warp
+  specialisation, optional persistence, ``delay_release``; it reaches configurations jax's kernel cannot
+  (a CTA tile of one warpgroup's tile, a non-persistent grid).
+
+Knobs that do not apply to the chosen kernel must stay at their defaults, so a configuration never
+carries a setting that silently does nothing.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from mosaic.records import _fail, one_of
+
+GEMM_KERNELS = ("jax-hopper", "pipelined")
+DIMS = ("m", "n")
+
+
+def _pow2_in(lo: int, hi: int):
+    def check(inst, attribute, value):
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi or value & (value - 1):
+            _fail(inst, attribute, value, f"a power of two in [{lo}, {hi}]")
+
+    return check
+
+
+def _int_in(lo: int, hi: int):
+    def check(inst, attribute, value):
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            _fail(inst, attribute, value, f"an integer in [{lo}, {hi}]")
+
+    return check
+
+
+@attrs.frozen
+class GemmKnobs:
+    kernel: str = attrs.field(default="jax-hopper", validator=one_of(*GEMM_KERNELS))
+    tile_m: int = attrs.field(default=128, validator=_pow2_in(64, 256))
+    tile_n: int = attrs.field(default=128, validator=_pow2_in(8, 256))
+    tile_k: int = attrs.field(default=64, validator=_pow2_in(16, 256))
+    max_concurrent_steps: int = attrs.field(default=4, validator=_int_in(1, 8))
+    epi_tile_m: int | None = attrs.field(default=64)
+    epi_tile_n: int | None = attrs.field(default=64)
+    grid_minor_dim: str = attrs.field(default="n", validator=one_of(*DIMS))
+    grid_tile_width: int = attrs.field(default=1, validator=_int_in(1, 64))
+    # jax-hopper only
+    wg_dimension: str = attrs.field(default="n", validator=one_of(*DIMS))
+    cluster_dimension: str | None = attrs.field(default=None)
+    # pipelined only
+    persistent: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    delay_release: int = attrs.field(default=0, validator=_int_in(0, 1))
+
+    @epi_tile_m.validator
+    @epi_tile_n.validator
+    def _epi(self, attribute, value):
+        if value is not None:
+            _pow2_in(8, 256)(self, attribute, value)
+
+    @cluster_dimension.validator
+    def _cluster(self, attribute, value):
+        if value not in (None, "m", "n"):
+            _fail(self, attribute, value, "None, 'm' or 'n'")
+
+    def __attrs_post_init__(self):
+        for name, tile in (("epi_tile_m", self.tile_m), ("epi_tile_n", self.tile_n)):
+            epi = getattr(self, name)
+            if epi is not None and tile % epi:
+                _fail(self, getattr(attrs.fields(GemmKnobs), name), epi, f"a divisor of the tile ({tile})")
+        own = {"persistent": True, "delay_release": 0}
+        jax_only = {"wg_dimension": "n", "cluster_dimension": None}
+        foreign = own if self.kernel == "jax-hopper" else jax_only
+        for name, default in foreign.items():
+            if getattr(self, name) != default:
+                _fail(self, getattr(attrs.fields(GemmKnobs), name), getattr(self, name),
+                      f"{default!r}: it does not apply to kernel={self.kernel!r}")
+        if self.kernel == "pipelined" and self.max_concurrent_steps <= self.delay_release:
+            _fail(self, attrs.fields(GemmKnobs).max_concurrent_steps, self.max_concurrent_steps,
+                  f"> delay_release ({self.delay_release})")
+
+    def cta_tile(self) -> tuple[int, int]:
+        """The (M, N) tile one CTA computes (jax's kernel runs two compute warpgroups side by side)."""
+        if self.kernel == "pipelined":
+            return self.tile_m, self.tile_n
+        tm = self.tile_m * (2 if self.wg_dimension == "m" else 1)
+        tn = self.tile_n * (2 if self.wg_dimension == "n" else 1)
+        return tm, tn
+
+    def cluster_size(self) -> int:
+        return 1 if self.cluster_dimension is None else 2
+
+    def cluster_tile(self) -> tuple[int, int]:
+        tm, tn = self.cta_tile()
+        return (tm * (2 if self.cluster_dimension == "m" else 1), tn * (2 if self.cluster_dimension == "n" else 1))
+
+    def check_shape(self, m: int, n: int, k: int) -> None:
+        """Raise RecordError naming the dimension that the tiling does not divide."""
+        cm, cn = self.cluster_tile()
+        for dim, size, tile in (("m", m, cm), ("n", n, cn), ("k", k, self.tile_k)):
+            if size % tile:
+                _fail(self, attrs.fields(GemmKnobs).tile_k if dim == "k" else attrs.fields(GemmKnobs).tile_m,
+                      tile, f"a tile that divides {dim}={size} ({dim}={size} must be divisible by {tile})")
+
+
+@attrs.frozen
+class AttentionKnobs:
+    """jax's ``attention_mgpu.TuningConfig`` (forward only)."""
+
+    block_q: int = attrs.field(default=64, validator=_pow2_in(64, 256))
+    block_kv: int = attrs.field(default=64, validator=_pow2_in(64, 256))
+    max_concurrent_steps: int = attrs.field(default=2, validator=_int_in(2, 8))
+    use_schedule_barrier: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    causal: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+
+
+FAMILY_KNOBS = {"gemm": GemmKnobs, "attention": AttentionKnobs}

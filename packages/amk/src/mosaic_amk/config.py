@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget, _fail, non_negative_int, positive
 

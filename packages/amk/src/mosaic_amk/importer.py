@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from mosaic.errors import BadInput
+
 from mosaic_amk.model import INV_FREQ, ModelSpec
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -159,8 +159,11 @@ def load_hf(path: str | Path, *, eager: bool = True):
     """Load the checkpoint with transformers (float32, CPU, eager attention, safetensors only).
     Returns (model, loading_info). Raises BadInput with one line on any failure."""
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM
 
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
     root = Path(path)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(

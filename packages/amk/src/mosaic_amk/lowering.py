@@ -17,6 +17,7 @@ from typing import Any
 
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget
+
 from mosaic_amk.config import ScheduleConfig
 from mosaic_amk.model import INV_FREQ, ModelSpec
 from mosaic_amk.ops import SPECS

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
-
 from mosaic.records import _fail, positive
 
 FAMILIES = ("llama", "mistral", "qwen2")
@@ -91,7 +90,7 @@ class ModelSpec:
         if not self.tie_word_embeddings:
             shapes["lm_head.weight"] = (v, h)
         for i in range(self.num_layers):
-            lay = lambda n: self.layer(i, n)  # noqa: E731
+            lay = lambda n, i=i: self.layer(i, n)  # noqa: E731
             shapes[lay("input_layernorm.weight")] = (h,)
             shapes[lay("post_attention_layernorm.weight")] = (h,)
             for proj, out in (("q_proj", self.q_dim), ("k_proj", self.kv_dim), ("v_proj", self.kv_dim)):

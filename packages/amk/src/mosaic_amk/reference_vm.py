@@ -18,11 +18,11 @@ from typing import Any
 
 import attrs
 import numpy as np
-
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget
+
 from mosaic_amk.config import ScheduleConfig
-from mosaic_amk.lowering import LOGITS, NEXT_TOKEN, TOKEN, lower
+from mosaic_amk.lowering import LOGITS, NEXT_TOKEN, lower
 from mosaic_amk.model import ModelSpec
 from mosaic_amk.ops import KERNELS
 from mosaic_amk.schedule import Schedule, Task

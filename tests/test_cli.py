@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-
 from mosaic import __version__
 from mosaic.bundle import save_bundle
 from mosaic.records import KernelSpec

@@ -2,7 +2,6 @@ import json
 
 import numpy as np
 import pytest
-
 from mosaic.bundle import load_bundle, save_bundle, verify_bundle
 from mosaic.errors import BundleError
 from mosaic.records import KernelSpec, LaunchRecord

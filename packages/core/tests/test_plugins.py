@@ -6,7 +6,6 @@ import textwrap
 
 import click
 import pytest
-
 from mosaic.errors import PluginError
 from mosaic.plugins import PluginHost
 

@@ -1,5 +1,4 @@
 import pytest
-
 from mosaic.errors import RecordError
 from mosaic.records import Discrepancy, GpuTarget, KernelSpec, LaunchRecord, ResourceUsage
 

@@ -1,5 +1,4 @@
 from mosaic.testing import GpuPluginTests
-
 from mosaic_gpu_blackwell import B200, RTX_5090
 
 

@@ -1,5 +1,4 @@
 from mosaic.testing import GpuPluginTests
-
 from mosaic_gpu_hopper import H100_PCIE, H100_SXM, H200
 
 

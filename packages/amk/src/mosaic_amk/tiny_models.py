@@ -22,7 +22,7 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
     # Llama 3.x: tied embeddings and llama3 rope scaling (SmolLM2/Llama-3.2 style)
     "llama3": ("LlamaConfig", dict(_BASE, tie_word_embeddings=True, rope_parameters=dict(
         rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-        original_max_position_embeddings=32))),
+        original_max_position_embeddings=64))),
     # SmolLM2: Llama architecture, tied embeddings, 3:1 GQA, theta 100000
     "smollm2": ("LlamaConfig", dict(_BASE, num_attention_heads=6, num_key_value_heads=2, hidden_size=96,
                                     tie_word_embeddings=True, rope_parameters=dict(rope_type="default",

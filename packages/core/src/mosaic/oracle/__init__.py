@@ -1,0 +1,88 @@
+"""The numerics oracle: a float64 reference per kernel family and guard bands from the number format.
+
+``check(family, inputs, outputs, dtype)`` returns a :class:`Verdict`; ``numerics_pass(verdict)`` is the
+gate of the acceptance rule. Inputs must be representable in ``dtype`` (the kernel's input format) and
+outputs in ``out_dtype`` (default: ``dtype``); NaN and inf never pass, and an output element that was
+never written (the capture poisons outputs with NaN before each run) fails as NaN. See
+docs/oracle-and-timing.md for every guard-band formula and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from mosaic.errors import BadInput, PluginError
+from mosaic.oracle.formats import FORMATS, Format, fmt
+from mosaic.oracle.verdict import Expectation, OutputReport, Verdict, compare, numerics_pass
+from mosaic.records import Oracle
+
+__all__ = ["check", "oracles", "numerics_pass", "Verdict", "OutputReport", "Expectation", "Format", "FORMATS"]
+
+
+def oracles() -> dict[str, Oracle]:
+    """Built-in oracles plus those plugins register through ``register_oracles``."""
+    from mosaic.oracle import builtin
+    from mosaic.plugins import host
+
+    found: dict[str, Oracle] = {}
+
+    def register(item: Oracle) -> None:
+        found[item.family] = item
+
+    builtin.register_oracles(register)
+    h = host()
+    for name, reg in h.registries["oracles"].items():
+        if name in found:
+            raise PluginError(f"oracle '{name}' is built into mosaic-core and registered again by {reg.distribution}")
+        found[name] = reg.item
+    return dict(sorted(found.items()))
+
+
+def _as_float(name: str, value: np.ndarray) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "fiub":
+        raise BadInput(f"array '{name}' has dtype {arr.dtype}; expected float32 values", "inputs")
+    return arr
+
+
+def check(family: str, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray], dtype: str,
+          out_dtype: str | None = None) -> Verdict:
+    """Compare a kernel's outputs with the family's float64 reference. Raises BadInput for malformed input."""
+    known = oracles()
+    if family not in known:
+        raise BadInput(f"no oracle for family '{family}'; known: {', '.join(known)}", "--family")
+    fam = known[family].reference
+    in_fmt, out_fmt = fmt(dtype), fmt(out_dtype or dtype)
+    missing = [n for n in fam.inputs if n not in inputs]
+    if missing:
+        raise BadInput(f"{family} inputs lack {', '.join(missing)}; need {', '.join(fam.inputs)}"
+                       + (f" (optional: {', '.join(fam.optional)})" if fam.optional else ""), "inputs")
+    extra = sorted(set(inputs) - set(fam.inputs) - set(fam.optional))
+    if extra:
+        raise BadInput(f"{family} inputs have unknown array(s) {', '.join(extra)}", "inputs")
+    ins = {n: _as_float(n, v) for n, v in inputs.items()}
+    for n in fam.inputs:
+        arr = ins[n]
+        if not np.all(np.isfinite(arr)):
+            raise BadInput(f"input '{n}' holds NaN or inf", "inputs")
+        bad = ~in_fmt.representable(arr)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise BadInput(f"input '{n}' holds values not representable in {in_fmt.name}, first at {where}: "
+                           f"{float(arr[where])!r}", "inputs")
+    missing = [n for n in fam.outputs if n not in outputs]
+    if missing:
+        raise BadInput(f"{family} output file lacks {', '.join(missing)}", "output")
+    outs = {n: _as_float(n, outputs[n]) for n in fam.outputs}
+    for n, arr in outs.items():
+        bad = ~out_fmt.representable(arr)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise BadInput(f"output '{n}' holds values not representable in {out_fmt.name}, first at {where}: "
+                           f"{float(arr[where])!r} (pass --out-dtype if the kernel writes another format)", "output")
+    expectations = fam(ins, in_fmt, out_fmt)
+    reports = tuple(compare(n, outs[n], expectations[n]) for n in fam.outputs)
+    failed = [r for r in reports if not r.passed]
+    return Verdict(family, in_fmt.name, out_fmt.name, not failed, "; ".join(r.reason for r in failed), reports)

@@ -1,0 +1,63 @@
+"""Attention forward oracle: O = softmax(scale * Q K^T [+ causal mask]) V.
+
+q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv) with H a multiple of Hkv (grouped-query);
+optional ``scale`` (default 1/sqrt(D)) and ``causal`` (bottom-right aligned, as FlashAttention: query i
+sees keys j <= i + Sk - Sq). Guard band, for a flash-style kernel (fp32 scores, fp32 softmax, P rounded to
+the input format for the second matrix product, fp32 accumulation), with PV = P @ |V| in float64:
+
+    eS_i  = max_j scale * gamma_{D+2}(2^-23) * (|q| @ |k|^T)_ij          score error
+    eE_i  = max_j (1 + |z_ij|) 2^-21                                    exp error
+    rel_i = 2 eS_i + 2 eE_i + 2 * 2^-p_in + gamma_{2 Sk + 2}(2^-23)     (P rounded in numerator and sum)
+    band  = PV * rel_i + spacing_out/2 + 2^-126
+
+A perturbation d of the scores changes each probability by at most 2|d| relatively, hence the factor 2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mosaic.errors import BadInput
+from mosaic.oracle.formats import ACCUMULATOR, Format, gamma
+from mosaic.oracle.verdict import Expectation
+
+INPUTS = ("q", "k", "v")
+OPTIONAL = ("scale", "causal")
+OUTPUTS = ("o",)
+SUMMARY = "O = softmax(scale * Q K^T [causal]) V, grouped-query heads, float64 reference"
+FORMULA = "|o-ref| <= (P@|V|)*(2eS + 2eExp + 2*2^-p_in + gamma_{2Sk+2}(2^-23)) + spacing_out/2 + 2^-126"
+
+
+def reference(inputs: dict[str, np.ndarray], in_fmt: Format, out_fmt: Format) -> dict[str, Expectation]:
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise BadInput(f"attention needs 4-D q, k, v (B, H, S, D); got {q.shape}, {k.shape}, {v.shape}", "inputs")
+    b, h, sq, d = q.shape
+    bk, hkv, sk, dk = k.shape
+    if (bk, dk) != (b, d) or v.shape[:3] != (b, hkv, sk) or hkv == 0 or h % hkv:
+        raise BadInput(f"attention: inconsistent shapes q{q.shape} k{k.shape} v{v.shape}", "inputs")
+    scale = float(inputs["scale"]) if "scale" in inputs else 1.0 / np.sqrt(d)
+    causal = bool(inputs["causal"]) if "causal" in inputs else False
+    if causal and sq > sk:
+        raise BadInput(f"attention: causal with Sq={sq} > Sk={sk} leaves rows with no keys", "inputs")
+    rep = h // hkv
+    Q = q.astype(np.float64)
+    K = np.repeat(k.astype(np.float64), rep, axis=1)
+    V = np.repeat(v.astype(np.float64), rep, axis=1)
+    s = scale * Q @ K.transpose(0, 1, 3, 2)
+    s_mag = abs(scale) * np.abs(Q) @ np.abs(K).transpose(0, 1, 3, 2)
+    if causal:
+        mask = np.arange(sk)[None, :] > np.arange(sq)[:, None] + (sk - sq)
+        s = np.where(mask, -np.inf, s)
+        s_mag = np.where(mask, 0.0, s_mag)
+    z = s - s.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=-1, keepdims=True)
+    ref = p @ V
+    pv = p @ np.abs(V)
+    e_s = (gamma(d + 2) * s_mag).max(axis=-1, keepdims=True)
+    e_exp = np.where(np.isfinite(z), (1 + np.abs(z)) * 2.0**-21, 0.0).max(axis=-1, keepdims=True)
+    rel = 2 * e_s + 2 * e_exp + 2 * in_fmt.unit_roundoff + gamma(2 * sk + 2)
+    err = pv * rel
+    band = err + 0.5 * out_fmt.spacing(np.abs(ref) + err) + 2.0**ACCUMULATOR.emin
+    return {"o": Expectation(ref, band, out_fmt, FORMULA)}

@@ -1,0 +1,68 @@
+"""Device evidence for the timer and the rule: the A/A test and a planted slower variant.
+
+Each decision measures the incumbent and the candidate in one block each (alternating which goes first,
+so drift does not favour either) and applies :func:`accept` with equal distances, so only time decides.
+A/A: the candidate is the incumbent itself; every acceptance is a false win (goal: rate <= 1%).
+Planted: the candidate is known slower; it must be rejected and classified slower (t(c) > t(best) + noise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from mosaic.timing.accept import Scored, accept
+from mosaic.timing.noise import Noise, measurement
+
+Measure = Callable[[], Sequence[float]]
+
+
+@attrs.frozen
+class Decisions:
+    name: str
+    noise_ns: float
+    best_ns: tuple
+    candidate_ns: tuple
+    accepted: tuple
+
+    @property
+    def n(self) -> int:
+        return len(self.accepted)
+
+    @property
+    def wins(self) -> int:
+        return sum(self.accepted)
+
+    @property
+    def win_rate(self) -> float:
+        return self.wins / self.n if self.n else float("nan")
+
+    @property
+    def slower(self) -> int:
+        """Decisions where the candidate was measured slower than the incumbent by more than the noise."""
+        return sum(c > b + self.noise_ns for b, c in zip(self.best_ns, self.candidate_ns, strict=True))
+
+    @property
+    def mean_ratio(self) -> float:
+        return sum(c / b for b, c in zip(self.best_ns, self.candidate_ns, strict=True)) / self.n
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "decisions": self.n, "accepted": self.wins, "accept_rate": self.win_rate,
+                "classified_slower": self.slower, "mean_time_ratio": self.mean_ratio, "noise_ns": self.noise_ns,
+                "best_ns": list(self.best_ns), "candidate_ns": list(self.candidate_ns)}
+
+
+def decide_many(name: str, measure_best: Measure, measure_candidate: Measure, noise: Noise | float,
+                decisions: int = 100) -> Decisions:
+    value = noise.value if isinstance(noise, Noise) else float(noise)
+    best, cand, acc = [], [], []
+    for i in range(decisions):
+        if i % 2 == 0:
+            tb, tc = measurement(measure_best()), measurement(measure_candidate())
+        else:
+            tc, tb = measurement(measure_candidate()), measurement(measure_best())
+        best.append(tb)
+        cand.append(tc)
+        acc.append(accept(Scored(True, tc, 0.0), Scored(True, tb, 0.0), value))
+    return Decisions(name, value, tuple(best), tuple(cand), tuple(acc))

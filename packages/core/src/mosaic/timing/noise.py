@@ -1,0 +1,102 @@
+"""Run-to-run statistics of device times and the noise of the reference.
+
+A *measurement* of a kernel is one block of R timed runs (after warm-up, each run preceded by an L2
+flush); its time is the median of the R per-run device times (robust to the odd preempted run).
+
+The *noise* is measured, never assumed: the reference is measured in S independent blocks and
+
+    noise = max_i median(block_i) - min_i median(block_i)        (the range of S block medians)
+
+i.e. how far apart two measurements of the very same kernel have been seen to fall. With S = 20 and
+roughly normal block medians the range is about 3.7 sigma, while the difference of two fresh medians has
+sigma*sqrt(2): a one-sided false win (t(c) < t(ref) - noise for the same kernel) has probability about
+P(Z > 3.7/sqrt 2) ~ 0.5%. The A/A test measures the rate on the device instead of trusting this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+
+from mosaic.errors import BadInput
+
+MIN_BLOCKS = 5
+MIN_RUNS = 3
+
+
+def _times(samples: Sequence[float], what: str) -> np.ndarray:
+    arr = np.asarray(samples, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise BadInput(f"{what}: need a non-empty list of device times")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise BadInput(f"{what}: device times must be finite and positive")
+    return arr
+
+
+@attrs.frozen
+class Summary:
+    """Order statistics of one block of per-run device times (nanoseconds)."""
+
+    runs: int
+    median: float
+    mean: float
+    min: float
+    max: float
+    p10: float
+    p90: float
+    mad: float  # median absolute deviation from the median
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+def summarize(samples: Sequence[float]) -> Summary:
+    t = _times(samples, "summarize")
+    med = float(np.median(t))
+    return Summary(runs=int(t.size), median=med, mean=float(t.mean()), min=float(t.min()), max=float(t.max()),
+                   p10=float(np.percentile(t, 10)), p90=float(np.percentile(t, 90)),
+                   mad=float(np.median(np.abs(t - med))))
+
+
+def measurement(samples: Sequence[float]) -> float:
+    """The time of one measurement (block): the median of its runs."""
+    return float(np.median(_times(samples, "measurement")))
+
+
+@attrs.frozen
+class Noise:
+    """The reference's measured run-to-run noise (nanoseconds) and how it was obtained."""
+
+    value: float
+    blocks: int
+    runs_per_block: int
+    block_medians: tuple
+    statistic: str = "range of block medians"
+
+    @property
+    def reference_time(self) -> float:
+        return float(np.median(self.block_medians))
+
+    @property
+    def relative(self) -> float:
+        return self.value / self.reference_time
+
+    def to_json(self) -> dict:
+        return {"value_ns": self.value, "relative": self.relative, "statistic": self.statistic,
+                "blocks": self.blocks, "runs_per_block": self.runs_per_block,
+                "block_medians_ns": list(self.block_medians), "reference_time_ns": self.reference_time}
+
+
+def measure_noise(blocks: Sequence[Sequence[float]]) -> Noise:
+    """Noise from S >= 5 blocks of the reference's own repeated runs (each >= 3 runs)."""
+    if len(blocks) < MIN_BLOCKS:
+        raise BadInput(f"noise needs at least {MIN_BLOCKS} blocks of the reference's runs, got {len(blocks)}")
+    arrays = [_times(b, f"noise block {i}") for i, b in enumerate(blocks)]
+    short = [i for i, b in enumerate(arrays) if b.size < MIN_RUNS]
+    if short:
+        raise BadInput(f"noise blocks {short} have fewer than {MIN_RUNS} runs")
+    medians = tuple(float(np.median(b)) for b in arrays)
+    return Noise(value=max(medians) - min(medians), blocks=len(arrays),
+                 runs_per_block=int(min(b.size for b in arrays)), block_medians=medians)

@@ -1,0 +1,361 @@
+"""The scheduling semantics, executed: an independent dynamic oracle for schedules.
+
+This module deliberately shares no analysis code with :mod:`mosaic_amk.validator`: it runs the SM
+queues under seeded interleavings and watches what happens, where the validator reasons statically.
+The audit uses it to label mutants (a false accept is a schedule this oracle shows unsafe and the
+validator accepts).
+
+Semantics (docs/amk-schedule.md): counters start at zero; each SM walks its tasks in list order; a task
+runs once every wait ``counter >= threshold`` holds, then increments its ``signal`` counter by one.
+What the oracle reports (each a :class:`Finding`):
+
+- ``fault``: what the VM's loader or a task would hit before any ordering question: an SM, counter or
+  buffer that does not exist, a task descriptor over the ABI's fixed slots (8 inputs, 4 outputs,
+  8 waits, rank 4), an unknown op or missing parameter, an access outside a buffer, or (with
+  ``run_task``) an exception from the op itself;
+- ``deadlock``: no SM can make progress and some have tasks left (the watchdog);
+- ``race``: two accesses to overlapping elements of one buffer, at least one a write, by different
+  tasks, not ordered by happens-before in this execution. Happens-before is tracked with per-SM
+  knowledge sets (bitsets of finished tasks, a vector clock at task granularity): a signal releases
+  the SM's knowledge into the counter's history; a wait that passes at threshold ``t`` acquires only
+  what the first ``t`` increments released (the weakest observation a real acquire load may make);
+- ``uninitialized``: a read of activation/scratch/output elements that no write ordered before it
+  covers;
+- ``unwritten-output``: an output buffer with elements no task wrote.
+
+Footprints are the op's own semantics (mosaic_amk.ops) in flattened element offsets, derived here
+independently of the declared ``ranges`` (which the oracle ignores, so a lying ``ranges`` shows up as
+a race).
+
+Interleavings: ``random`` (a ready SM uniformly at random each step), ``priority`` (a random fixed
+priority per SM; always the highest ready one, which starves the others as long as possible) and
+``pct`` (priority with random change points that demote the running SM, as in PCT testing).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from math import prod
+from typing import Any
+
+import attrs
+from mosaic.errors import MosaicError
+
+from mosaic_amk import ops as _ops
+from mosaic_amk.schedule import MAX_INPUTS, MAX_OUTPUTS, MAX_RANK, MAX_WAITS, Schedule, Task
+
+STRATEGIES = ("random", "priority", "pct")
+_INITIALISED = frozenset(("weight", "input", "kv_cache"))
+
+
+@attrs.frozen
+class Finding:
+    kind: str  # fault | deadlock | race | uninitialized | unwritten-output
+    tasks: tuple = ()
+    buffer: str | None = None
+    message: str = ""
+
+    def line(self) -> str:
+        where = f" tasks {list(self.tasks)}" if self.tasks else ""
+        buf = f" buffer {self.buffer}" if self.buffer else ""
+        return f"[{self.kind}]{where}{buf}: {self.message}"
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class Execution:
+    """One interleaving: the task ids in the order they ran, and what went wrong."""
+
+    strategy: str
+    seed: int
+    order: tuple = ()
+    findings: tuple = ()
+    completed: bool = False
+
+    @property
+    def safe(self) -> bool:
+        return not self.findings
+
+
+@attrs.frozen
+class Verdict:
+    """The oracle's label over several interleavings: unsafe if any of them found anything."""
+
+    safe: bool
+    runs: int
+    findings: tuple = ()
+
+    def kinds(self) -> set[str]:
+        return {f.kind for f in self.findings}
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+class _Loaded:
+    """The schedule as the VM's loader sees it: per-SM queues of packed descriptors, or faults."""
+
+    def __init__(self, s: Schedule):
+        self.s = s
+        self.faults: list[Finding] = []
+        bufs: dict[str, Any] = {}
+        for b in s.buffers:
+            bufs.setdefault(b.name, b)
+        self.bufs = bufs
+        self.numel = {n: (prod(b.shape) if b.shape else 1) for n, b in bufs.items()}
+        self.queues: list[list[int]] = [[] for _ in range(max(s.num_sms, 0))]
+        self.foot: list[list[tuple[str, int, int, bool]]] = []
+        n_ok_counter = s.num_counters
+        fault = self.faults.append
+        for i, t in enumerate(s.tasks):
+            tid = (t.id,)
+            if not 0 <= t.sm < s.num_sms:
+                fault(Finding("fault", tid, None, f"task placed on SM {t.sm}; the grid has {s.num_sms}"))
+            else:
+                self.queues[t.sm].append(i)
+            if len(t.inputs) > MAX_INPUTS or len(t.outputs) > MAX_OUTPUTS or len(t.waits) > MAX_WAITS:
+                fault(Finding("fault", tid, None, "task descriptor overflows the VM's fixed slots"))
+            for c in (t.signal, *(w.counter for w in t.waits)):
+                if not 0 <= c < n_ok_counter:
+                    fault(Finding("fault", tid, None, f"counter {c} outside the {n_ok_counter} counters"))
+            for name in (*t.inputs, *t.outputs):
+                b = bufs.get(name)
+                if b is None:
+                    fault(Finding("fault", tid, name, "buffer does not exist"))
+                elif len(b.shape) > MAX_RANK:
+                    fault(Finding("fault", tid, name, f"rank {len(b.shape)} does not fit the descriptor"))
+            foot, problem = self._footprint(t)
+            if problem:
+                fault(Finding("fault", tid, None, problem))
+            self.foot.append(foot)
+        for name in s.outputs:
+            if name not in bufs:
+                fault(Finding("fault", (), name, "output buffer does not exist"))
+
+    def _footprint(self, t: Task) -> tuple[list, str | None]:
+        spec = _ops.SPECS.get(t.op)
+        if spec is None:
+            return [], f"unknown op {t.op!r}"
+        p = t.params
+        missing = [k for k in spec.params if k not in p]
+        if missing:
+            return [], f"{t.op} missing parameter(s) {missing}"
+        if len(t.inputs) != len(spec.input_roles(p)) or len(t.outputs) != len(spec.outputs):
+            return [], f"{t.op} given {len(t.inputs)} inputs/{len(t.outputs)} outputs"
+        bufs = self.bufs
+        if any(n not in bufs for n in (*t.inputs, *t.outputs)):
+            return [], None  # already a fault
+        region: dict[tuple[str, bool], tuple[int, int]] = {}
+        for n in t.inputs:
+            region[(n, False)] = (0, self.numel[n])
+        for n in t.outputs:
+            region[(n, True)] = (0, self.numel[n])
+
+        def rows(name: str, r0: int, r1: int) -> tuple[int, int]:
+            b = bufs[name]
+            per = prod(b.shape[1:]) if len(b.shape) > 1 else 1
+            return r0 * per, r1 * per
+
+        try:
+            if t.op in ("gemv", "gemv_silu_mul"):
+                r0, r1 = int(p["row_start"]), int(p["row_end"])
+                if not 0 <= r0 < r1:
+                    return [], f"empty or negative row range {r0}..{r1}"
+                for n in t.inputs[1:]:
+                    region[(n, False)] = rows(n, r0, r1)
+                region[(t.outputs[0], True)] = rows(t.outputs[0], r0, r1)
+            elif t.op in ("kv_append", "rope_append"):
+                cache = bufs[t.outputs[0]]
+                pos, pt = int(p["position"]), int(p["page_tokens"])
+                if len(cache.shape) != 3 or pt < 1 or pos < 0:
+                    return [], "KV append into a cache that is not [pages, page_tokens, dim]"
+                page, slot = pos // pt, pos % pt
+                if page >= cache.shape[0] or slot >= cache.shape[1]:
+                    return [], f"KV slot ({page}, {slot}) outside {list(cache.shape)}"
+                d = cache.shape[2]
+                start = (page * cache.shape[1] + slot) * d
+                region[(cache.name, True)] = (start, start + d)
+            elif t.op == "attention":
+                pos, hd = int(p["position"]), int(p["head_dim"])
+                window = int(p["window"])
+                h0, h1 = int(p["row_start"]) // hd, int(p["row_end"]) // hd
+                first = max(0, pos - window + 1) if window > 0 else 0
+                for n in t.inputs[1:3]:
+                    d = bufs[n].shape[-1]
+                    region[(n, False)] = (first * d, (pos + 1) * d)
+                region[(t.inputs[0], False)] = (h0 * hd, h1 * hd)
+                region[(t.outputs[0], True)] = (h0 * hd, h1 * hd)
+        except (TypeError, ValueError, ZeroDivisionError, KeyError, IndexError) as exc:
+            return [], f"{t.op} parameters unusable: {exc}"
+        foot = []
+        for (n, write), (lo, hi) in region.items():
+            if lo < 0 or hi > self.numel[n]:
+                return [], f"{t.op} touches elements [{lo}, {hi}) of {n} ({self.numel[n]} elements)"
+            if hi > lo:
+                foot.append((n, lo, hi, write))
+        foot.sort(key=lambda a: a[3])  # reads first, then writes
+        return foot, None
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+def execute(schedule: Schedule, *, seed: int = 0, strategy: str = "random",
+            run_task: Callable[[Task], None] | None = None, stop_at_first: bool = True) -> Execution:
+    """Run the schedule's SM queues under one seeded interleaving. ``run_task(task)`` (for instance the
+    ReferenceVM's numpy op) is called when a task runs; without it only ordering is checked."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
+    return _run(_Loaded(schedule), seed, strategy, run_task, stop_at_first)
+
+
+def _run(ld: _Loaded, seed: int, strategy: str, run_task, stop_at_first: bool) -> Execution:
+    if ld.faults:
+        return Execution(strategy, seed, (), tuple(ld.faults), False)
+    s = ld.s
+    tasks = s.tasks
+    rng = random.Random(seed)
+    findings: list[Finding] = []
+    counters = [0] * s.num_counters
+    hist: list[list[int]] = [[0] for _ in range(s.num_counters)]
+    queues = ld.queues
+    head = [0] * len(queues)
+    know = [0] * len(queues)
+    waiting_on: dict[int, list[int]] = {}
+    ready: list[int] = []
+    prio = [rng.random() for _ in queues]
+    change_points = sorted(rng.randrange(max(len(tasks), 1)) for _ in range(3)) if strategy == "pct" else []
+    shadow: dict[str, list[tuple[int, int, int, bool]]] = {}
+    init_kind = {n: b.kind in _INITIALISED for n, b in ld.bufs.items()}
+    order: list[int] = []
+
+    def arm(sm: int) -> None:
+        q = queues[sm]
+        if head[sm] >= len(q):
+            return
+        for w in tasks[q[head[sm]]].waits:
+            if counters[w.counter] < w.threshold:
+                waiting_on.setdefault(w.counter, []).append(sm)
+                return
+        ready.append(sm)
+
+    for sm in range(len(queues)):
+        arm(sm)
+    steps = 0
+    while ready:
+        if strategy == "random":
+            k = rng.randrange(len(ready))
+        else:
+            k = max(range(len(ready)), key=lambda j: prio[ready[j]])
+        sm = ready[k]
+        ready[k] = ready[-1]
+        ready.pop()
+        i = queues[sm][head[sm]]
+        t = tasks[i]
+        kn = know[sm]
+        for w in t.waits:
+            if w.threshold >= 1:
+                kn |= hist[w.counter][w.threshold]
+        _check_accesses(i, tasks, ld.foot[i], kn, shadow, init_kind, findings)
+        if run_task is not None:
+            try:
+                run_task(t)
+            except Exception as exc:  # noqa: BLE001 - an op that crashes is a fault of this schedule
+                findings.append(Finding("fault", (t.id,), None, f"{t.op} raised {type(exc).__name__}: {exc}"))
+        kn |= 1 << i
+        know[sm] = kn
+        order.append(t.id)
+        c = t.signal
+        counters[c] += 1
+        hist[c].append(hist[c][-1] | kn)
+        head[sm] += 1
+        arm(sm)
+        for other in waiting_on.pop(c, ()):
+            arm(other)
+        steps += 1
+        if strategy == "pct" and change_points and steps == change_points[0]:
+            change_points.pop(0)
+            prio[sm] = -rng.random()  # demote the SM that just ran
+        if findings and stop_at_first:
+            return Execution(strategy, seed, tuple(order), tuple(findings), False)
+    blocked = [sm for sm in range(len(queues)) if head[sm] < len(queues[sm])]
+    if blocked:
+        heads = tuple(tasks[queues[sm][head[sm]]].id for sm in blocked)
+        waits = {tasks[queues[sm][head[sm]]].id: [(w.counter, w.threshold, counters[w.counter])
+                                                 for w in tasks[queues[sm][head[sm]]].waits
+                                                 if counters[w.counter] < w.threshold] for sm in blocked}
+        findings.append(Finding("deadlock", heads, None,
+                                f"no SM can progress; blocked heads (counter, threshold, value): {waits}"))
+        return Execution(strategy, seed, tuple(order), tuple(findings), False)
+    for name in s.outputs:
+        if not init_kind.get(name, False) and not _covered(shadow.get(name, ()), 0, ld.numel[name], -1):
+            findings.append(Finding("unwritten-output", (), name, "output elements no task wrote"))
+        elif init_kind.get(name) and not any(a[3] for a in shadow.get(name, ())):
+            findings.append(Finding("unwritten-output", (), name, "no task wrote this output"))
+    return Execution(strategy, seed, tuple(order), tuple(findings), not findings)
+
+
+def _check_accesses(i: int, tasks, foot, kn: int, shadow, init_kind, findings) -> None:
+    t = tasks[i]
+    for name, lo, hi, write in foot:
+        acc = shadow.setdefault(name, [])
+        racing = [j for (j, a_lo, a_hi, a_w) in acc
+                  if j != i and (write or a_w) and a_lo < hi and lo < a_hi and not (kn >> j) & 1]
+        if racing:
+            what = "write" if write else "read"
+            findings.append(Finding("race", (t.id, *sorted({tasks[j].id for j in racing})), name,
+                                    f"{t.op} {what}s elements [{lo}, {hi}) unordered with a conflicting access"))
+        elif not write and not init_kind[name] and not _covered(acc, lo, hi, kn):
+            findings.append(Finding("uninitialized", (t.id,), name,
+                                    f"{t.op} reads elements [{lo}, {hi}) no earlier write covers"))
+        if write:  # accesses this write supersedes (ordered before it, inside it) are no longer needed
+            acc[:] = [a for a in acc if not (lo <= a[1] and a[2] <= hi and (kn >> a[0]) & 1 and a[0] != i)]
+        acc.append((i, lo, hi, write))
+
+
+def _covered(acc, lo: int, hi: int, kn: int) -> bool:
+    """Do writes in ``acc`` ordered before (in ``kn``; ``kn=-1``: all) cover elements [lo, hi)?"""
+    spans = sorted((a_lo, a_hi) for (j, a_lo, a_hi, a_w) in acc if a_w and (kn == -1 or (kn >> j) & 1))
+    reach = lo
+    for a_lo, a_hi in spans:
+        if a_lo > reach:
+            break
+        reach = max(reach, a_hi)
+        if reach >= hi:
+            return True
+    return reach >= hi
+
+
+def explore(schedule: Schedule, *, runs: int = 6, seed: int = 0,
+            run_task_factory: Callable[[], Callable[[Task], None]] | None = None) -> Verdict:
+    """Label a schedule: run up to ``runs`` interleavings (cycling random, priority, pct) and stop at
+    the first that finds anything. ``run_task_factory()`` gives a fresh ``run_task`` per run."""
+    ld = _Loaded(schedule)
+    if ld.faults:
+        return Verdict(False, 0, tuple(ld.faults))
+    for k in range(runs):
+        strategy = STRATEGIES[k % len(STRATEGIES)]
+        ex = _run(ld, seed * 1_000_003 + k, strategy, run_task_factory() if run_task_factory else None, True)
+        if ex.findings:
+            return Verdict(False, k + 1, ex.findings)
+    return Verdict(True, runs, ())
+
+
+class ScheduleUnsafe(MosaicError):
+    """An interleaving of the schedule deadlocked, raced or faulted (exit 1)."""
+
+    exit_code = 1
+
+
+def interleaving(seed: int = 0, strategy: str = "random") -> Callable[[Schedule, Callable[[Task], None]], Execution]:
+    """An ``executor(schedule, run_task)`` for :meth:`ReferenceVM.run`: runs the tasks in one seeded
+    interleaving of the SM queues and raises :class:`ScheduleUnsafe` on any finding."""
+
+    def run(schedule: Schedule, run_task: Callable[[Task], None]) -> Execution:
+        ex = execute(schedule, seed=seed, strategy=strategy, run_task=run_task)
+        if ex.findings:
+            raise ScheduleUnsafe(ex.findings[0].line(), f"interleaving {strategy} seed {seed}")
+        return ex
+
+    return run

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 from mosaic.errors import BadInput
-from mosaic.records import GpuTarget, _fail, non_negative_int, positive
+from mosaic.records import GpuTarget, _fail, non_negative_int, one_of, positive
 
 FUSIONS = ("residual", "gate_up_silu", "rope_append")
 SM_POLICIES = ("round_robin", "least_loaded", "single")
@@ -66,7 +66,7 @@ class ScheduleConfig:
     lm_head_rows_per_task: int = attrs.field(default=0, validator=non_negative_int)
     attention_kv_heads_per_task: int = attrs.field(default=1, validator=_int_pos)
     fusion: tuple = attrs.field(default=FUSIONS, converter=tuple, validator=_fusion)
-    sm_policy: str = attrs.field(default="round_robin", validator=attrs.validators.in_(SM_POLICIES))
+    sm_policy: str = attrs.field(default="round_robin", validator=one_of(*SM_POLICIES))
     num_sms: int = attrs.field(default=0, validator=non_negative_int)
     prefetch_depth: int = attrs.field(default=2, validator=non_negative_int)
     prefetch_tile_bytes: int = attrs.field(default=16384, validator=_int_pos)

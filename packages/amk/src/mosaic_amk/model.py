@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
-from mosaic.records import _fail, positive
+from mosaic.records import _fail, one_of, positive
 
 FAMILIES = ("llama", "mistral", "qwen2")
 INV_FREQ = "rope.inv_freq"
@@ -25,7 +25,7 @@ def _weights(inst, attribute, value) -> None:
 class ModelSpec:
     """A decoder-only Llama-family model: RMSNorm, RoPE attention with GQA, SwiGLU MLP."""
 
-    family: str = attrs.field(validator=attrs.validators.in_(FAMILIES))
+    family: str = attrs.field(validator=one_of(*FAMILIES))
     vocab_size: int = attrs.field(validator=positive)
     hidden_size: int = attrs.field(validator=positive)
     intermediate_size: int = attrs.field(validator=positive)

@@ -1,0 +1,209 @@
+"""Lowering: the DAG's shape per ScheduleConfig, all-join counters, KV append before reads, disjoint
+row ranges, SM policies, GPU-checked configs, TOML, JSON round trip, and the validator accepting real
+lowerings of every family under several configs and positions."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from mosaic.cli import main
+from mosaic.errors import BadInput
+from mosaic.plugins import host
+from mosaic_amk.config import FUSIONS, ScheduleConfig, load_config
+from mosaic_amk.lowering import LOGITS, NEXT_TOKEN, k_cache, lower
+from mosaic_amk.reference_vm import ReferenceVM
+from mosaic_amk.schedule import Schedule, load_schedule
+from mosaic_amk.tiny_models import TINY_FAMILIES, tiny_model
+from mosaic_amk.validator import validate
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return host().get("gpus", "h200")
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+def test_task_counts_follow_the_config(h200):
+    m = tiny_model("smollm2")  # hidden 96, 6 heads / 2 kv heads of 16, intermediate 112, vocab 96, 2 layers
+    rows = 16
+    s = lower(m, ScheduleConfig(gemv_rows_per_task=rows), h200, 3)
+    ops = Counter(t.op for t in s.tasks)
+    per_layer_gemv = (_ceil(m.q_dim, rows) + 2 * _ceil(m.kv_dim, rows) + _ceil(m.hidden_size, rows)
+                      + _ceil(m.hidden_size, rows))
+    assert ops["gemv"] == m.num_layers * per_layer_gemv + _ceil(m.vocab_size, rows)
+    assert ops["gemv_silu_mul"] == m.num_layers * _ceil(m.intermediate_size, rows)
+    assert ops["attention"] == m.num_layers * m.num_kv_heads
+    assert ops["rope_append"] == ops["kv_append"] == ops["rope"] == m.num_layers
+    assert ops["rmsnorm"] == 2 * m.num_layers + 1 and ops["embed"] == ops["argmax"] == 1
+    assert "add" not in ops and "silu_mul" not in ops
+    unfused = Counter(t.op for t in lower(m, ScheduleConfig(gemv_rows_per_task=rows, fusion=()), h200, 3).tasks)
+    assert unfused["add"] == 2 * m.num_layers and unfused["silu_mul"] == m.num_layers
+    assert unfused["kv_append"] == unfused["rope"] == 2 * m.num_layers and "rope_append" not in unfused
+    assert unfused["gemv"] == ops["gemv"] + 2 * m.num_layers * _ceil(m.intermediate_size, rows)
+
+
+@pytest.mark.parametrize("fusion", [FUSIONS, ()])
+def test_waits_are_all_joins_on_earlier_producers_and_kv_appends_precede_reads(h200, fusion):
+    m = tiny_model("llama")
+    s = lower(m, ScheduleConfig(gemv_rows_per_task=10, fusion=fusion), h200, 5)
+    producers = Counter(t.signal for t in s.tasks)
+    index = {t.id: i for i, t in enumerate(s.tasks)}
+    first_signal = {}
+    for i, t in enumerate(s.tasks):
+        for w in t.waits:
+            assert w.threshold == producers[w.counter], (t.id, w)  # all-join
+            assert first_signal[w.counter] < i  # topological list order
+        first_signal.setdefault(t.signal, i)
+    # every attention task waits for the counters signalled by its layer's K and V appends
+    appends = {t.outputs[0]: t.signal for t in s.tasks if t.op in ("kv_append", "rope_append")}
+    for t in s.tasks:
+        if t.op == "attention":
+            waited = {w.counter for w in t.waits}
+            assert appends[t.inputs[1]] in waited and appends[t.inputs[2]] in waited
+    assert sorted(index) == list(range(len(s.tasks)))
+
+
+def test_row_split_writers_cover_each_buffer_exactly_once(h200):
+    m = tiny_model("qwen2")
+    s = lower(m, ScheduleConfig(gemv_rows_per_task=12, attention_kv_heads_per_task=1), h200, 2)
+    bufs = s.buffer_map()
+    written: dict[str, list] = {}
+    for t in s.tasks:
+        for out in t.outputs:
+            if bufs[out].kind != "kv_cache":
+                written.setdefault(out, []).append(t.range_of(out, bufs[out].rows))
+    for name, ranges in written.items():
+        ranges.sort()
+        assert ranges[0][0] == 0 and ranges[-1][1] == bufs[name].rows, name
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False)), (name, ranges)
+    # the KV append writes the page of its position only
+    append = next(t for t in s.tasks if t.outputs == (k_cache(0),))
+    assert append.ranges[k_cache(0)] == (2 // 16, 2 // 16 + 1)
+
+
+def test_sm_policies(h200):
+    m = tiny_model("tinyllama")
+    rr = lower(m, ScheduleConfig(sm_policy="round_robin", num_sms=7), h200, 0)
+    assert rr.num_sms == 7 and all(t.sm == i % 7 for i, t in enumerate(rr.tasks))
+    single = lower(m, ScheduleConfig(sm_policy="single"), h200, 0)
+    assert single.num_sms == h200.sm_count and {t.sm for t in single.tasks} == {0}
+    ll = lower(m, ScheduleConfig(sm_policy="least_loaded", num_sms=4, gemv_rows_per_task=8), h200, 0)
+    load = Counter()
+    for t in ll.tasks:
+        load[t.sm] += 1
+    assert set(load) == {0, 1, 2, 3}
+    assert max(load.values()) - min(load.values()) <= len(ll.tasks) // 4  # spread, not piled on one SM
+
+
+def test_lowering_is_deterministic_and_round_trips_through_json(h200, tmp_path):
+    m = tiny_model("mistral")
+    cfg = ScheduleConfig(gemv_rows_per_task=9, sm_policy="least_loaded", num_sms=3)
+    s = lower(m, cfg, h200, 7)
+    assert s.dumps() == lower(m, cfg, h200, 7).dumps()
+    back = load_schedule(s.save(tmp_path / "s.json"))
+    assert back == s and s.outputs == (LOGITS, NEXT_TOKEN)
+    vm = ReferenceVM(m, cfg, h200)
+    for pos, tok in enumerate([5, 6, 7, 8, 9, 10, 11]):
+        vm.step(tok, pos)
+    kv = {k: v.copy() for k, v in vm.kv.items()}
+    a = vm.run(s, 12)
+    vm.kv = kv
+    b = vm.run(back, 12)
+    assert a.token == b.token and (a.logits == b.logits).all()
+
+
+@pytest.mark.parametrize("family", TINY_FAMILIES)
+def test_validator_accepts_real_lowerings(h200, family):
+    m = tiny_model(family)
+    configs = [ScheduleConfig(gemv_rows_per_task=16), ScheduleConfig(sm_policy="single"),
+               ScheduleConfig(gemv_rows_per_task=7, fusion=(), sm_policy="least_loaded", num_sms=5,
+                              attention_kv_heads_per_task=2, kv_page_tokens=4)]
+    for cfg in configs:
+        for pos in (0, 6, 17):
+            result = validate(lower(m, cfg, h200, pos))
+            assert result.ok, [d.line() for d in result.diagnostics]
+
+
+# ------------------------------------------------------------------------------------------- config
+
+def test_config_checks_against_the_gpu(h200):
+    ok = ScheduleConfig(threads_per_block=1024, smem_bytes=h200.smem_per_block, num_sms=h200.sm_count)
+    assert ok.check(h200) == []
+    bad = ScheduleConfig(threads_per_block=2048, smem_bytes=300 * 1024, num_sms=200, prefetch_depth=8,
+                         prefetch_tile_bytes=64 * 1024)
+    problems = bad.check(h200)
+    assert len(problems) == 5, problems  # sms, threads, smem/block, smem/SM, prefetch
+    with pytest.raises(BadInput, match="does not fit h200"):
+        lower(tiny_model("llama"), bad, h200, 0)
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    ({"gemv_rows_per_task": 0}, "gemv_rows_per_task"), ({"threads_per_block": 100}, "multiple of 32"),
+    ({"fusion": ("residual", "magic")}, "fusion"), ({"sm_policy": "random"}, "sm_policy"),
+    ({"kv_page_tokens": 12}, "power of two"), ({"kv_max_tokens": 100}, "multiple of kv_page_tokens"),
+    ({"prefetch_depth": 9}, "<= 8"),
+])
+def test_config_rejects_bad_values(kwargs, word):
+    with pytest.raises(BadInput, match=word):
+        ScheduleConfig(**kwargs)
+
+
+def test_config_from_toml(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text('[schedule]\ngemv_rows_per_task = 32\nfusion = ["residual"]\nsm_policy = "least_loaded"\n')
+    c = load_config(p)
+    assert (c.gemv_rows_per_task, c.fusion, c.sm_policy) == (32, ("residual",), "least_loaded")
+    p.write_text("gemv_rows = 3\n")
+    with pytest.raises(BadInput, match="unknown schedule config key"):
+        load_config(p)
+    p.write_text("gemv_rows_per_task = [\n")
+    with pytest.raises(BadInput, match="not valid TOML"):
+        load_config(p)
+
+
+def test_position_outside_the_cache_is_rejected(h200):
+    m = tiny_model("llama")
+    with pytest.raises(BadInput, match="outside the KV cache"):
+        lower(m, ScheduleConfig(kv_max_tokens=32), h200, 32)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+def test_lower_cli_writes_a_validated_schedule(tiny_checkpoint, tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("gemv_rows_per_task = 8\nnum_sms = 16\n")
+    out = tmp_path / "s.json"
+    with pytest.raises(SystemExit) as exc:
+        main(["amk", "lower", "--model", str(tiny_checkpoint("qwen2")), "--config", str(cfg), "--position", "3",
+              "-o", str(out)])
+    assert exc.value.code == 0, capsys.readouterr().err
+    assert "validated: safe" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["format"] == "mosaic-amk-schedule" and data["version"] == 1 and data["num_sms"] == 16
+    s = Schedule.from_json(data)
+    assert s.meta["position"] == 3 and validate(s).ok
+
+
+def test_lower_cli_refuses_to_write_an_unsafe_schedule(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    import mosaic_amk.lowering as lowering
+
+    real = lowering.lower
+
+    def drop_a_wait(*args, **kwargs):  # a lowering bug: attention no longer waits for the K append
+        import attrs
+        s = real(*args, **kwargs)
+        tasks = [attrs.evolve(t, waits=t.waits[:1]) if t.op == "attention" else t for t in s.tasks]
+        return attrs.evolve(s, tasks=tuple(tasks))
+
+    monkeypatch.setattr(lowering, "lower", drop_a_wait)
+    out = tmp_path / "s.json"
+    with pytest.raises(SystemExit) as exc:
+        main(["amk", "lower", "--model", str(tiny_checkpoint("llama")), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 1 and "unsafe schedule" in err and "not written" in err
+    assert not out.exists()

@@ -1,20 +1,41 @@
-"""Entry point `pallas`: registers the pallas kernel language.
+"""Entry point `pallas`: registers the pallas kernel language and its construct-catalog entries.
 
-The language's families and capabilities are listed only as they are implemented, so
-`mosaic plugins` never advertises a build or capture path that does not exist yet.
+Capabilities say what works where, per family, so nothing is advertised that does not run:
+
+* ``gemm``: ``cpu-lowering`` (StableHLO + shared-memory check against the GpuTarget, no GPU),
+  ``interpreter`` (jax's GPU interpreter with race detection, one CTA), ``gpu-capture``
+  (PTX/SASS/ptxas log via MOSAIC_GPU_DUMP_TO, timing through ``prepare``).
+* ``attention`` (jax's attention_mgpu, forward): ``gpu-capture`` only. It cannot run in the interpreter
+  (``attention:no-interpreter``): jax's kernel asserts a CUDA plugin is present and launches a
+  multi-CTA grid, while the interpreter simulates one CTA.
+
+Needs Python >= 3.12 with jax 0.11.2 (``pip install 'mosaic-target-pallas[jax]'``); the plugin itself
+imports no jax, so ``mosaic plugins`` works without it.
 """
 
 from mosaic.plugins import hookimpl
 from mosaic.records import Language
+from mosaic_target_pallas.backend import PallasBackend
+from mosaic_target_pallas.constructs import CONSTRUCTS
 
 LANGUAGE = Language(
     name="pallas",
-    summary="Pallas Mosaic GPU (jax.experimental.pallas, plgpu)",
-    families=(),
-    capabilities=frozenset(),
+    summary="Pallas Mosaic GPU (jax.experimental.pallas, plgpu): jax's Hopper matmul/attention + own kernels",
+    families=("gemm", "attention"),
+    capabilities=frozenset({
+        "gemm:cpu-lowering", "gemm:interpreter", "gemm:race-detection", "gemm:gpu-capture",
+        "attention:gpu-capture", "attention:no-interpreter", "attention:no-cpu-lowering",
+    }),
+    backend=PallasBackend(),
 )
 
 
 @hookimpl
 def register_languages(register):
     register(LANGUAGE)
+
+
+@hookimpl
+def register_constructs(register):
+    for construct in CONSTRUCTS:
+        register(construct)

@@ -1,0 +1,266 @@
+"""The construct catalog: each concept a kernel engineer ports (a TMA load, a pipeline stage, an
+approximate exponential ...), the fingerprint features that reveal it in captured code, and how each
+kernel language writes it.
+
+Concepts and their fingerprints are core data (:data:`CONCEPTS`); how a language writes a concept is a
+:class:`~mosaic.records.Construct` that the language's plugin contributes through ``register_constructs``.
+Core keeps the CUTLASS C++ expressions as data (:data:`CORE_CONSTRUCTS`) until the cutlass plugin
+contributes its own; a plugin's entry always wins over core data. Fingerprint features are strings
+``<where>:<what>``: ``ptx:<opcode>``, ``sass:<opcode>``, ``launch:<feature>``, ``control:<feature>``.
+
+A discrepancy row whose key names a fingerprint feature maps, through :func:`concepts_for_feature`, to
+the concept and then to the target language's knob or rewrite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from mosaic.errors import Diagnostic, RecordError
+from mosaic.records import LAYERS, Construct, name_field, one_of
+
+#: the languages the catalog must cover, every concept in each (an entry or a no-analogue flag)
+CATALOG_LANGUAGES = ("pallas", "cute", "cutlass")
+
+
+@attrs.frozen
+class Concept:
+    """One portable concept: what it is, the fingerprint layer it shows in, and the features revealing it."""
+
+    name: str = attrs.field(validator=name_field)
+    summary: str
+    layer: str = attrs.field(validator=one_of(*LAYERS))
+    fingerprint: tuple = attrs.field(converter=tuple)
+
+    @fingerprint.validator
+    def _fp(self, attribute, value):
+        for feature in value:
+            where, _, what = str(feature).partition(":")
+            if where not in ("ptx", "sass", "launch", "control", "numerics") or not what:
+                raise RecordError(f"Concept {self.name}: fingerprint feature {feature!r} must be "
+                                 "'<ptx|sass|launch|control|numerics>:<what>'")
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "summary": self.summary, "layer": self.layer,
+                "fingerprint": list(self.fingerprint)}
+
+
+def _c(name, summary, layer, *fingerprint) -> Concept:
+    return Concept(name, summary, layer, fingerprint)
+
+
+CONCEPTS: tuple[Concept, ...] = (
+    _c("tma-load", "bulk tensor copy global -> shared by the TMA unit, completing on an mbarrier",
+       "instruction", "ptx:cp.async.bulk.tensor.shared::cluster.global", "sass:UTMALDG"),
+    _c("tma-store", "bulk tensor copy shared -> global by the TMA unit", "instruction",
+       "ptx:cp.async.bulk.tensor.global.shared::cta", "sass:UTMASTG", "ptx:cp.async.bulk.commit_group"),
+    _c("tma-multicast", "one TMA load delivered to several CTAs of a cluster (cluster multicast)",
+       "instruction", "ptx:.multicast::cluster", "sass:UTMALDG.MULTICAST", "launch:cluster>1"),
+    _c("tma-descriptor-prefetch", "prefetch of the TMA tensor map before first use", "instruction",
+       "ptx:prefetch.tensormap", "sass:UTMAPF"),
+    _c("cp-async", "Ampere-style asynchronous global -> shared copy per thread", "instruction",
+       "ptx:cp.async.cg.shared.global", "sass:LDGSTS", "ptx:cp.async.wait_group"),
+    _c("plain-global-load", "synchronous per-thread global load (no TMA, no cp.async)", "instruction",
+       "ptx:ld.global", "sass:LDG"),
+    _c("ldmatrix", "warp-cooperative shared -> register matrix load", "instruction",
+       "ptx:ldmatrix.sync.aligned", "sass:LDSM"),
+    _c("stmatrix", "warp-cooperative register -> shared matrix store (epilogue)", "instruction",
+       "ptx:stmatrix.sync.aligned", "sass:STSM"),
+    _c("mbarrier-init", "initialise an mbarrier in shared memory with an arrival count", "instruction",
+       "ptx:mbarrier.init.shared", "sass:SYNCS.EXCH.64"),
+    _c("mbarrier-arrive", "arrive on an mbarrier (release a pipeline slot, signal a producer)", "instruction",
+       "ptx:mbarrier.arrive", "sass:SYNCS.ARRIVE"),
+    _c("mbarrier-wait", "wait for an mbarrier phase (try_wait loop)", "instruction",
+       "ptx:mbarrier.try_wait.parity", "sass:SYNCS.PHASECHK"),
+    _c("mbarrier-expect-tx", "arrive and expect a transaction byte count (TMA completion)", "instruction",
+       "ptx:mbarrier.arrive.expect_tx", "sass:SYNCS.ARRIVE.TRANS64"),
+    _c("wgmma", "warpgroup matrix multiply-accumulate from shared-memory descriptors", "instruction",
+       "ptx:wgmma.mma_async.sync.aligned", "sass:HGMMA"),
+    _c("wgmma-fence-commit-wait", "wgmma ordering: fence, commit a group, wait for N groups in flight",
+       "instruction", "ptx:wgmma.fence.sync.aligned", "ptx:wgmma.commit_group", "ptx:wgmma.wait_group",
+       "sass:WARPGROUP.ARRIVE", "sass:WARPGROUP.DEPBAR"),
+    _c("mma-sync", "warp-level synchronous tensor-core MMA (Ampere style)", "instruction",
+       "ptx:mma.sync.aligned", "sass:HMMA"),
+    _c("fma-simt", "scalar CUDA-core multiply-add inner product (no tensor cores)", "instruction",
+       "ptx:fma.rn.f32", "sass:FFMA"),
+    _c("warpgroup", "128 threads (4 warps) acting as one MMA issuer", "launch",
+       "launch:block%128==0", "ptx:wgmma.mma_async"),
+    _c("warp-specialization", "producer (TMA) and consumer (MMA) warpgroups with separate roles", "control",
+       "control:warp-role-branch", "launch:block>=256", "sass:USETMAXREG"),
+    _c("setmaxnreg", "per-warpgroup register reallocation (producers give, consumers take)", "instruction",
+       "ptx:setmaxnreg.inc.sync.aligned.u32", "ptx:setmaxnreg.dec.sync.aligned.u32", "sass:USETMAXREG"),
+    _c("pipeline-stage", "a multi-slot shared-memory ring: loads for step k+s in flight while computing k",
+       "control", "control:pipeline-depth", "ptx:mbarrier.try_wait.parity"),
+    _c("persistent-tile-loop", "a grid of about one CTA per SM looping over output tiles", "control",
+       "launch:grid<=sm_count", "control:outer-tile-loop"),
+    _c("tile-raster-swizzle", "the order CTAs walk output tiles (raster along M/N, grouped swizzle) for L2 reuse",
+       "control", "control:tile-index-arithmetic", "launch:grid-shape"),
+    _c("smem-swizzle", "swizzled shared-memory layout (32/64/128-byte) for bank-conflict-free TMA and wgmma",
+       "instruction", "ptx:wgmma-descriptor-swizzle", "control:tma-descriptor-swizzle"),
+    _c("cluster-launch", "thread-block cluster launch (distributed shared memory, multicast)", "launch",
+       "launch:cluster>1", "ptx:.reqnctapercluster", "ptx:%cluster_ctarank"),
+    _c("cluster-barrier", "cluster-wide barrier (arrive/wait across the CTAs of a cluster)", "instruction",
+       "ptx:barrier.cluster.arrive", "ptx:barrier.cluster.wait", "sass:UCGABAR_ARV", "sass:UCGABAR_WAIT"),
+    _c("named-barrier", "a named barrier over a subset of warps (e.g. the consumer warpgroups)", "instruction",
+       "ptx:bar.sync", "ptx:barrier.sync", "sass:BAR.SYNC"),
+    _c("fence-proxy-async", "order generic-proxy shared writes before async-proxy (TMA) reads", "instruction",
+       "ptx:fence.proxy.async.shared::cta", "sass:FENCE.VIEW.ASYNC.S"),
+    _c("epilogue-tma-store", "epilogue through shared memory then TMA store, in epilogue sub-tiles", "control",
+       "sass:STSM", "sass:UTMASTG", "control:epilogue-subtile-loop"),
+    _c("epilogue-direct-store", "epilogue storing registers straight to global memory", "control",
+       "ptx:st.global", "sass:STG"),
+    _c("elect-one", "one elected thread issues a warp-uniform operation (TMA issue, barrier init)",
+       "instruction", "ptx:elect.sync", "sass:ELECT"),
+    _c("split-k", "the K reduction split across CTAs (split-K / stream-K) with a fix-up", "launch",
+       "launch:grid-z>1", "ptx:red.global.add", "control:partial-reduction"),
+    _c("approximate-exp", "exponential through ex2.approx (MUFU) rather than an accurate libdevice expf",
+       "numerics", "ptx:ex2.approx", "sass:MUFU.EX2"),
+    _c("fma-contraction", "a*b+c contracted into one fused multiply-add (one rounding) vs mul then add",
+       "numerics", "ptx:fma.rn", "sass:FFMA", "numerics:mul+add-separate"),
+    _c("approximate-reciprocal", "reciprocal/divide through rcp.approx (MUFU.RCP) instead of IEEE div.rn",
+       "numerics", "ptx:rcp.approx", "sass:MUFU.RCP", "ptx:div.rn"),
+    _c("bf16-conversion", "float32 -> bf16 conversion of the accumulator (rounding mode, packing)",
+       "numerics", "ptx:cvt.rn.bf16x2.f32", "sass:F2FP.BF16.F32.PACK_AB"),
+)
+
+CONCEPT_NAMES = frozenset(c.name for c in CONCEPTS)
+
+
+def _x(concept: str, expression: str, analogue: str = "direct", notes: str = "") -> Construct:
+    return Construct(concept=concept, language="cutlass", expression=expression, analogue=analogue, notes=notes)
+
+
+#: CUTLASS C++ (3.x, CuTe C++) expressions, kept in core until the cutlass plugin contributes its own.
+CORE_CONSTRUCTS: tuple[Construct, ...] = (
+    _x("tma-load", "make_tma_copy(SM90_TMA_LOAD{}, ...) + copy(tma.with(barrier), gA, sA); collective "
+       "MainloopSm90TmaGmmaWarpSpecialized"),
+    _x("tma-store", "SM90_TMA_STORE atom; epilogue::collective::CollectiveEpilogue<Sm90TmaWarpSpecialized...>"),
+    _x("tma-multicast", "SM90_TMA_LOAD_MULTICAST with a CTA mask; ClusterShape Shape<_2,_1,_1> (knob)"),
+    _x("tma-descriptor-prefetch", "cute::prefetch_tma_descriptor(tma.get_tma_descriptor())"),
+    _x("cp-async", "SM80_CP_ASYNC_CACHEGLOBAL<uint128_t> copy atom; cp_async_fence / cp_async_wait<N>"),
+    _x("plain-global-load", "UniversalCopy / AutoVectorizingCopy copy atom, or a plain C++ load"),
+    _x("ldmatrix", "SM75_U32x4_LDSM_N copy atom (make_tiled_copy_A/B)"),
+    _x("stmatrix", "SM90_U32x4_STSM_N copy atom in the epilogue"),
+    _x("mbarrier-init", "cutlass::arch::ClusterTransactionBarrier::init(&bar, count)"),
+    _x("mbarrier-arrive", "ClusterBarrier::arrive / PipelineTmaAsync::consumer_release"),
+    _x("mbarrier-wait", "ClusterBarrier::wait(phase) / PipelineTmaAsync::consumer_wait"),
+    _x("mbarrier-expect-tx", "ClusterTransactionBarrier::arrive_and_expect_tx(bytes) / producer_acquire"),
+    _x("wgmma", "SM90_64xNx16_F32BF16BF16_SS MMA atom; make_tiled_mma; cute::gemm"),
+    _x("wgmma-fence-commit-wait", "warpgroup_fence_operand; warpgroup_arrive(); warpgroup_commit_batch(); "
+       "warpgroup_wait<N>()"),
+    _x("mma-sync", "SM80_16x8x16_F32BF16BF16F32_TN MMA atom"),
+    _x("fma-simt", "UniversalFMA MMA atom (SIMT) or a plain C++ loop"),
+    _x("warpgroup", "NumThreadsPerWarpGroup = 128; TiledMma over warpgroups (AtomLayout)"),
+    _x("warp-specialization", "KernelTmaWarpSpecialized / ...Cooperative / ...Pingpong kernel schedule (knob)"),
+    _x("setmaxnreg", "cutlass::arch::warpgroup_reg_alloc<232>() / warpgroup_reg_dealloc<40>()"),
+    _x("pipeline-stage", "StageCount<N> / StageCountAutoCarveout (knob); PipelineTmaAsync<Stages>"),
+    _x("persistent-tile-loop", "PersistentTileSchedulerSm90 (kernel schedules ...Cooperative/Pingpong)"),
+    _x("tile-raster-swizzle", "scheduler arguments raster_order (RasterOrderOptions) and max_swizzle_size (knobs)"),
+    _x("smem-swizzle", "GMMA::Layout_K_SW128_Atom<T> (SW32/SW64/SW128) via ss_smem_selector"),
+    _x("cluster-launch", "ClusterShape template argument; cudaLaunchKernelEx with cluster dims"),
+    _x("cluster-barrier", "cute::cluster_arrive_relaxed(); cute::cluster_wait()"),
+    _x("named-barrier", "cutlass::arch::NamedBarrier::sync(num_threads, id)"),
+    _x("fence-proxy-async", "cutlass::arch::fence_view_async_shared()"),
+    _x("epilogue-tma-store", "epilogue::TmaWarpSpecialized / TmaWarpSpecializedCooperative schedule with "
+       "EpilogueTile (knob)"),
+    _x("epilogue-direct-store", "epilogue::NoSmemWarpSpecialized / DefaultEpilogue"),
+    _x("elect-one", "cute::elect_one_sync()"),
+    _x("split-k", "GemmUniversalMode::kGemmSplitKParallel or StreamKScheduler (knob splits)"),
+    _x("approximate-exp", "cutlass::fast_exp / exp2f under --use_fast_math", "partial",
+       "a compiler flag or a fast_* helper, not a per-kernel knob"),
+    _x("fma-contraction", "nvcc -fmad=true (default) / __fmaf_rn explicit", "partial", "a compiler flag"),
+    _x("approximate-reciprocal", "cutlass::fast_divide / __frcp_rn, or -prec-div=false", "partial"),
+    _x("bf16-conversion", "NumericArrayConverter<bfloat16_t, float, N, FloatRoundStyle::round_to_nearest>"),
+)
+
+
+@attrs.frozen
+class CatalogEntry:
+    concept: Concept
+    language: str
+    construct: Construct | None
+    source: str  # the plugin that registered it, "core-data", or "missing"
+
+    def to_json(self) -> dict:
+        c = self.construct
+        return {"concept": self.concept.name, "language": self.language, "source": self.source,
+                "expression": c.expression if c else None, "analogue": c.analogue if c else None,
+                "notes": c.notes if c else ""}
+
+
+@attrs.frozen
+class Catalog:
+    concepts: tuple  # of Concept
+    entries: Mapping  # (concept, language) -> CatalogEntry
+    languages: tuple
+
+    def entry(self, concept: str, language: str) -> CatalogEntry:
+        return self.entries[(concept, language)]
+
+    def for_language(self, language: str) -> list[CatalogEntry]:
+        return [self.entries[(c.name, language)] for c in self.concepts]
+
+    def to_json(self, languages: Iterable[str] | None = None) -> dict:
+        langs = tuple(languages or self.languages)
+        return {"languages": list(langs), "concepts": [
+            {**c.to_json(), "languages": {lang: self.entries[(c.name, lang)].to_json() for lang in langs}}
+            for c in self.concepts]}
+
+
+def build_catalog(registered: Mapping[str, tuple[Construct, str]] | None = None,
+                  languages: Iterable[str] = CATALOG_LANGUAGES) -> Catalog:
+    """Merge plugin-registered constructs (``{name: (construct, plugin)}``) with core data.
+
+    Every concept gets one entry per language: the plugin's construct, else core data, else ``missing``.
+    """
+    registered = dict(registered or {})
+    core = {(c.concept, c.language): c for c in CORE_CONSTRUCTS}
+    langs = tuple(dict.fromkeys([*languages, *(c.language for c, _ in registered.values())]))
+    entries = {}
+    for concept in CONCEPTS:
+        for lang in langs:
+            key = f"{concept.name}@{lang}"
+            if key in registered:
+                construct, plugin = registered[key]
+                entries[(concept.name, lang)] = CatalogEntry(concept, lang, construct, plugin)
+            elif (concept.name, lang) in core:
+                entries[(concept.name, lang)] = CatalogEntry(concept, lang, core[(concept.name, lang)], "core-data")
+            else:
+                entries[(concept.name, lang)] = CatalogEntry(concept, lang, None, "missing")
+    return Catalog(CONCEPTS, entries, langs)
+
+
+def catalog_from_host(host) -> Catalog:
+    regs = host.registries["constructs"]
+    return build_catalog({name: (reg.item, reg.plugin) for name, reg in regs.items()})
+
+
+def completeness(catalog: Catalog, registered: Iterable[Construct] = (),
+                 languages: Iterable[str] = CATALOG_LANGUAGES) -> list[Diagnostic]:
+    """Rule table: every concept has an entry (or an explicit no-analogue flag) in every catalog language,
+    and every registered construct names a known concept."""
+    problems = []
+    for concept in catalog.concepts:
+        for lang in languages:
+            entry = catalog.entries.get((concept.name, lang))
+            if entry is None or entry.construct is None:
+                problems.append(Diagnostic("catalog-missing", f"{concept.name}@{lang}", "an entry or analogue='none'",
+                                           None, "no expression and no no-analogue flag"))
+            elif entry.construct.analogue != "none" and not entry.construct.expression.strip():
+                problems.append(Diagnostic("catalog-empty", f"{concept.name}@{lang}", "an expression", "''"))
+    for construct in registered:
+        if construct.concept not in CONCEPT_NAMES:
+            problems.append(Diagnostic("catalog-unknown-concept", construct.name, "a concept in mosaic.catalog",
+                                       construct.concept))
+    return problems
+
+
+def concepts_for_feature(feature: str) -> list[Concept]:
+    """The concepts a fingerprint feature (``sass:UTMALDG``, ``ptx:ex2.approx`` ...) reveals.
+
+    A feature matches a concept's fingerprint entry when one is a prefix of the other, so
+    ``sass:UTMALDG.2D`` finds ``tma-load`` and ``sass:SYNCS`` finds every mbarrier concept.
+    """
+    return [c for c in CONCEPTS if any(f.startswith(feature) or feature.startswith(f) for f in c.fingerprint)]

@@ -1,0 +1,50 @@
+"""How CuTe DSL (cutlass.cute, Python) writes each concept of the catalog (``mosaic.catalog``); ``knob:``
+names a field of this plugin's GemmKnobs."""
+
+from mosaic.records import Construct
+
+
+def _q(concept: str, expression: str, analogue: str = "direct", notes: str = "") -> Construct:
+    return Construct(concept=concept, language="cute", expression=expression, analogue=analogue, notes=notes)
+
+
+CONSTRUCTS = (
+    _q("tma-load", "cute.nvgpu.cpasync.make_tiled_tma_atom(CopyBulkTensorTileG2SOp(), ...); "
+       "cute.copy(atom, g, s, tma_bar_ptr=...)"),
+    _q("tma-store", "make_tiled_tma_atom(CopyBulkTensorTileS2GOp(), ...); cute.copy(atom, s, g)"),
+    _q("tma-multicast", "CopyBulkTensorTileG2SMulticastOp + cute.copy(..., mcast_mask=...); knob: cluster_mn"),
+    _q("tma-descriptor-prefetch", "cute.nvgpu.cpasync.prefetch_descriptor(tma_atom)"),
+    _q("cp-async", "cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(), dtype, num_bits_per_copy=128)"),
+    _q("plain-global-load", "tensor[i] / tensor.load() on a gmem tensor; knob: kernel='naive'"),
+    _q("ldmatrix", "cute.make_copy_atom(cute.nvgpu.warp.LdMatrix8x8x16bOp(...), dtype)"),
+    _q("stmatrix", "cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(...), dtype) in the epilogue"),
+    _q("mbarrier-init", "cute.arch.mbarrier_init(ptr, count) / pipeline.PipelineTmaAsync.create(...)"),
+    _q("mbarrier-arrive", "cute.arch.mbarrier_arrive(ptr) / pipeline.consumer_release(state)"),
+    _q("mbarrier-wait", "cute.arch.mbarrier_wait(ptr, phase) / pipeline.consumer_wait(state)"),
+    _q("mbarrier-expect-tx", "PipelineTmaAsync.create(tx_count=bytes) + producer_acquire(state)"),
+    _q("wgmma", "sm90_utils.make_trivial_tiled_mma(...) (MmaF16BF16Op); cute.gemm(tiled_mma, acc, a, b, acc)"),
+    _q("wgmma-fence-commit-wait", "cute.nvgpu.warpgroup.fence(); commit_group(); wait_group(n)"),
+    _q("mma-sync", "cute.nvgpu.warp.MmaF16BF16Op(ab_dtype, acc_dtype, (16, 8, 16))"),
+    _q("fma-simt", "a Python loop over k of acc += a[i, k] * b[j, k] on scalars; knob: kernel='naive'"),
+    _q("warpgroup", "tiled MMA atom layout over warpgroups (128 threads each)"),
+    _q("warp-specialization", "branch on the warpgroup index: producer warp issues TMA, consumer warpgroups "
+       "wgmma (this plugin's hopper gemm)"),
+    _q("setmaxnreg", "cute.arch.setmaxregister_decrease(n) / setmaxregister_increase(n)"),
+    _q("pipeline-stage", "pipeline.PipelineTmaAsync(num_stages=...); knob: stages"),
+    _q("persistent-tile-loop", "cutlass.utils.StaticPersistentTileScheduler; knob: persistent"),
+    _q("tile-raster-swizzle", "utils.PersistentTileSchedulerParams(swizzle_size, raster_along_m); knobs: "
+       "raster, swizzle"),
+    _q("smem-swizzle", "cute.nvgpu.warpgroup.make_smem_layout_atom(sm90_utils.get_smem_layout_atom(...))"),
+    _q("cluster-launch", "kernel.launch(cluster=(cm, cn, 1)); knob: cluster_mn"),
+    _q("cluster-barrier", "cute.arch.cluster_arrive(); cute.arch.cluster_wait()"),
+    _q("named-barrier", "pipeline.NamedBarrier(barrier_id=, num_threads=).arrive_and_wait()"),
+    _q("fence-proxy-async", "cute.arch.fence_proxy('async.shared', space='cta')"),
+    _q("epilogue-tma-store", "registers -> smem (StMatrix) -> TMA store per epilogue tile; knob: epi_tile"),
+    _q("epilogue-direct-store", "gmem_tensor[i, j] = value (naive kernel)"),
+    _q("elect-one", "cute.arch.elect_one()"),
+    _q("split-k", "", "none", "no split-K in this plugin's kernels; would be a rewrite (grid over k + fix-up)"),
+    _q("approximate-exp", "cute.math.exp2(x, fastmath=True)"),
+    _q("fma-contraction", "fastmath flags on arithmetic / explicit cute.arch.fma", "partial"),
+    _q("approximate-reciprocal", "cute.arch.rcp_approx(x)"),
+    _q("bf16-conversion", "acc_vec.to(cutlass.BFloat16) on a TensorSSA"),
+)

@@ -1,0 +1,94 @@
+"""Knob classes of the CuTe families (validated at construction; a bad value raises RecordError).
+
+``gemm`` has two kernels, chosen by ``kernel``:
+
+* ``hopper`` — the project's warp-specialised Hopper GEMM (``kernels/hopper_gemm.py``): TMA loads into a
+  ``stages``-deep mbarrier pipeline, wgmma on ``tile_mn[0] // 64`` consumer warpgroups, one producer
+  warpgroup (setmaxnreg), TMA-store epilogue in ``epi_tile`` sub-tiles, optional persistent tile
+  scheduler (raster order, swizzle) and clusters with TMA multicast.
+* ``naive`` — the deliberately naive first translation (``kernels/naive_gemm.py``): one thread per output
+  element, plain global loads, fp32 FMA, no shared memory, no pipelining, no TMA, no tensor cores.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from mosaic.records import _fail, one_of
+
+KERNELS = ("hopper", "naive")
+
+
+def _pair(allowed_a: tuple, allowed_b: tuple):
+    def conv(value):
+        return tuple(value) if isinstance(value, list | tuple) else value
+
+    def check(inst, attribute, value):
+        if not (isinstance(value, tuple) and len(value) == 2 and value[0] in allowed_a and value[1] in allowed_b):
+            _fail(inst, attribute, value, f"a pair (first in {allowed_a}, second in {allowed_b})")
+
+    return conv, check
+
+
+_TILE = _pair((64, 128), (64, 128, 192, 256))
+_CLUSTER = _pair((1, 2), (1, 2))
+_EPI = _pair((32, 64, 128), (16, 32, 64, 128))
+_BLOCK = _pair((8, 16, 32), (8, 16, 32))
+
+
+@attrs.frozen
+class GemmKnobs:
+    kernel: str = attrs.field(default="hopper", validator=one_of(*KERNELS))
+    tile_mn: tuple = attrs.field(default=(128, 128), converter=_TILE[0], validator=_TILE[1])
+    tile_k: int = attrs.field(default=64, validator=attrs.validators.in_((64,)))
+    cluster_mn: tuple = attrs.field(default=(1, 1), converter=_CLUSTER[0], validator=_CLUSTER[1])
+    stages: int = attrs.field(default=4, validator=attrs.validators.in_(tuple(range(2, 9))))
+    persistent: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    raster: str = attrs.field(default="m", validator=one_of("m", "n"))
+    swizzle: int = attrs.field(default=1, validator=attrs.validators.in_((1, 2, 4, 8)))
+    epi_tile: tuple = attrs.field(default=(64, 32), converter=_EPI[0], validator=_EPI[1])
+    # naive kernel only: threads per block (x along n, y along m)
+    block_mn: tuple = attrs.field(default=(16, 16), converter=_BLOCK[0], validator=_BLOCK[1])
+
+    def __attrs_post_init__(self):
+        f = attrs.fields(GemmKnobs)
+        if self.kernel == "naive":
+            for a in ("tile_mn", "cluster_mn", "stages", "persistent", "raster", "swizzle", "epi_tile"):
+                if getattr(self, a) != getattr(f, a).default:
+                    _fail(self, getattr(f, a), getattr(self, a), f"{getattr(f, a).default!r}: it does not apply "
+                          "to kernel='naive'")
+            return
+        if self.block_mn != f.block_mn.default:
+            _fail(self, f.block_mn, self.block_mn, f"{f.block_mn.default!r}: it only applies to kernel='naive'")
+        if self.tile_mn[0] % self.epi_tile[0] or self.tile_mn[1] % self.epi_tile[1]:
+            _fail(self, f.epi_tile, self.epi_tile, f"a divisor of tile_mn {self.tile_mn}")
+        if self.raster != "m" and self.swizzle == 1:
+            _fail(self, f.raster, self.raster, "'m' unless swizzle > 1 (the scheduler ignores raster order "
+                  "without swizzle)")
+
+    @property
+    def consumer_warpgroups(self) -> int:
+        return self.tile_mn[0] // 64
+
+    @property
+    def threads(self) -> int:
+        if self.kernel == "naive":
+            return self.block_mn[0] * self.block_mn[1]
+        return 128 * (1 + self.consumer_warpgroups)
+
+    def check_shape(self, m: int, n: int, k: int) -> None:
+        f = attrs.fields(GemmKnobs)
+        if self.kernel == "naive":
+            bm, bn = self.block_mn
+            if m % bm or n % bn:
+                _fail(self, f.block_mn, self.block_mn, f"a block that divides m={m}, n={n}")
+            return
+        cm = self.tile_mn[0] * self.cluster_mn[0]
+        cn = self.tile_mn[1] * self.cluster_mn[1]
+        if m % cm or n % cn:
+            _fail(self, f.tile_mn, self.tile_mn, f"tiles x cluster ({cm}, {cn}) that divide m={m}, n={n}")
+        if k % self.tile_k:
+            _fail(self, f.tile_k, self.tile_k, f"a divisor of k={k}")
+
+
+FAMILY_KNOBS = {"gemm": GemmKnobs}

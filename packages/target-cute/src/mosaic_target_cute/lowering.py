@@ -1,0 +1,143 @@
+"""Ahead-of-time lowering of the CuTe kernels for an SM architecture on a machine with no GPU.
+
+``cute.compile(..., options="--gpu-arch sm_90a --keep-ptx --keep-cubin --dump-dir D")`` with fake
+tensors (shapes and strides only) gives PTX and a cubin; the cubin's ELF gives registers and static
+shared memory, the kernel object gives the launch's dynamic shared memory, and :mod:`budget` checks them
+against the GpuTarget record.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import attrs
+
+from mosaic.backend import Unbuildable
+from mosaic_target_cute.knobs import GemmKnobs
+
+CUTE_DTYPES = {"bf16": "BFloat16", "f16": "Float16"}
+
+
+@attrs.frozen
+class CuteBuild:
+    kernel_name: str
+    ptx: Path
+    cubin: Path
+    registers: int
+    static_smem: int
+    dynamic_smem: int
+    threads: int
+    cluster: tuple
+    grid_ctas: int
+    compile_seconds: float
+
+
+def gemm_tensors(m: int, n: int, k: int, dtype: str):
+    """Fake (M, K, L) A, (N, K, L) B and (M, N, L) C for row-major a (m×k), b (k×n), c (m×n)."""
+    import cutlass
+    from cutlass.cute.runtime import make_fake_tensor
+
+    t = getattr(cutlass, CUTE_DTYPES[dtype])
+    a = make_fake_tensor(t, (m, k, 1), (k, 1, m * k), assumed_align=16)
+    b = make_fake_tensor(t, (n, k, 1), (1, n, n * k), assumed_align=16)
+    c = make_fake_tensor(t, (m, n, 1), (n, 1, m * n), assumed_align=16)
+    return a, b, c
+
+
+def make_kernel(knobs: GemmKnobs, m: int, n: int, sm_count: int):
+    if knobs.kernel == "naive":
+        from mosaic_target_cute.kernels.naive_gemm import NaiveGemm
+
+        return NaiveGemm(knobs)
+    from mosaic_target_cute.kernels.hopper_gemm import HopperGemm, max_active_clusters
+
+    return HopperGemm(knobs, max_active_clusters(knobs, m, n, sm_count))
+
+
+def compile_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype: str, arch: str, sm_count: int,
+                 dump_dir: Path, tensors=None, stream=None):
+    """Compile; return (compiled callable, CuteBuild). Raises Unbuildable with the compiler's message."""
+    import time
+
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_stream
+
+    from mosaic_target_cute.cubin import read_cubin
+
+    if dtype not in CUTE_DTYPES:
+        raise Unbuildable(f"cute gemm supports dtypes {', '.join(CUTE_DTYPES)}, not {dtype}", "dtype")
+    dump_dir = Path(dump_dir)
+    if dump_dir.exists():
+        shutil.rmtree(dump_dir)
+    dump_dir.mkdir(parents=True)  # the DSL writes nothing when the directory is missing
+    kernel = make_kernel(knobs, m, n, sm_count)
+    args = tensors if tensors is not None else gemm_tensors(m, n, k, dtype)
+    options = f"--gpu-arch {arch} --keep-ptx --keep-cubin --dump-dir {dump_dir}"
+    start = time.perf_counter()
+    try:
+        compiled = cute.compile(kernel, *args, stream if stream is not None else make_fake_stream(),
+                                options=options)
+    except Exception as exc:  # the DSL raises many types; a failed compile is an unbuildable setting
+        first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise Unbuildable(f"cute.compile failed: {type(exc).__name__}: {first[:400]}", str(knobs)) from None
+    seconds = time.perf_counter() - start
+    ptx = sorted(dump_dir.glob("*.ptx"))
+    cubin = sorted(dump_dir.glob("*.cubin"))
+    if not ptx or not cubin:
+        raise Unbuildable(f"cute.compile wrote no PTX/cubin under {dump_dir}", str(knobs))
+    kernels = read_cubin(cubin[0].read_bytes())
+    if not kernels:
+        raise Unbuildable("the cubin holds no kernel", str(cubin[0]))
+    main = max(kernels, key=lambda kk: kk.code_bytes)
+    cm, cn = (1, 1) if knobs.kernel == "naive" else knobs.cluster_mn
+    if knobs.kernel == "naive":
+        grid = (m // knobs.block_mn[0]) * (n // knobs.block_mn[1])
+    else:
+        grid = kernel.max_active_clusters * cm * cn
+    build = CuteBuild(kernel_name=main.name, ptx=ptx[0], cubin=cubin[0], registers=main.registers,
+                      static_smem=main.static_smem, dynamic_smem=int(kernel.smem_bytes or 0),
+                      threads=kernel.threads, cluster=(cm, cn, 1), grid_ctas=grid, compile_seconds=seconds)
+    return compiled, build
+
+
+def find_tool(name: str) -> str | None:
+    """A CUDA tool from PATH or from the pip wheels (nvidia-cuda-nvdisasm/-cuobjdump: nvidia/cu13/bin)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        import nvidia  # namespace package of the pip CUDA wheels
+    except ImportError:
+        return None
+    for root in getattr(nvidia, "__path__", []):
+        for sub in ("cu13/bin", "cu12/bin", "cuda_nvdisasm/bin", "cuda_cuobjdump/bin"):
+            cand = Path(root) / sub / name
+            if cand.exists():
+                return str(cand)
+    return None
+
+
+def disassemble(cubin: Path, out: Path) -> Path | None:
+    tool = find_tool("nvdisasm")
+    if tool is None:
+        return None
+    text = subprocess.run([tool, "-c", "-g", str(cubin)], capture_output=True, text=True, timeout=120)
+    if text.returncode != 0:
+        return None
+    out.write_text(text.stdout)
+    return out
+
+
+def ptxas_log(ptx: Path, arch: str, out: Path) -> Path | None:
+    """Re-assemble the kept PTX with ptxas -v (the assembler's resource report); None without ptxas."""
+    tool = find_tool("ptxas")
+    if tool is None:
+        return None
+    res = subprocess.run([tool, f"-arch={arch}", "-v", str(ptx), "-o", "/dev/null"], capture_output=True,
+                         text=True, timeout=300)
+    version = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    out.write_text(f"# {tool} -arch={arch} -v {ptx.name}  ({version[-1] if version else '?'})\n"
+                   + res.stdout + res.stderr)
+    return out

@@ -1,0 +1,194 @@
+"""The ``pallas`` language backend (see ``mosaic.backend``): knobs, lower, prepare.
+
+Inputs of the ``gemm`` family: ``a`` (m×k) and ``b`` (k×n), row-major, bf16/f16; output ``c`` (m×n), same dtype.
+
+* ``lower`` on a machine with no GPU traces the kernel and lowers it for the ``cuda`` platform: the
+  StableHLO (holding the serialised Mosaic GPU module) is the ``source`` artifact, and the kernel's shared
+  memory is checked against ``gpu.smem_per_block`` (jax's own check, with the budget set from the GpuTarget
+  record). PTX and SASS only exist after the GPU compile: when jax has a CUDA backend, ``lower`` compiles
+  and runs the kernel once with ``MOSAIC_GPU_DUMP_TO`` set and returns the dumped PTX, SASS and ptxas log.
+* ``prepare`` (GPU) places the inputs on the device and returns a :class:`PallasRunnable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mosaic.backend import Lowered, Unbuildable
+from mosaic.errors import BadInput, Diagnostic, RecordError
+from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
+from mosaic_target_pallas.knobs import FAMILY_KNOBS, GemmKnobs
+
+JAX_DTYPES = {"bf16": "bfloat16", "f16": "float16"}
+SMEM_RE = re.compile(r"smem_bytes=(\d+)")
+PTXAS_REGS_RE = re.compile(r"Used (\d+) registers")
+PTXAS_SPILL_RE = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def _jax_dtype(spec: KernelSpec):
+    import jax.numpy as jnp
+
+    if spec.dtype not in JAX_DTYPES:
+        raise Unbuildable(f"pallas {spec.family} supports dtypes {', '.join(JAX_DTYPES)}, not {spec.dtype}",
+                          spec.name or spec.family)
+    return getattr(jnp, JAX_DTYPES[spec.dtype])
+
+
+def gemm_dims(spec: KernelSpec) -> tuple[int, int, int]:
+    try:
+        return spec.shape["m"], spec.shape["n"], spec.shape["k"]
+    except KeyError as exc:
+        raise BadInput(f"gemm shape needs m, n, k; got {sorted(spec.shape)}", f"missing {exc}") from None
+
+
+def build_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int):
+    from mosaic_target_pallas.kernels import hopper_matmul, pipelined_matmul
+
+    module = hopper_matmul if knobs.kernel == "jax-hopper" else pipelined_matmul
+    return module.build(knobs, m, n, k, dtype, num_ctas)
+
+
+def jax_has_gpu() -> bool:
+    import jax
+
+    try:
+        return any(d.platform == "gpu" for d in jax.devices())
+    except RuntimeError:
+        return False
+
+
+@contextlib.contextmanager
+def _smem_limit(limit: int):
+    from jax.experimental.mosaic.gpu import core as mgpu_core
+
+    with mgpu_core.artificial_shared_memory_limit(limit):
+        yield
+
+
+def _toolchain() -> dict:
+    import jax
+    import jaxlib
+
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+
+class PallasBackend:
+    """Pallas Mosaic GPU: jax's Hopper kernels and the project's own, lowered and captured through jax."""
+
+    def knobs(self, family: str) -> type:
+        if family not in FAMILY_KNOBS:
+            raise BadInput(f"pallas has no family '{family}'; known: {', '.join(FAMILY_KNOBS)}", "family")
+        return FAMILY_KNOBS[family]
+
+    # -- building ---------------------------------------------------------------------------------
+    def _gemm_fn(self, spec: KernelSpec, gpu: GpuTarget, num_ctas: int | None = None):
+        if spec.family != "gemm":
+            raise Unbuildable(f"pallas lowering covers the gemm family; '{spec.family}' runs on the GPU only "
+                              "(jax's attention_mgpu needs jax's CUDA plugin)", spec.family)
+        knobs = GemmKnobs(**spec.knobs)
+        m, n, k = gemm_dims(spec)
+        dtype = _jax_dtype(spec)
+        try:
+            fn = build_gemm(knobs, m, n, k, dtype, gpu.sm_count if num_ctas is None else num_ctas)
+        except RecordError as exc:  # the tiling does not divide the problem
+            raise Unbuildable(str(exc), spec.name or "gemm") from None
+        return fn, knobs, (m, n, k), dtype
+
+    def smem_bytes(self, fn, args) -> int | None:
+        """The kernel's shared-memory footprint as Mosaic GPU computes it (a probe with a zero budget)."""
+        import jax
+
+        try:
+            with _smem_limit(0):
+                jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+        except ValueError as exc:
+            found = SMEM_RE.search(str(exc))
+            return int(found.group(1)) if found else None
+        return 0
+
+    def lower(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path) -> Lowered:
+        import jax
+
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        fn, knobs, (m, n, k), dtype = self._gemm_fn(spec, gpu)
+        args = (jax.ShapeDtypeStruct((m, k), dtype), jax.ShapeDtypeStruct((k, n), dtype))
+        name = spec.name or f"pallas_gemm_{knobs.kernel}"
+        smem = self.smem_bytes(fn, args)
+        budget = gpu.smem_per_block
+        if smem is not None and smem > budget:
+            diag = Diagnostic("smem-per-block", name, expected=f"<= {budget}", actual=smem,
+                              message=f"shared memory {smem} B exceeds {gpu.name}'s {budget} B per block")
+            raise Unbuildable(diag.line(), name)
+        try:
+            with _smem_limit(budget):
+                lowered = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+        except ValueError as exc:
+            raise Unbuildable(f"Mosaic GPU lowering failed: {exc}", name) from None
+        source = workdir / f"{name}.stablehlo.mlir"
+        source.write_text(lowered.as_text())
+        notes = [f"smem_bytes={smem}", f"cta_tile={knobs.cta_tile()}", f"cluster={knobs.cluster_size()}"]
+        ptx = sass = ptxas = None
+        resources = None
+        if jax_has_gpu():
+            ptx, sass, ptxas, resources = self._gpu_compile_dump(fn, (m, n, k), dtype, workdir / "mosaic_dump")
+        else:
+            notes.append("PTX/SASS/ptxas log come from the GPU compile (MOSAIC_GPU_DUMP_TO); no GPU here")
+        return Lowered(kernel_name=name, ptx=ptx, sass=sass, ptxas_log=ptxas, source=source,
+                       resources=resources, toolchain=_toolchain(), notes=tuple(notes))
+
+    def _gpu_compile_dump(self, fn, mnk, dtype, dump: Path):
+        """Compile and run once with MOSAIC_GPU_DUMP_TO=dump; return (ptx, sass, ptxas log, resources)."""
+        import jax
+        import jax.numpy as jnp
+
+        m, n, k = mnk
+        dump.mkdir(parents=True, exist_ok=True)
+        old = os.environ.get("MOSAIC_GPU_DUMP_TO")
+        os.environ["MOSAIC_GPU_DUMP_TO"] = str(dump)
+        try:
+            jax.block_until_ready(jax.jit(fn)(jnp.zeros((m, k), dtype), jnp.zeros((k, n), dtype)))
+        finally:
+            if old is None:
+                os.environ.pop("MOSAIC_GPU_DUMP_TO", None)
+            else:
+                os.environ["MOSAIC_GPU_DUMP_TO"] = old
+        return collect_dump(dump)
+
+    # -- running ----------------------------------------------------------------------------------
+    def prepare(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs: dict[str, Any]):
+        from mosaic_target_pallas.runnable import PallasRunnable
+
+        if not jax_has_gpu():
+            raise Unbuildable("pallas prepare needs jax with a CUDA backend (jax[cuda]) and a GPU", "prepare")
+        fn, knobs, (m, n, k), dtype = self._gemm_fn(spec, gpu)
+        for key, shape in (("a", (m, k)), ("b", (k, n))):
+            if key not in inputs or tuple(np.shape(inputs[key])) != shape:
+                raise BadInput(f"gemm input '{key}' must have shape {shape}",
+                               f"got {None if key not in inputs else np.shape(inputs[key])}")
+        return PallasRunnable(fn, inputs["a"], inputs["b"], dtype, (m, n))
+
+
+def collect_dump(dump: Path):
+    """Pick the newest PTX, SASS and ptxas log from a MOSAIC_GPU_DUMP_TO directory and read the resources."""
+    def newest(suffix: str) -> Path | None:
+        found = sorted((p for p in dump.glob(f"*{suffix}") if p.is_file()), key=lambda p: p.stat().st_mtime)
+        return found[-1] if found else None
+
+    ptx, sass, ptxas = newest(".ptx"), newest(".sass"), newest(".ptxas")
+    resources = None
+    if ptxas is not None:
+        text = ptxas.read_text(errors="replace")
+        regs = PTXAS_REGS_RE.findall(text)
+        spills = PTXAS_SPILL_RE.findall(text)
+        if regs:
+            resources = ResourceUsage(registers=max(int(r) for r in regs),
+                                      spill_stores=sum(int(s) for s, _ in spills),
+                                      spill_loads=sum(int(s) for _, s in spills))
+    return ptx, sass, ptxas, resources

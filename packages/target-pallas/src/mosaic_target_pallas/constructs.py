@@ -1,0 +1,56 @@
+"""How Pallas Mosaic GPU writes each concept of the catalog (``mosaic.catalog``): the code construct or the
+knob (``knob:`` names a GemmKnobs field), and ``analogue='none'`` where Pallas has no direct way to say it."""
+
+from mosaic.records import Construct
+
+
+def _p(concept: str, expression: str, analogue: str = "direct", notes: str = "") -> Construct:
+    return Construct(concept=concept, language="pallas", expression=expression, analogue=analogue, notes=notes)
+
+
+CONSTRUCTS = (
+    _p("tma-load", "plgpu.copy_gmem_to_smem(src, dst, barrier) or a plgpu.BlockSpec in emit_pipeline"),
+    _p("tma-store", "plgpu.copy_smem_to_gmem(smem, gmem); plgpu.wait_smem_to_gmem(n)"),
+    _p("tma-multicast", "BlockSpec(collective_axes=('cluster',)); knob: cluster_dimension"),
+    _p("tma-descriptor-prefetch", "(automatic: Mosaic GPU emits descriptor handling)", "partial",
+       "not controllable from Pallas"),
+    _p("cp-async", "", "none", "Mosaic GPU copies through TMA only; no per-thread cp.async API"),
+    _p("plain-global-load", "ref[...] on a GMEM ref (vector load)", "partial",
+       "Mosaic GPU chooses the access width"),
+    _p("ldmatrix", "(layout lowering of smem_ref[...] loads)", "partial", "chosen by layout inference"),
+    _p("stmatrix", "smem_ref[...] = acc.astype(dtype) (layout lowering)", "partial",
+       "chosen by layout inference"),
+    _p("mbarrier-init", "plgpu.Barrier(num_arrivals=n) as a scratch / run_scoped allocation"),
+    _p("mbarrier-arrive", "plgpu.barrier_arrive(barrier)"),
+    _p("mbarrier-wait", "plgpu.barrier_wait(barrier)"),
+    _p("mbarrier-expect-tx", "implicit in plgpu.copy_gmem_to_smem(..., barrier)", "partial"),
+    _p("wgmma", "plgpu.wgmma(acc_ref, a_smem, b_smem) with plgpu.ACC accumulators"),
+    _p("wgmma-fence-commit-wait", "plgpu.wgmma_wait(n); knob: delay_release (pipelined kernel)"),
+    _p("mma-sync", "", "none", "Mosaic GPU on Hopper emits wgmma, not mma.sync"),
+    _p("fma-simt", "jnp arithmetic on register arrays (acc += a * b)", "partial",
+       "no scalar-loop control; vectorised by Mosaic GPU"),
+    _p("warpgroup", "plgpu.CompilerParams(lowering_semantics=Warpgroup); plgpu.kernel(num_threads=, thread_name=)"),
+    _p("warp-specialization", "plgpu.emit_pipeline_warp_specialized(num_compute_wgs=, memory_registers=); "
+       "knob: kernel='jax-hopper' (warp-specialised) vs 'pipelined' (not)"),
+    _p("setmaxnreg", "plgpu.set_max_registers(n, action=...); memory_registers= of the WS pipeline"),
+    _p("pipeline-stage", "knob: max_concurrent_steps (emit_pipeline / emit_pipeline_warp_specialized)"),
+    _p("persistent-tile-loop", "plgpu.nd_loop(..., collective_axes=<grid axis>) with grid=(sm_count,); "
+       "knob: persistent (pipelined kernel)"),
+    _p("tile-raster-swizzle", "plgpu.planar_snake(idx, dims, minor_dim, tile_width); knobs: grid_minor_dim, "
+       "grid_tile_width"),
+    _p("smem-swizzle", "transforms=(plgpu.TilingTransform((8, n)), plgpu.SwizzleTransform(bytes))"),
+    _p("cluster-launch", "plgpu.kernel(cluster=(2,), cluster_names=('cluster',)); knob: cluster_dimension"),
+    _p("cluster-barrier", "plgpu.ClusterBarrier(collective_axes=('cluster',))", "partial"),
+    _p("named-barrier", "", "none", "no named-barrier API; warpgroup sync is implied by the lowering"),
+    _p("fence-proxy-async", "plgpu.commit_smem()"),
+    _p("epilogue-tma-store", "smem[...] = acc; plgpu.commit_smem(); plgpu.copy_smem_to_gmem per sub-tile; "
+       "knobs: epi_tile_m, epi_tile_n"),
+    _p("epilogue-direct-store", "out_gmem[...] = acc.astype(dtype)"),
+    _p("elect-one", "(automatic: TMA issue and barrier init are single-thread in the lowering)", "partial"),
+    _p("split-k", "", "none", "no built-in split-K; would be a new kernel (grid over k + reduction)"),
+    _p("approximate-exp", "jnp.exp2(x) (Mosaic GPU lowers to ex2.approx)", "partial",
+       "no per-op accuracy choice; check the PTX"),
+    _p("fma-contraction", "(compiler-chosen: LLVM contracts a*b+c)", "partial", "no source-level control"),
+    _p("approximate-reciprocal", "1 / x or lax.reciprocal (lowering-chosen)", "partial"),
+    _p("bf16-conversion", "acc.astype(jnp.bfloat16)"),
+)

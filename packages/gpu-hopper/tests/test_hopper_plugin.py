@@ -12,6 +12,7 @@ def test_hopper_figures():
     assert H200.smem_per_block == 232448 and H200.smem_per_sm == 233472
     assert H200.hbm_bandwidth_gbs > H100_SXM.hbm_bandwidth_gbs > H100_PCIE.hbm_bandwidth_gbs
     assert {t.arch for t in (H100_SXM, H100_PCIE, H200)} == {"sm_90a"}
+    assert H200.l2_bytes == 62914560 and H100_SXM.l2_bytes == 52428800  # read on the devices
 
 
 def test_detection_tells_h100_variants_apart():

@@ -10,7 +10,11 @@ Sources, cited per figure below:
   [HTG]      Hopper Tuning Guide: thread block clusters, portable size 8, up to 16 with
              cudaFuncAttributeNonPortableClusterSizeAllowed (we record the non-portable maximum).
   [PROPS]    cudaGetDeviceProperties on the device: multiProcessorCount, l2CacheSize (52428800 on
-             H100 SXM/PCIe and H200), sharedMemPerMultiprocessor 233472, sharedMemPerBlockOptin 232448.
+             H100 SXM/PCIe), sharedMemPerMultiprocessor 233472, sharedMemPerBlockOptin 232448.
+  [H200-READ] cudaGetDeviceProperties read on the lent H200 on 2026-11-30 (scripts/device/probe.py):
+             name "NVIDIA H200", 132 SMs, l2CacheSize 62914560 (60 MiB, not the H100's 50 MiB),
+             sharedMemPerMultiprocessor 233472, sharedMemPerBlockOptin 232448, regsPerMultiprocessor
+             65536, maxThreadsPerMultiProcessor 2048, totalGlobalMem 150109880320, cooperativeLaunch 1.
 """
 
 from mosaic.records import GpuTarget
@@ -60,13 +64,14 @@ H100_PCIE = GpuTarget(
 H200 = GpuTarget(
     name="h200",
     display_name="NVIDIA H200 SXM 141GB",
-    sm_count=132,  # [DS-H200] [PROPS] multiProcessorCount 132 (read on the lent H200)
+    sm_count=132,  # [DS-H200] [H200-READ] multiProcessorCount 132
+    l2_bytes=60 * MIB,  # [H200-READ] l2CacheSize 62914560
     hbm_bandwidth_gbs=4800.0,  # [DS-H200] 4.8 TB/s HBM3e (a device-to-device copy measured 4.17 TB/s)
     memory_bytes=141 * GB,  # [DS-H200]
     peak_bf16_tflops=989.4,  # [DS-H200] 1979 with sparsity
     peak_fp8_tflops=1978.9,  # [DS-H200] 3958 with sparsity
     device_names=("H200",),  # [PROPS] name "NVIDIA H200"
-    **_HOPPER_SM,
+    **{k: v for k, v in _HOPPER_SM.items() if k != "l2_bytes"},
 )
 
 TARGETS = (H100_SXM, H100_PCIE, H200)

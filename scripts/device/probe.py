@@ -5,7 +5,6 @@ Run on the device after staging (see ../shared/device/stage-gpu-wheels.sh):
 Each check is independent; a failure is recorded with its error, never fatal.
 """
 
-from __future__ import annotations
 
 import json
 import os

@@ -45,7 +45,7 @@ def test_generate_cli_check_hf(tiny_checkpoint, capsys):
     path = tiny_checkpoint("qwen2")
     with pytest.raises(SystemExit) as exc:
         main(["amk", "generate", "--model", str(path), "--prompt", "1,2,3", "--tokens", "5", "--check-hf",
-              "--json"])
+              "--interleave", "pct", "--seed", "7", "--json"])
     assert exc.value.code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["check_hf"]["ok"] and out["tokens"] == out["check_hf"]["hf_tokens"]

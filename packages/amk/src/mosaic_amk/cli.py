@@ -50,9 +50,12 @@ def lower_cmd(model_dir: str, config_path: str | None, gpu_name: str, position: 
 @click.option("--check-hf", is_flag=True, help="Compare with transformers' eager greedy generate (float32, CPU).")
 @click.option("--config", "config_path", type=click.Path(path_type=str), help="ScheduleConfig TOML.")
 @click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
+@click.option("--interleave", type=click.Choice(["list", "random", "priority", "pct"]), default="list",
+              show_default=True, help="Task order: list order, or seeded legal interleavings of the SM queues.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of --interleave.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def generate_cmd(model_dir: str, prompt: str, n_tokens: int, vm: str, check_hf: bool, config_path: str | None,
-                 gpu_name: str, as_json: bool) -> None:
+                 gpu_name: str, interleave: str, seed: int, as_json: bool) -> None:
     """Greedy-decode token ids with the ReferenceVM (prefill token by token through the decode schedule)."""
     import json
 
@@ -72,7 +75,12 @@ def generate_cmd(model_dir: str, prompt: str, n_tokens: int, vm: str, check_hf: 
     bad = [t for t in ids if not 0 <= t < spec.vocab_size]
     if not ids or bad:
         raise BadInput(f"--prompt needs token ids in 0 .. {spec.vocab_size - 1}, got {prompt!r}")
-    tokens, logits = ReferenceVM(spec, config, gpu).generate(ids, n_tokens)
+    executor = None
+    if interleave != "list":
+        from mosaic_amk.executor import interleaving
+
+        executor = interleaving(seed, interleave)
+    tokens, logits = ReferenceVM(spec, config, gpu).generate(ids, n_tokens, executor=executor)
     result = None
     if check_hf:
         from mosaic_amk.parity import compare, hf_greedy

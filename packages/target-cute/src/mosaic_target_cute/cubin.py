@@ -10,7 +10,6 @@ from __future__ import annotations
 import struct
 
 import attrs
-
 from mosaic.errors import BadInput
 
 EIATTR_REGCOUNT = 0x2F

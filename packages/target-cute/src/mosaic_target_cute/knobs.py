@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import attrs
-
 from mosaic.records import _fail, one_of
 
 KERNELS = ("hopper", "naive")

@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 
 import attrs
-
 from mosaic.backend import Unbuildable
+
 from mosaic_target_cute.knobs import GemmKnobs
 
 CUTE_DTYPES = {"bf16": "BFloat16", "f16": "Float16"}

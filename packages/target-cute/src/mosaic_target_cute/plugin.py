@@ -1,20 +1,32 @@
-"""Entry point `cute`: registers the cute kernel language.
+"""Entry point `cute`: registers the cute kernel language and its construct-catalog entries.
 
-The language's families and capabilities are listed only as they are implemented, so
-`mosaic plugins` never advertises a build or capture path that does not exist yet.
+Capabilities: ``gemm:cpu-lowering`` (cute.compile for sm_90a with no GPU, PTX + cubin kept, budgets
+checked against the GpuTarget), ``gemm:gpu-capture`` (``prepare`` on a GPU with torch for device
+memory). Needs Python >= 3.12 and nvidia-cutlass-dsl (``pip install 'mosaic-target-cute[dsl]'``); the
+plugin imports no CuTe code until a backend method runs.
 """
 
 from mosaic.plugins import hookimpl
 from mosaic.records import Language
 
+from mosaic_target_cute.backend import CuteBackend
+from mosaic_target_cute.constructs import CONSTRUCTS
+
 LANGUAGE = Language(
     name="cute",
-    summary="CuTe DSL (Python, cutlass.cute; compiled ahead of time)",
-    families=(),
-    capabilities=frozenset(),
+    summary="CuTe DSL (Python, cutlass.cute; compiled ahead of time): warp-specialised Hopper gemm + naive gemm",
+    families=("gemm",),
+    capabilities=frozenset({"gemm:cpu-lowering", "gemm:gpu-capture", "gemm:budget-check"}),
+    backend=CuteBackend(),
 )
 
 
 @hookimpl
 def register_languages(register):
     register(LANGUAGE)
+
+
+@hookimpl
+def register_constructs(register):
+    for construct in CONSTRUCTS:
+        register(construct)

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, Diagnostic, RecordError
 from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
+
 from mosaic_target_pallas.knobs import FAMILY_KNOBS, GemmKnobs
 
 JAX_DTYPES = {"bf16": "bfloat16", "f16": "float16"}
@@ -167,12 +167,32 @@ class PallasBackend:
 
         if not jax_has_gpu():
             raise Unbuildable("pallas prepare needs jax with a CUDA backend (jax[cuda]) and a GPU", "prepare")
+        if spec.family == "attention":
+            return self._prepare_attention(spec, inputs)
         fn, knobs, (m, n, k), dtype = self._gemm_fn(spec, gpu)
         for key, shape in (("a", (m, k)), ("b", (k, n))):
             if key not in inputs or tuple(np.shape(inputs[key])) != shape:
                 raise BadInput(f"gemm input '{key}' must have shape {shape}",
                                f"got {None if key not in inputs else np.shape(inputs[key])}")
-        return PallasRunnable(fn, inputs["a"], inputs["b"], dtype, (m, n))
+        return PallasRunnable(fn, [inputs["a"], inputs["b"]], dtype, (m, n))
+
+
+    def _prepare_attention(self, spec: KernelSpec, inputs: dict[str, Any]):
+        """jax's attention_mgpu forward: inputs q, k, v of shape (batch, seq, heads, head_dim); output o."""
+        from jax.experimental.pallas.ops.gpu import attention_mgpu as am
+
+        from mosaic_target_pallas.knobs import AttentionKnobs
+        from mosaic_target_pallas.runnable import PallasRunnable
+
+        kn = AttentionKnobs(**spec.knobs)
+        cfg = am.TuningConfig(block_q=kn.block_q, block_kv=kn.block_kv, max_concurrent_steps=kn.max_concurrent_steps,
+                              use_schedule_barrier=kn.use_schedule_barrier, causal=kn.causal)
+        missing = [x for x in ("q", "k", "v") if x not in inputs]
+        if missing:
+            raise BadInput(f"attention inputs q, k, v are needed; missing {', '.join(missing)}", "inputs")
+        dtype = _jax_dtype(spec)
+        return PallasRunnable(lambda q, k, v: am.attention(q, k, v, cfg),
+                              [inputs["q"], inputs["k"], inputs["v"]], dtype, np.shape(inputs["q"]), out_name="o")
 
 
 def collect_dump(dump: Path):

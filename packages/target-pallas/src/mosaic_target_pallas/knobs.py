@@ -15,7 +15,6 @@ carries a setting that silently does nothing.
 from __future__ import annotations
 
 import attrs
-
 from mosaic.records import _fail, one_of
 
 GEMM_KERNELS = ("jax-hopper", "pipelined")

@@ -5,7 +5,7 @@ Capabilities say what works where, per family, so nothing is advertised that doe
 * ``gemm``: ``cpu-lowering`` (StableHLO + shared-memory check against the GpuTarget, no GPU),
   ``interpreter`` (jax's GPU interpreter with race detection, one CTA), ``gpu-capture``
   (PTX/SASS/ptxas log via MOSAIC_GPU_DUMP_TO, timing through ``prepare``).
-* ``attention`` (jax's attention_mgpu, forward): ``gpu-capture`` only. It cannot run in the interpreter
+* ``attention`` (jax's attention_mgpu, forward): ``gpu-run`` (prepare) only. It cannot run in the interpreter
   (``attention:no-interpreter``): jax's kernel asserts a CUDA plugin is present and launches a
   multi-CTA grid, while the interpreter simulates one CTA.
 
@@ -15,6 +15,7 @@ imports no jax, so ``mosaic plugins`` works without it.
 
 from mosaic.plugins import hookimpl
 from mosaic.records import Language
+
 from mosaic_target_pallas.backend import PallasBackend
 from mosaic_target_pallas.constructs import CONSTRUCTS
 
@@ -24,7 +25,7 @@ LANGUAGE = Language(
     families=("gemm", "attention"),
     capabilities=frozenset({
         "gemm:cpu-lowering", "gemm:interpreter", "gemm:race-detection", "gemm:gpu-capture",
-        "attention:gpu-capture", "attention:no-interpreter", "attention:no-cpu-lowering",
+        "attention:gpu-run", "attention:no-interpreter", "attention:no-cpu-lowering",
     }),
     backend=PallasBackend(),
 )

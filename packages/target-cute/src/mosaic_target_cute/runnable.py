@@ -1,0 +1,60 @@
+"""A compiled CuTe kernel on the GPU (``mosaic.backend.Runnable``), with torch tensors as device memory.
+
+``launch()`` calls the compiled kernel on a fixed stream (asynchronous, no allocation); ``poison()``
+fills C with NaN; ``output()`` synchronises and copies C to host as float32.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from mosaic.backend import Unbuildable
+
+
+class CuteRunnable:
+    def __init__(self, knobs, mnk, dtype: str, gpu, workdir: Path, a, b):
+        try:
+            import torch
+        except ImportError:
+            raise Unbuildable("cute prepare needs torch with CUDA for device memory", "prepare") from None
+        if not torch.cuda.is_available():
+            raise Unbuildable("cute prepare needs a CUDA GPU", "prepare")
+        import cuda.bindings.driver as cuda
+        from cutlass.cute.runtime import from_dlpack
+
+        from mosaic_target_cute import budget
+        from mosaic_target_cute.lowering import compile_gemm
+
+        m, n, k = mnk
+        tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+        self.torch = torch
+        self.a = torch.as_tensor(np.asarray(a, np.float32)).to("cuda", tdt).contiguous()
+        self.b = torch.as_tensor(np.asarray(b, np.float32)).to("cuda", tdt).contiguous()
+        self.c = torch.empty((m, n), device="cuda", dtype=tdt)
+        # CuTe views: A (M, K, L), B (N, K, L) over the k×n row-major buffer, C (M, N, L)
+        ta = from_dlpack(self.a.unsqueeze(-1), assumed_align=16)
+        tb = from_dlpack(self.b.t().unsqueeze(-1), assumed_align=16)
+        tc = from_dlpack(self.c.unsqueeze(-1), assumed_align=16)
+        self.stream_t = torch.cuda.current_stream()
+        self.stream = cuda.CUstream(self.stream_t.cuda_stream)
+        self.compiled, self.build = compile_gemm(knobs, m, n, k, dtype, gpu.arch, gpu.sm_count,
+                                                 workdir / "cute_run_dump", tensors=(ta, tb, tc),
+                                                 stream=self.stream)
+        budget.check(self.build, gpu)
+        self.args = (ta, tb, tc, self.stream)
+        self.launch()  # load the module outside the timed region
+        torch.cuda.synchronize()
+
+    def launch(self) -> None:
+        self.compiled(*self.args)
+
+    def poison(self) -> None:
+        self.c.fill_(float("nan"))
+
+    def output(self) -> dict[str, np.ndarray]:
+        self.torch.cuda.synchronize()
+        return {"c": self.c.float().cpu().numpy()}
+
+    def close(self) -> None:
+        self.a = self.b = self.c = self.compiled = None

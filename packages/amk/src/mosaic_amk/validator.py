@@ -300,11 +300,13 @@ class Facts:
 
 
 def _op_rows(t: Task, bufs: Mapping[str, Buffer]) -> list[tuple[str, int, int]] | str:
-    """Rows of axis 0 that the op's semantics (mosaic_amk.ops) touch, for every buffer it names, or a
-    problem (parameters that are not integers, or that reach outside a buffer)."""
+    """Rows of axis 0 that the op's semantics (mosaic_amk.ops) touch, one entry per operand role (a
+    buffer in two roles appears twice: its one declared range must cover both), or a problem
+    (parameters that are not integers, or that reach outside a buffer)."""
     p, op = t.params, t.op
     spec = _ops.SPECS[op]
-    touched = {n: (0, bufs[n].shape[0]) for n in (*t.inputs, *t.outputs)}  # default: the whole buffer
+    ins = [(0, bufs[n].shape[0]) for n in t.inputs]  # default: the whole buffer
+    outs = [(0, bufs[n].shape[0]) for n in t.outputs]
     if spec.writes == "rows" and op != "attention":
         rs, re = p.get("row_start"), p.get("row_end")
         if not (_is_int(rs) and _is_int(re)) or not 0 <= rs < re:
@@ -312,7 +314,8 @@ def _op_rows(t: Task, bufs: Mapping[str, Buffer]) -> list[tuple[str, int, int]] 
         for name in (t.outputs[0], *t.inputs[1:]):  # y and every weight/bias/residual operand: rows r
             if re > bufs[name].shape[0]:
                 return f"rows [{rs}, {re}) beyond {name} ({bufs[name].shape[0]} rows)"
-            touched[name] = (rs, re)
+        outs[0] = (rs, re)
+        ins[1:] = [(rs, re)] * (len(ins) - 1)
     elif spec.writes == "kv_slot":
         pos, pt = p.get("position"), p.get("page_tokens")
         cache = bufs[t.outputs[0]]
@@ -322,7 +325,7 @@ def _op_rows(t: Task, bufs: Mapping[str, Buffer]) -> list[tuple[str, int, int]] 
             return f"cache {cache.name} shape {list(cache.shape)} is not [pages, {pt}, kv_dim]"
         if pos // pt >= cache.shape[0]:
             return f"position {pos} beyond the cache ({cache.shape[0] * pt} tokens)"
-        touched[cache.name] = (pos // pt, pos // pt + 1)
+        outs[0] = (pos // pt, pos // pt + 1)
     elif op == "attention":
         q, kc, vc = (bufs[n] for n in t.inputs)
         y = bufs[t.outputs[0]]
@@ -336,18 +339,17 @@ def _op_rows(t: Task, bufs: Mapping[str, Buffer]) -> list[tuple[str, int, int]] 
         h0, h1 = rs // hd, re // hd
         if h1 * hd > min(q.shape[0], y.shape[0]) or h1 > nh:
             return f"heads [{h0}, {h1}) beyond q/y"
-        for cache in (kc, vc):
+        for k, cache in ((1, kc), (2, vc)):
             if len(cache.shape) != 3:
                 return f"cache {cache.name} is not [pages, page_tokens, kv_dim]"
             per = cache.shape[1]
             if pos >= cache.shape[0] * per or cache.shape[2] != nkv * hd:
                 return f"cache {cache.name} does not hold position {pos} of {nkv} kv heads"
             first = max(0, pos - window + 1) if window > 0 else 0
-            touched[cache.name] = (first // per, pos // per + 1)
+            ins[k] = (first // per, pos // per + 1)
         if h1 > h0:
-            touched[q.name] = (h0 * hd, h1 * hd)
-            touched[y.name] = (h0 * hd, h1 * hd)
-    return [(n, lo, hi) for n, (lo, hi) in touched.items()]
+            ins[0] = outs[0] = (h0 * hd, h1 * hd)
+    return [(n, lo, hi) for n, (lo, hi) in zip((*t.inputs, *t.outputs), (*ins, *outs), strict=True)]
 
 
 # --------------------------------------------------------------------------------------------------- rules

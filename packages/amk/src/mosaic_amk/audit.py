@@ -1,0 +1,564 @@
+"""The validator audit: adversarial schedules labelled by the dynamic oracle, checked by the validator.
+
+Each schedule is either a *real lowering* (tiny random-init checkpoints of every supported family,
+lowered by ``mosaic_amk.lowering.lower`` under several ScheduleConfigs, SM counts and positions), a
+*single-injection mutant* of one (one class per unsafe pattern, below), or a *random DAG* (random
+ops, buffers, waits, thresholds and SM placement, half of them built disciplined then perturbed once).
+The oracle (:func:`mosaic_amk.executor.explore`, several adversarial interleavings with a deadlock
+watchdog and shadow memory) labels each one; the validator gives its verdict. A *false accept* is a
+schedule the oracle shows unsafe and the validator accepts: the audit's goal is zero. A schedule the
+validator rejects while the oracle saw nothing wrong is counted as *stricter* (the oracle explores a
+few interleavings and does not model every rule, e.g. a no-op threshold-0 wait or a lying ``ranges``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from multiprocessing import get_context
+
+import attrs
+
+from mosaic_amk.executor import explore
+from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
+from mosaic_amk.validator import validate
+
+ORACLE_RUNS = 8
+KV_OPS = ("kv_append", "rope_append")
+
+
+# ------------------------------------------------------------------------------------------ base schedules
+
+def real_lowerings(families: tuple[str, ...] | None = None, quick: bool = False) -> list[tuple[str, Schedule]]:
+    """Real lowerings of tiny random-init checkpoints (mosaic_amk.tiny_models), several configs each."""
+    from mosaic.plugins import host
+
+    from mosaic_amk.config import ScheduleConfig
+    from mosaic_amk.lowering import lower
+    from mosaic_amk.tiny_models import TINY_FAMILIES, tiny_model
+
+    gpu = host().get("gpus", "h200")
+    configs = [
+        ("default", ScheduleConfig()),
+        ("rr4-r8-nofuse", ScheduleConfig(num_sms=4, gemv_rows_per_task=8, fusion=())),
+        ("ll3-r16", ScheduleConfig(num_sms=3, gemv_rows_per_task=16, sm_policy="least_loaded")),
+        ("rr2-r32-residual", ScheduleConfig(num_sms=2, gemv_rows_per_task=32, fusion=("residual",))),
+        ("single", ScheduleConfig(sm_policy="single", gemv_rows_per_task=16)),
+        ("rr8-r8-kvh2", ScheduleConfig(num_sms=8, gemv_rows_per_task=8, attention_kv_heads_per_task=2,
+                                       fusion=("gate_up_silu",))),
+    ]
+    positions = (0, 7) if quick else (0, 5, 16, 40)
+    out = []
+    for fam in families or TINY_FAMILIES:
+        model = tiny_model(fam)
+        for cname, cfg in (configs[:3] if quick else configs):
+            for pos in positions:
+                out.append((f"{fam}/{cname}/pos{pos}", lower(model, cfg, gpu, pos)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ mutation helpers
+
+def _with_task(s: Schedule, i: int, **changes) -> Schedule:
+    tasks = list(s.tasks)
+    tasks[i] = attrs.evolve(tasks[i], **changes)
+    return attrs.evolve(s, tasks=tuple(tasks))
+
+
+def _producers(s: Schedule) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for i, t in enumerate(s.tasks):
+        out.setdefault(t.signal, []).append(i)
+    return out
+
+
+def _pick(rng: random.Random, items: list):
+    return items[rng.randrange(len(items))] if items else None
+
+
+def m_drop_wait(s: Schedule, rng: random.Random) -> Schedule | None:
+    i = _pick(rng, [i for i, t in enumerate(s.tasks) if t.waits])
+    if i is None:
+        return None
+    w = list(s.tasks[i].waits)
+    w.pop(rng.randrange(len(w)))
+    return _with_task(s, i, waits=tuple(w))
+
+
+def m_add_cycle(s: Schedule, rng: random.Random) -> Schedule | None:
+    """Task i waits (all-join) on the counter of a task that transitively waits on i."""
+    prods = _producers(s)
+    waiters: dict[int, list[int]] = {}
+    for j, t in enumerate(s.tasks):
+        for w in t.waits:
+            waiters.setdefault(w.counter, []).append(j)
+    for _ in range(10):
+        i = rng.randrange(len(s.tasks))
+        seen, todo = set(), [i]
+        while todo:
+            k = todo.pop()
+            for j in waiters.get(s.tasks[k].signal, ()):
+                if j not in seen:
+                    seen.add(j)
+                    todo.append(j)
+        seen.discard(i)
+        j = _pick(rng, sorted(seen))
+        if j is not None:
+            c = s.tasks[j].signal
+            return _with_task(s, i, waits=(*s.tasks[i].waits, Wait(c, len(prods[c]))))
+    return None
+
+
+def m_swap_queue(s: Schedule, rng: random.Random) -> Schedule | None:
+    """Swap two adjacent tasks of one SM queue (their list positions)."""
+    queues: dict[int, list[int]] = {}
+    for i, t in enumerate(s.tasks):
+        queues.setdefault(t.sm, []).append(i)
+    sm = _pick(rng, [k for k, q in queues.items() if len(q) > 1])
+    if sm is None:
+        return None
+    q = queues[sm]
+    k = rng.randrange(len(q) - 1)
+    a, b = q[k], q[k + 1]
+    tasks = list(s.tasks)
+    tasks[a], tasks[b] = tasks[b], tasks[a]
+    return attrs.evolve(s, tasks=tuple(tasks))
+
+
+def _set_threshold(s: Schedule, rng: random.Random, choose: Callable[[int], int | None]) -> Schedule | None:
+    prods = _producers(s)
+    cands = [(i, k) for i, t in enumerate(s.tasks) for k, w in enumerate(t.waits)
+             if choose(len(prods.get(w.counter, ()))) is not None]
+    pick = _pick(rng, cands)
+    if pick is None:
+        return None
+    i, k = pick
+    w = list(s.tasks[i].waits)
+    n = len(prods.get(w[k].counter, ()))
+    th = choose(n)
+    w[k] = Wait(w[k].counter, th if isinstance(th, int) else th(rng))
+    return _with_task(s, i, waits=tuple(w))
+
+
+def m_partial_threshold(s: Schedule, rng: random.Random) -> Schedule | None:
+    """1 < threshold < producers on a shared counter."""
+    return _set_threshold(s, rng, lambda n: (lambda r: r.randint(2, n - 1)) if n >= 3 else None)
+
+
+def m_first_of_n(s: Schedule, rng: random.Random) -> Schedule | None:
+    """threshold 1 on a counter with several producers."""
+    return _set_threshold(s, rng, lambda n: 1 if n >= 2 else None)
+
+
+def m_over_threshold(s: Schedule, rng: random.Random) -> Schedule | None:
+    """threshold above the producer count."""
+    return _set_threshold(s, rng, lambda n: n + 1 if n >= 1 else None)
+
+
+def m_zero_threshold(s: Schedule, rng: random.Random) -> Schedule | None:
+    """threshold 0 (a wait that never blocks)."""
+    return _set_threshold(s, rng, lambda n: 0)
+
+
+def m_oob_counter(s: Schedule, rng: random.Random) -> Schedule | None:
+    i = rng.randrange(len(s.tasks))
+    t = s.tasks[i]
+    bad = _pick(rng, [s.num_counters, s.num_counters + rng.randrange(1, 50), -1])
+    if t.waits and rng.random() < 0.5:
+        w = list(t.waits)
+        k = rng.randrange(len(w))
+        w[k] = Wait(bad, w[k].threshold)
+        return _with_task(s, i, waits=tuple(w))
+    return _with_task(s, i, signal=bad)
+
+
+def m_oob_buffer(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A task names a buffer that does not exist, or touches rows past the end of one."""
+    i = rng.randrange(len(s.tasks))
+    t = s.tasks[i]
+    if rng.random() < 0.5 and "row_end" in t.params and t.op != "attention":
+        y = t.outputs[0]
+        extent = {b.name: b.shape[0] for b in s.buffers}[y]
+        end = extent + rng.randint(1, 8)
+        start = min(t.params["row_start"], extent - 1)
+        ranges = {**{n: (start, end) for n in t.ranges}, y: (start, end)}
+        return _with_task(s, i, params={**t.params, "row_start": start, "row_end": end}, ranges=ranges)
+    names = list(t.inputs) + list(t.outputs)
+    k = rng.randrange(len(names))
+    ghost = f"ghost.{rng.randrange(1000)}"
+    if k < len(t.inputs):
+        ins = list(t.inputs)
+        ins[k] = ghost
+        return _with_task(s, i, inputs=tuple(ins))
+    outs = list(t.outputs)
+    outs[k - len(t.inputs)] = ghost
+    return _with_task(s, i, outputs=tuple(outs))
+
+
+def m_capacity(s: Schedule, rng: random.Random) -> Schedule | None:
+    """Overflow one ABI slot: > 8 waits (repeats of one), > 8 inputs, > 4 outputs, or rank 5."""
+    kind = rng.randrange(4)
+    if kind == 3:
+        k = rng.randrange(len(s.buffers))
+        b = s.buffers[k]
+        bufs = list(s.buffers)
+        bufs[k] = Buffer(b.name, b.dtype, (*b.shape, *([1] * (5 - len(b.shape) + rng.randrange(2)))), b.kind)
+        return attrs.evolve(s, buffers=tuple(bufs))
+    i = rng.randrange(len(s.tasks))
+    t = s.tasks[i]
+    if kind == 0 and t.waits:
+        return _with_task(s, i, waits=t.waits + (t.waits[0],) * (9 - len(t.waits) + rng.randrange(3)))
+    if kind == 1 or not t.outputs:
+        return _with_task(s, i, inputs=t.inputs + (t.inputs[0],) * (9 - len(t.inputs) + rng.randrange(3)))
+    return _with_task(s, i, outputs=t.outputs + (t.outputs[0],) * (5 - len(t.outputs) + rng.randrange(2)))
+
+
+def m_kv_before_append(s: Schedule, rng: random.Random) -> Schedule | None:
+    """An attention task loses its wait on the same-pass KV append (read before append)."""
+    kv_counters = {t.signal for t in s.tasks if t.op in KV_OPS}
+    cands = [i for i, t in enumerate(s.tasks) if t.op == "attention" and any(w.counter in kv_counters for w in t.waits)]
+    i = _pick(rng, cands)
+    if i is None:
+        return None
+    t = s.tasks[i]
+    kv = [k for k, w in enumerate(t.waits) if w.counter in kv_counters]
+    drop = set(kv) if rng.random() < 0.5 else {_pick(rng, kv)}
+    return _with_task(s, i, waits=tuple(w for k, w in enumerate(t.waits) if k not in drop))
+
+
+def m_self_wait(s: Schedule, rng: random.Random) -> Schedule | None:
+    prods = _producers(s)
+    i = rng.randrange(len(s.tasks))
+    t = s.tasks[i]
+    th = _pick(rng, [len(prods[t.signal]), 1])
+    return _with_task(s, i, waits=(*t.waits, Wait(t.signal, th)))
+
+
+def m_write_race(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A second writer of the same rows: a copy of a writer task on another SM, later in the list,
+    signalling a fresh counter nobody waits on."""
+    bufs = {b.name: b for b in s.buffers}
+    cands = [i for i, t in enumerate(s.tasks) if any(bufs.get(o) and bufs[o].kind != "weight" for o in t.outputs)]
+    i = _pick(rng, cands)
+    if i is None:
+        return None
+    t = s.tasks[i]
+    new = attrs.evolve(t, id=max(x.id for x in s.tasks) + 1, sm=rng.randrange(s.num_sms), signal=s.num_counters)
+    pos = rng.randint(i + 1, len(s.tasks))
+    tasks = list(s.tasks)
+    tasks.insert(pos, new)
+    return attrs.evolve(s, tasks=tuple(tasks), num_counters=s.num_counters + 1)
+
+
+def m_reassign_sm(s: Schedule, rng: random.Random) -> Schedule | None:
+    if s.num_sms < 2:
+        return None
+    i = rng.randrange(len(s.tasks))
+    sm = _pick(rng, [k for k in range(s.num_sms) if k != s.tasks[i].sm])
+    return _with_task(s, i, sm=sm)
+
+
+def m_move_in_list(s: Schedule, rng: random.Random) -> Schedule | None:
+    """Move one task to another place in the task list (its SM unchanged)."""
+    tasks = list(s.tasks)
+    i = rng.randrange(len(tasks))
+    t = tasks.pop(i)
+    j = i
+    while j == i and len(tasks) > 0:
+        j = rng.randint(0, len(tasks))
+    tasks.insert(j, t)
+    return attrs.evolve(s, tasks=tuple(tasks))
+
+
+def m_retarget_signal(s: Schedule, rng: random.Random) -> Schedule | None:
+    if s.num_counters < 2:
+        return None
+    i = rng.randrange(len(s.tasks))
+    c = _pick(rng, [k for k in range(s.num_counters) if k != s.tasks[i].signal])
+    return _with_task(s, i, signal=c)
+
+
+def m_swap_buffer(s: Schedule, rng: random.Random) -> Schedule | None:
+    """One input or output of a task replaced by another buffer of the same shape."""
+    bufs = {b.name: b for b in s.buffers}
+    i = rng.randrange(len(s.tasks))
+    t = s.tasks[i]
+    names = [(k, n) for k, n in enumerate((*t.inputs, *t.outputs)) if n in bufs and bufs[n].kind != "weight"]
+    pick = _pick(rng, names)
+    if pick is None:
+        return None
+    k, n = pick
+    other = _pick(rng, [b.name for b in s.buffers if b.shape == bufs[n].shape and b.name != n and b.kind != "weight"])
+    if other is None:
+        return None
+    ranges = {(other if key == n else key): v for key, v in t.ranges.items()}
+    if k < len(t.inputs):
+        ins = list(t.inputs)
+        ins[k] = other
+        return _with_task(s, i, inputs=tuple(ins), ranges=ranges)
+    outs = list(t.outputs)
+    outs[k - len(t.inputs)] = other
+    return _with_task(s, i, outputs=tuple(outs), ranges=ranges)
+
+
+def m_narrow_range(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A declared ``ranges`` entry narrower than what the op touches (a lying footprint)."""
+    cands = [(i, n) for i, t in enumerate(s.tasks) for n, (lo, hi) in t.ranges.items() if hi - lo > 1]
+    pick = _pick(rng, cands)
+    if pick is None:
+        return None
+    i, n = pick
+    lo, hi = s.tasks[i].ranges[n]
+    cut = rng.randint(lo + 1, hi - 1)
+    new = (lo, cut) if rng.random() < 0.5 else (cut, hi)
+    return _with_task(s, i, ranges={**s.tasks[i].ranges, n: new})
+
+
+def m_unwritten_output(s: Schedule, rng: random.Random) -> Schedule | None:
+    """An output no task writes: a new output buffer, or an output's writers retargeted elsewhere."""
+    if rng.random() < 0.5:
+        name = f"out.extra{rng.randrange(100)}"
+        return attrs.evolve(s, buffers=(*s.buffers, Buffer(name, "f32", (rng.randint(1, 8),), "output")),
+                            outputs=(*s.outputs, name))
+    out = _pick(rng, list(s.outputs))
+    writers = [i for i, t in enumerate(s.tasks) if out in t.outputs]
+    if not writers:
+        return None
+    i = _pick(rng, writers)
+    t = s.tasks[i]
+    spare = f"{out}.spare"
+    b = {x.name: x for x in s.buffers}[out]
+    ranges = {(spare if k == out else k): v for k, v in t.ranges.items()}
+    s2 = attrs.evolve(s, buffers=(*s.buffers, Buffer(spare, b.dtype, b.shape, "scratch")))
+    return _with_task(s2, i, outputs=tuple(spare if o == out else o for o in t.outputs), ranges=ranges)
+
+
+MUTATORS: dict[str, Callable[[Schedule, random.Random], Schedule | None]] = {
+    "drop-wait": m_drop_wait,
+    "add-cycle": m_add_cycle,
+    "swap-queue-order": m_swap_queue,
+    "partial-threshold": m_partial_threshold,
+    "first-of-n": m_first_of_n,
+    "over-threshold": m_over_threshold,
+    "zero-threshold": m_zero_threshold,
+    "oob-counter": m_oob_counter,
+    "oob-buffer": m_oob_buffer,
+    "capacity-overflow": m_capacity,
+    "kv-read-before-append": m_kv_before_append,
+    "self-wait": m_self_wait,
+    "write-race": m_write_race,
+    "reassign-sm": m_reassign_sm,
+    "move-in-list": m_move_in_list,
+    "retarget-signal": m_retarget_signal,
+    "swap-buffer": m_swap_buffer,
+    "narrow-range": m_narrow_range,
+    "unwritten-output": m_unwritten_output,
+}
+
+
+# ------------------------------------------------------------------------------------------ random DAGs
+
+def random_dag(rng: random.Random) -> Schedule:
+    """A random schedule of real ops over small buffers. Half are built disciplined (every read waits,
+    all-join, on the producers of what it reads; list order topological) and then perturbed once by a
+    random mutator; half are wild (random waits, thresholds, counters and SMs)."""
+    width = 8
+    n_sms = rng.randint(1, 4)
+    n_tasks = rng.randint(2, 20)
+    bufs = [Buffer("x", "f32", (width,), "input"), Buffer("w", "f32", (width, width), "weight"),
+            Buffer("g", "f32", (width,), "weight")]
+    acts = [f"a{k}" for k in range(rng.randint(1, max(2, n_tasks // 2)))]
+    bufs += [Buffer(a, "f32", (width,), "activation") for a in acts]
+    disciplined = rng.random() < 0.5
+    n_counters = n_tasks if disciplined else rng.randint(1, n_tasks + 1)
+    tasks: list[Task] = []
+    written: dict[str, list[int]] = {}  # buffer -> writer task indices (so far)
+    for i in range(n_tasks):
+        readable = ["x"] + [a for a in acts if a in written or not disciplined]
+        op = rng.choice(("add", "silu_mul", "rmsnorm", "gemv", "gemv"))
+        out = rng.choice(acts)
+        params: dict = {}
+        ranges: dict = {}
+        if op in ("add", "silu_mul"):
+            ins = [rng.choice(readable), rng.choice(readable)]
+        elif op == "rmsnorm":
+            ins, params = [rng.choice(readable), "g"], {"eps": 1e-5}
+        else:
+            r0 = rng.randrange(width)
+            r1 = rng.randint(r0 + 1, width)
+            ins = [rng.choice(readable), "w"]
+            params = {"row_start": r0, "row_end": r1, "bias": False, "residual": False}
+            ranges = {"w": (r0, r1), out: (r0, r1)}
+        if disciplined:
+            signal = i
+            deps = sorted({j for n in ins for j in written.get(n, ())} | {j for j in written.get(out, ())})
+            # readers of `out` since its last writers must finish first too (write-after-read)
+            deps = sorted(set(deps) | {j for j, t in enumerate(tasks) if out in t.inputs})
+            waits = tuple(Wait(j, 1) for j in deps)[:8]
+        else:
+            signal = rng.randrange(n_counters)
+            waits = tuple(Wait(rng.randrange(n_counters), rng.randint(0, 3)) for _ in range(rng.randint(0, 3)))
+        tasks.append(Task(id=i, op=op, sm=rng.randrange(n_sms), inputs=tuple(ins), outputs=(out,), waits=waits,
+                          signal=signal, params=params, ranges=ranges))
+        written.setdefault(out, []).append(i)
+    outputs = tuple(sorted({t.outputs[0] for t in tasks[-2:]}))
+    s = Schedule(num_sms=n_sms, buffers=tuple(bufs), num_counters=n_counters, tasks=tuple(tasks), outputs=outputs)
+    if disciplined and rng.random() < 0.8:
+        name = rng.choice(sorted(MUTATORS))
+        mutant = MUTATORS[name](s, rng)
+        if mutant is not None:
+            s = mutant
+    return s
+
+
+# ------------------------------------------------------------------------------------------ running
+
+@attrs.define
+class ClassRow:
+    name: str
+    schedules: int = 0
+    oracle_unsafe: int = 0
+    rejected: int = 0
+    false_accepts: int = 0
+    stricter: int = 0  # rejected although the oracle saw nothing
+    not_applicable: int = 0  # mutator found nothing to mutate in the drawn base
+
+    def add(self, other: ClassRow) -> None:
+        for f in ("schedules", "oracle_unsafe", "rejected", "false_accepts", "stricter", "not_applicable"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+@attrs.define
+class AuditReport:
+    n: int
+    seed: int
+    oracle_runs: int
+    bases: str
+    rows: list[ClassRow]
+    real: ClassRow
+    examples: list[dict]
+    seconds: float = 0.0
+    workers: int = 1
+
+    @property
+    def total(self) -> int:
+        return sum(r.schedules for r in self.rows) + self.real.schedules
+
+    @property
+    def false_accepts(self) -> int:
+        return sum(r.false_accepts for r in self.rows) + self.real.false_accepts
+
+    def to_json(self) -> dict:
+        return {"n": self.n, "total_schedules": self.total, "seed": self.seed, "oracle_runs": self.oracle_runs,
+                "bases": self.bases, "seconds": round(self.seconds, 2), "workers": self.workers,
+                "false_accepts": self.false_accepts, "real_lowerings": self.real.to_json(),
+                "classes": [r.to_json() for r in self.rows], "false_accept_examples": self.examples}
+
+
+_BASES: list[Schedule] = []
+
+
+def _job(args: tuple) -> tuple[list[ClassRow], list[dict]]:
+    name, start, count, seed, runs = args
+    row = ClassRow(name)
+    examples: list[dict] = []
+    for k in range(start, start + count):
+        rng = random.Random(f"{seed}/{name}/{k}")
+        if name == "random-dag":
+            s = random_dag(rng)
+        else:
+            s = MUTATORS[name](_BASES[rng.randrange(len(_BASES))], rng)
+            if s is None:
+                row.not_applicable += 1
+                continue
+        row.schedules += 1
+        verdict = explore(s, runs=runs, seed=k)
+        ok = validate(s).ok
+        if not verdict.safe:
+            row.oracle_unsafe += 1
+            if ok:
+                row.false_accepts += 1
+                if len(examples) < 3:
+                    examples.append({"class": name, "index": k, "seed": seed,
+                                     "oracle": [f.line() for f in verdict.findings], "schedule": s.to_json()})
+        if not ok:
+            row.rejected += 1
+            if verdict.safe:
+                row.stricter += 1
+    return [row], examples
+
+
+def run_audit(n: int, seed: int = 0, workers: int | None = None, runs: int = ORACLE_RUNS,
+              bases: list[tuple[str, Schedule]] | None = None, classes: tuple[str, ...] | None = None,
+              progress: Callable[[str], None] | None = None) -> AuditReport:
+    """Audit ``n`` adversarial schedules (a quarter random DAGs, the rest split evenly over the
+    mutation classes) plus every real lowering used as a base."""
+    t0 = time.perf_counter()
+    base_list = bases if bases is not None else real_lowerings(quick=n < 5000)
+    real = ClassRow("real-lowerings")
+    for _, s in base_list:
+        real.schedules += 1
+        verdict = explore(s, runs=runs, seed=0)
+        ok = validate(s).ok
+        real.oracle_unsafe += not verdict.safe
+        real.rejected += not ok
+        real.false_accepts += (not verdict.safe) and ok
+        real.stricter += (not ok) and verdict.safe
+    names = list(classes or MUTATORS)
+    n_dag = n // 4 if "random-dag" not in names and classes is None else 0
+    per = (n - n_dag) // max(len(names), 1)
+    plan = [(name, per + (1 if k < (n - n_dag) % len(names) else 0)) for k, name in enumerate(names)]
+    if n_dag:
+        plan.append(("random-dag", n_dag))
+    chunk = 500
+    jobs = [(name, start, min(chunk, count - start), seed, runs)
+            for name, count in plan for start in range(0, count, chunk)]
+    _BASES[:] = [s for _, s in base_list]
+    workers = workers or min(len(jobs), os.cpu_count() or 1)
+    rows = {name: ClassRow(name) for name, _ in plan}
+    examples: list[dict] = []
+    done = 0
+    if workers > 1 and len(jobs) > 1:
+        with get_context("fork").Pool(workers) as pool:
+            results = pool.imap_unordered(_job, jobs)
+            for got, ex in results:
+                for r in got:
+                    rows[r.name].add(r)
+                    done += r.schedules + r.not_applicable
+                examples.extend(ex)
+                if progress:
+                    progress(f"{done}/{n}")
+    else:
+        for job in jobs:
+            got, ex = _job(job)
+            for r in got:
+                rows[r.name].add(r)
+            examples.extend(ex)
+    label = f"{len(base_list)} real lowerings of tiny random-init checkpoints (mosaic_amk.lowering)"
+    return AuditReport(n, seed, runs, label, list(rows.values()), real, examples[:10],
+                       time.perf_counter() - t0, workers)
+
+
+def table(report: AuditReport) -> str:
+    header = ["class", "schedules", "oracle-unsafe", "rejected", "false-accepts", "stricter", "n/a"]
+    rows = [[r.name, r.schedules, r.oracle_unsafe, r.rejected, r.false_accepts, r.stricter, r.not_applicable]
+            for r in report.rows]
+    tot = ClassRow("total (adversarial)")
+    for r in report.rows:
+        tot.add(r)
+    rows.append([tot.name, tot.schedules, tot.oracle_unsafe, tot.rejected, tot.false_accepts, tot.stricter,
+                 tot.not_applicable])
+    re = report.real
+    rows.append([re.name, re.schedules, re.oracle_unsafe, re.rejected, re.false_accepts, re.stricter, 0])
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(str(c).rjust(w) if k else str(c).ljust(w) for k, (c, w) in enumerate(zip(r, widths, strict=True)))  # noqa: E731
+    lines = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+    lines.append(f"real lowerings accepted: {re.schedules - re.rejected}/{re.schedules}; "
+                 f"false accepts: {report.false_accepts}; {report.total} schedules in {report.seconds:.1f}s "
+                 f"({report.workers} worker(s), {report.oracle_runs} oracle interleavings each)")
+    return "\n".join(lines)

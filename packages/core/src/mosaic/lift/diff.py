@@ -1,0 +1,126 @@
+"""Compare two fingerprints: ranked discrepancy rows and one distance per layer.
+
+Features are matched by key and warp role (roles with the same name; the two main roles -- those holding
+the hottest loop -- with each other when their names differ). A feature either side cannot tell (``None``)
+is not compared. Each differing feature gives one :class:`~mosaic.records.Discrepancy` whose edit class and
+sentence come from ``rules``; rows are ranked by ``rank_key``. A layer's distance is the mean of its compared
+features' distances (each in [0, 1]); it is a tiebreaker for search, not a score.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from mosaic.lift.align import alignment_cost
+from mosaic.lift.fingerprint import Feature, Fingerprint
+from mosaic.lift.rules import BY_KEY, ORDER
+from mosaic.records import LAYERS, Discrepancy
+
+
+@attrs.frozen
+class DiffResult:
+    layers: tuple  # ((name, distance), ...) in LAYERS order
+    rows: tuple  # Discrepancy, sorted by rank
+    compared: dict  # layer -> number of features compared
+    unknown: dict  # layer -> keys not compared (unknown on one side or both)
+
+    def to_json(self) -> dict:
+        """The public ``mosaic diff --json`` shape."""
+        return {"layers": [{"name": n, "distance": round(d, 4)} for n, d in self.layers],
+                "rows": [{"rank": r.rank, "layer": r.layer, "key": r.key, "reference": r.reference,
+                          "candidate": r.candidate, "edit": r.edit, "where": r.where, "why": r.why}
+                         for r in self.rows]}
+
+
+def feature_distance(kind: str, a: Any, b: Any) -> float:
+    if kind == "cat":
+        return 0.0 if a == b else 1.0
+    if kind == "num":
+        if a == b:
+            return 0.0
+        return min(1.0, abs(a - b) / max(abs(a), abs(b), 1))
+    if kind == "set":
+        sa, sb = set(map(str, a)), set(map(str, b))
+        union = sa | sb
+        return 0.0 if not union else 1.0 - len(sa & sb) / len(union)
+    if kind == "map":
+        keys = set(a) | set(b)
+        if not keys:
+            return 0.0
+        return sum(feature_distance("num", a.get(k) or 0, b.get(k) or 0) for k in keys) / len(keys)
+    if kind == "seq":
+        if list(a) == list(b):
+            return 0.0
+        cost, _ = alignment_cost(list(a), list(b))
+        return min(1.0, cost / max(len(a), len(b), 1))
+    raise ValueError(f"unknown feature kind {kind!r}")
+
+
+def _show(f: Feature) -> Any:
+    v = f.value
+    if f.kind == "seq":
+        text = " ".join(map(str, v))
+        return text if len(text) <= 160 else text[:157] + "..."
+    if isinstance(v, tuple):
+        return list(v)
+    return v
+
+
+def _role_pairs(ref: Fingerprint, cand: Fingerprint) -> list[tuple[str, str]]:
+    rr = {f.role for f in ref.features if f.role}
+    cr = {f.role for f in cand.features if f.role}
+    pairs = [(r, r) for r in sorted(rr & cr)]
+    if ref.main_role in rr - cr and cand.main_role in cr - rr:
+        pairs.append((ref.main_role, cand.main_role))
+    return pairs
+
+
+def rank_key(row: Discrepancy, distance: float) -> tuple:
+    """Layer order first, then the rule's importance within its layer, then the size of the difference."""
+    return (LAYERS.index(row.layer), ORDER.get(row.key, len(ORDER)), -distance, row.where, row.key)
+
+
+def diff_fingerprints(ref: Fingerprint, cand: Fingerprint) -> DiffResult:
+    pairs: list[tuple[Feature, Feature]] = []
+    cand_by = {(f.key, f.role): f for f in cand.features}
+    for f in ref.features:
+        if not f.role and (f.key, "") in cand_by:
+            pairs.append((f, cand_by[(f.key, "")]))
+    for r, c in _role_pairs(ref, cand):
+        for f in ref.features:
+            if f.role == r and (f.key, c) in cand_by:
+                pairs.append((f, cand_by[(f.key, c)]))
+    sums = dict.fromkeys(LAYERS, 0.0)
+    counts = dict.fromkeys(LAYERS, 0)
+    unknown: dict[str, list[str]] = {n: [] for n in LAYERS}
+    scored: list[tuple[tuple, Discrepancy, float]] = []
+    for a, b in pairs:
+        if a.value is None or b.value is None:
+            unknown[a.layer].append(a.key)
+            continue
+        d = feature_distance(a.kind, a.value, b.value)
+        sums[a.layer] += d
+        counts[a.layer] += 1
+        if d == 0.0:
+            continue
+        rule = BY_KEY.get(a.key)
+        edit = rule.edit if rule else "rewrite"
+        why = rule.why if rule else "differs"
+        where = b.where if b.role == a.role else f"{b.where} (reference role {a.role})"
+        row = Discrepancy(layer=a.layer, key=a.key, reference=_json(_show(a)), candidate=_json(_show(b)), rank=1,
+                          edit=edit, where=where, why=why)
+        scored.append((rank_key(row, d), row, d))
+    scored.sort(key=lambda t: t[0])
+    rows = tuple(attrs.evolve(row, rank=n) for n, (_, row, _) in enumerate(scored, 1))
+    layers = tuple((n, sums[n] / counts[n] if counts[n] else 0.0) for n in LAYERS)
+    return DiffResult(layers=layers, rows=rows, compared=counts, unknown={k: sorted(set(v)) for k, v in unknown.items()})
+
+
+def _json(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_json(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _json(x) for k, x in v.items()}
+    return v

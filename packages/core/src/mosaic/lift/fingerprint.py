@@ -1,0 +1,398 @@
+"""The six-layer fingerprint of one kernel.
+
+``lift_program`` runs the whole lift: CFG and loops (``cfg``), work loops with prologue/body/epilogue
+(``normalize``), warp roles (``roles``), then the features of each layer. Features that the input cannot
+tell (the grid of a bare cubin, registers of PTX, stall reasons without Nsight Compute metrics) are
+``None``: reported as unknown or absent, never guessed, and never compared. Counts are taken per warp role
+and per steady-state loop body; whole-kernel facts are sets of forms (present or not), which unrolling does
+not change.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import attrs
+
+from mosaic.lift.cfg import build_cfg
+from mosaic.lift.instruction import Program
+from mosaic.lift.normalize import WorkLoop, class_counts, unroll_estimate, work_loops
+from mosaic.lift.opclass import CRITICAL
+from mosaic.lift.resources import METRICS, metric, occupancy, stall_top
+from mosaic.lift.roles import find_roles
+from mosaic.records import LAYERS
+
+KINDS = ("cat", "num", "set", "map", "seq")
+
+
+@attrs.frozen
+class Feature:
+    layer: str
+    key: str
+    value: Any
+    kind: str
+    role: str = ""  # "" for kernel-wide features; a role name for per-role ones
+    where: str = "kernel"
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "value": _plain(self.value), "kind": self.kind, "role": self.role,
+                "where": self.where}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+@attrs.define
+class Fingerprint:
+    kernel: str
+    dialect: str
+    origin: str
+    features: list
+    roles: list
+    main_role: str
+    loops: list
+    warnings: list
+    unknown_opcodes: dict
+    instructions: int
+
+    def layer(self, name: str) -> list:
+        return [f for f in self.features if f.layer == name]
+
+    def get(self, key: str, role: str = "") -> Feature | None:
+        return next((f for f in self.features if f.key == key and f.role == role), None)
+
+    def to_json(self) -> dict:
+        return {"kernel": self.kernel, "dialect": self.dialect, "origin": self.origin,
+                "instructions": self.instructions, "roles": self.roles, "main_role": self.main_role,
+                "loops": self.loops, "unknown_opcodes": self.unknown_opcodes, "warnings": self.warnings,
+                "layers": {name: [f.to_json() for f in self.layer(name)] for name in LAYERS}}
+
+
+@attrs.define
+class Context:
+    """What lifting knows besides the instructions: cubin attributes, launch record, ptxas log, metrics, GPU."""
+
+    cubin: Any = None  # disasm.CubinAttributes
+    launch: Any = None  # records.LaunchRecord
+    ptxas: dict | None = None  # resources.parse_ptxas_log entry
+    metrics: dict | None = None  # None: no metrics file; {} / {...}: what it holds
+    gpu: Any = None  # records.GpuTarget
+    origin: str = ""
+
+
+# -- helpers -----------------------------------------------------------------------------------------------
+_SCORE = {"mma": 16, "tma.load": 4, "bulk.copy": 4, "cp.async": 4, "ldsm": 4, "ld.global": 2, "st.global": 2,
+          "ld.shared": 2, "st.shared": 2, "mbar.wait": 1, "fp32.fma": 1, "fp32.add": 1, "fp32.mul": 1,
+          "fp16": 1, "fp64": 1, "mufu": 1}
+_MMA_FORM_SASS = {"HMMA": "mma.sync", "IMMA": "mma.sync", "DMMA": "mma.sync", "BMMA": "mma.sync",
+                  "QMMA": "mma.sync", "OMMA": "mma.sync", "HGMMA": "wgmma", "QGMMA": "wgmma", "IGMMA": "wgmma",
+                  "BGMMA": "wgmma"}
+_TRANSFER = {"tma.load": "tma", "bulk.copy": "bulk", "cp.async": "cp.async", "ld.global": "ld.global"}
+_STORE = {"tma.store": "tma", "st.global": "st.global", "atomic": "atomic"}
+_BARRIERS = ("bar.sync", "mbar.init", "mbar.arrive", "mbar.arrive.tx", "mbar.wait", "cp.async.arrive",
+             "cp.async.wait", "wgmma.sync", "cluster.bar", "fence")
+_SASS_WIDTH = {"128": 128, "64": 64, "U8": 8, "S8": 8, "U16": 16, "S16": 16}
+_PTX_WIDTH = {"b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 16, "f16": 16, "bf16": 16, "b32": 32,
+              "u32": 32, "s32": 32, "f32": 32, "b64": 64, "u64": 64, "s64": 64, "f64": 64, "b128": 128}
+_NCTAID_SASS = ("c[0x0][0xc]", "c[0x0][0x10]", "c[0x0][0x14]")
+
+
+def access_width(insn) -> int:
+    if insn.opcode in ("ld", "ldu", "st"):
+        base = next((_PTX_WIDTH[m] for m in insn.mods if m in _PTX_WIDTH), 32)
+        vec = next((int(m[1:]) for m in insn.mods if m in ("v2", "v4", "v8")), 1)
+        return base * vec
+    if insn.opcode == "LDGSTS" or insn.opcode.startswith("LDSM"):
+        return next((_SASS_WIDTH[m] for m in insn.mods if m in _SASS_WIDTH), 32)
+    return next((_SASS_WIDTH[m] for m in insn.mods if m in _SASS_WIDTH), 32)
+
+
+def _mma_info(insn) -> tuple[str, str | None, tuple]:
+    if insn.opcode in ("mma", "wgmma", "tcgen05"):
+        form = {"mma": "mma.sync", "wgmma": "wgmma", "tcgen05": "tcgen05"}[insn.opcode]
+        shape = next((m for m in insn.mods if re.fullmatch(r"m\d+n\d+k\d+", m)), None)
+        types = tuple(m for m in insn.mods if re.fullmatch(r"(f|bf|s|u|e4m3|e5m2|tf|b)\d*(x\d)?|e4m3|e5m2|tf32", m))
+        return form, shape, types
+    form = _MMA_FORM_SASS.get(insn.opcode, "tcgen05" if insn.opcode.startswith("UTC") else insn.opcode)
+    shape = None
+    for m in insn.mods:
+        if re.fullmatch(r"\d+x\d+x\d+", m):
+            a, b, c = m.split("x")
+            shape = f"m{a}n{b}k{c}"
+        elif re.fullmatch(r"\d{3,5}", m):  # HMMA.16816 -> m16n8k16, HMMA.1688 -> m16n8k8
+            s = m
+            shape = f"m{s[:2]}n{s[2]}k{s[3:]}"
+    types = tuple(m.lower() for m in insn.mods if re.fullmatch(r"(F|BF|S|U|E4M3|E5M2|TF)\d*|E4M3|E5M2", m))
+    return form, shape, types
+
+
+def reduce_sequence(seq: list[str]) -> list[str]:
+    """Collapse runs (``ld ld ld`` -> ``ld+``) and reduce an exact repetition to one period."""
+    out: list[str] = []
+    for s in seq:
+        if out and (out[-1] == s or out[-1] == s + "+"):
+            out[-1] = s + "+"
+        else:
+            out.append(s)
+    n = len(out)
+    for p in range(1, n // 2 + 1):
+        if n % p == 0 and out[:p] * (n // p) == out:
+            return out[:p]
+    return out
+
+
+# -- the lift ------------------------------------------------------------------------------------------------
+def lift_program(program: Program, ctx: Context | None = None) -> Fingerprint:
+    ctx = ctx or Context()
+    cfg = build_cfg(program)
+    loops = work_loops(cfg)
+    headers = {w.header for w in loops}
+    roles, role_branches = find_roles(cfg, headers)
+    insns = [i for i in program.instructions if cfg.block_of[i.index] in cfg.reachable]
+    warnings = list(program.warnings)
+    if program.unknown:
+        total = sum(program.unknown.values())
+        warnings.append(f"{total} instruction(s) with unknown opcode(s) kept as 'other': "
+                        + ", ".join(f"{k}×{v}" for k, v in sorted(program.unknown.items())))
+    # role -> its work loops
+    role_loops: dict[str, list[WorkLoop]] = {}
+    if roles:
+        for r in roles:
+            role_loops[r.name] = [w for w in loops if w.header in r.blocks]
+    else:
+        role_loops["all"] = loops
+    hot: dict[str, WorkLoop | None] = {}
+    for name, wls in role_loops.items():
+        hot[name] = max(wls, key=lambda w: (sum(_SCORE.get(i.opclass, 0) for i in w.body), w.depth,
+                                            -w.header)) if wls else None
+    scored = [(sum(_SCORE.get(i.opclass, 0) for i in w.body), name) for name, w in hot.items() if w]
+    main_role = max(scored)[1] if scored else next(iter(role_loops))
+    F: list[Feature] = []
+
+    def add(layer, key, value, kind, role="", where="kernel"):
+        F.append(Feature(layer, key, value, kind, role, where))
+
+    _launch(add, program, ctx, roles)
+    _instruction(add, insns, hot)
+    _control(add, program, cfg, insns, loops, hot, role_branches)
+    _sequence(add, hot)
+    _numerics(add, insns, program)
+    _machine(add, program, insns, hot, ctx)
+    loop_info = [{"name": w.name, "depth": w.depth, "body": len(w.body), "prologue": len(w.prologue),
+                  "epilogue": len(w.epilogue), "unroll": unroll_estimate(class_counts(w.body)),
+                  "role": next((r for r, ws in role_loops.items() if w in ws), None)} for w in loops]
+    role_info = [{"name": r.name, "instructions": sum(cfg.blocks[b].end - cfg.blocks[b].start for b in r.blocks),
+                  "setmaxnreg": r.setmaxnreg, "hot_loop": hot[r.name].name if hot.get(r.name) else None}
+                 for r in roles] or [{"name": "all", "instructions": len(insns), "setmaxnreg": None,
+                                      "hot_loop": hot["all"].name if hot.get("all") else None}]
+    return Fingerprint(kernel=program.kernel, dialect=program.dialect, origin=ctx.origin, features=F,
+                       roles=role_info, main_role=main_role, loops=loop_info, warnings=warnings,
+                       unknown_opcodes=dict(program.unknown), instructions=len(program.instructions))
+
+
+def _where(role: str, w: WorkLoop | None) -> str:
+    loop = f"loop {w.name} (depth {w.depth})" if w else "no loop"
+    return loop if role == "all" else f"role {role}, {loop}"
+
+
+def _launch(add, program: Program, ctx: Context, roles) -> None:
+    lr, cb, d = ctx.launch, ctx.cubin, program.directives
+    add("launch", "grid", tuple(lr.grid) if lr else None, "cat")
+    block = tuple(lr.block) if lr else (tuple(cb.req_threads) if cb and cb.req_threads else d.get("reqntid"))
+    add("launch", "block", block, "cat")
+    add("launch", "block.max_threads", (tuple(cb.max_threads) if cb and cb.max_threads else d.get("maxntid")), "cat")
+    cluster = tuple(lr.cluster) if lr else (tuple(cb.cluster) if cb and cb.cluster else d.get("reqnctapercluster"))
+    add("launch", "cluster", cluster, "cat")
+    threads = math.prod(block) if block else None
+    add("launch", "warpgroups", (threads + 127) // 128 if threads else None, "num")
+    add("launch", "roles", sorted(r.name for r in roles) or ["all"], "set")
+    add("launch", "roles.registers", {r.name: r.setmaxnreg for r in roles if r.setmaxnreg is not None}, "map")
+    ptxas = ctx.ptxas or {}
+    smem = lr.static_smem if lr else (cb.static_smem if cb else ptxas.get("static_smem", d.get("shared_bytes")))
+    add("launch", "smem.static", smem, "num")
+    add("launch", "smem.dynamic", lr.dynamic_smem if lr else None, "num")
+    regs = (lr.registers_per_thread or None) if lr else None
+    regs = regs or (cb.registers if cb else None) or ptxas.get("registers")
+    add("launch", "registers", regs, "num")
+    occ = None
+    if ctx.gpu is not None and threads and regs is not None and smem is not None:
+        dyn = lr.dynamic_smem if lr else 0
+        occ = occupancy(ctx.gpu, threads, regs, smem + dyn)["warps_per_sm"]
+    add("launch", "occupancy.warps_per_sm", occ, "num", where=f"kernel on {ctx.gpu.name}" if ctx.gpu else "kernel")
+
+
+def _instruction(add, insns, hot) -> None:
+    forms, shapes, types = set(), set(), set()
+    for i in insns:
+        if i.opclass == "mma":
+            f, s, t = _mma_info(i)
+            forms.add(f)
+            if s:
+                shapes.add(s)
+            types.update(t)
+    add("instruction", "mma.form", sorted(forms), "set")
+    add("instruction", "mma.shape", sorted(shapes), "set")
+    add("instruction", "mma.types", sorted(types), "set")
+    classes = {i.opclass for i in insns}
+    add("instruction", "transfer.form", sorted({v for k, v in _TRANSFER.items() if k in classes}), "set")
+    add("instruction", "transfer.store_form", sorted({v for k, v in _STORE.items() if k in classes}), "set")
+    add("instruction", "barrier.ops", sorted(c for c in _BARRIERS if c in classes), "set")
+    for space, ld, st in (("global", "ld.global", "st.global"), ("shared", "ld.shared", "st.shared")):
+        add("instruction", f"access.{space}.load_width",
+            sorted({access_width(i) for i in insns if i.opclass == ld or (space == "shared" and i.opclass == "ldsm")}),
+            "set")
+        add("instruction", f"access.{space}.store_width", sorted({access_width(i) for i in insns if i.opclass == st}),
+            "set")
+    add("instruction", "access.async_copy_width", sorted({access_width(i) for i in insns if i.opclass == "cp.async"}),
+        "set")
+    for role, w in hot.items():
+        if w is None:
+            continue
+        counts = class_counts(w.body)
+        u = unroll_estimate(counts)
+        mix = {c: round(counts[c] / u, 2) for c in CRITICAL if counts.get(c) and c not in ("fp32.add", "fp32.mul",
+                                                                                           "fp32.fma", "cvt")}
+        add("instruction", "hot_loop.mix", mix, "map", role, _where(role, w))
+
+
+def _nctaid_regs(program: Program) -> set[str]:
+    regs = set()
+    for i in program.instructions:
+        if i.operands and any(o in _NCTAID_SASS or o.startswith("%nctaid") for o in i.operands[1:]):
+            regs.add(i.operands[0])
+    return regs
+
+
+def _control(add, program, cfg, insns, loops, hot, role_branches) -> None:
+    grid_regs = _nctaid_regs(program)
+    persistent = False
+    for w in loops:
+        for i in w.body:
+            if any(o in grid_regs or o in _NCTAID_SASS or o.startswith("%nctaid") for o in i.operands[1:]):
+                persistent = True
+    add("control", "persistent", persistent, "cat")
+    add("control", "warp_role_branches", role_branches, "num")
+    add("control", "loops.depth", max((w.depth for w in loops), default=0), "num")
+    for role, w in hot.items():
+        if w is None:
+            continue
+        add("control", "loop.unroll", unroll_estimate(class_counts(w.body)), "num", role, _where(role, w))
+    # pipeline depth: async-copy groups issued in the prologue of the loop that issues them, plus the one
+    # issued per iteration; the wait depth is the immediate of the steady-state wait.
+    for role, w in hot.items():
+        issuing = [x for x in loops if any(i.opclass in ("cp.async.commit", "mbar.arrive.tx") for i in x.body)]
+        if role != "all":
+            issuing = [x for x in issuing if x is w or x.header == (w.header if w else -1)] or \
+                [x for x in issuing if w and x.depth >= 1 and x in loops and x is w]
+        target = w if w in issuing else (max(issuing, key=lambda x: len(x.body)) if issuing and role == "all"
+                                         else None)
+        stages = wait = None
+        if target is not None:
+            groups = sum(1 for i in target.prologue if i.opclass in ("cp.async.commit", "mbar.arrive.tx"))
+            stages = groups + 1
+            waits = [i for i in target.body if i.opclass == "cp.async.wait"]
+            imms = []
+            for i in waits:
+                for o in i.operands[1:] if i.opcode == "DEPBAR" else i.operands:
+                    if re.fullmatch(r"0x[0-9a-fA-F]+|\d+", o):
+                        imms.append(int(o, 0))
+            wait = max(imms) if imms else None
+        add("control", "pipeline.stages", stages, "num", role, _where(role, target))
+        add("control", "pipeline.wait_depth", wait, "num", role, _where(role, target))
+    main = max((w for w in hot.values() if w), key=lambda w: len(w.body), default=None)
+    if main is not None:
+        epi = {v for k, v in _STORE.items() if any(i.opclass == k for i in main.epilogue)}
+        if any(i.opclass == "st.shared" for i in main.epilogue) and "tma" in epi:
+            epi = (epi - {"tma"}) | {"smem+tma"}
+        add("control", "epilogue.form", sorted(epi) or ["none"], "set", where=f"after loop {main.name}")
+
+
+def _sequence(add, hot) -> None:
+    for role, w in hot.items():
+        if w is None:
+            continue
+        seq = reduce_sequence([i.opclass for i in w.body if i.opclass in CRITICAL])
+        add("sequence", "hot_loop.order", seq, "seq", role, _where(role, w))
+
+
+def _defs_before(insns, idx, reg, window=12):
+    for j in range(idx - 1, max(-1, idx - window - 1), -1):
+        if insns[j].operands and insns[j].operands[0] == reg:
+            return insns[j]
+    return None
+
+
+def _numerics(add, insns, program) -> None:
+    fused = unfused = 0
+    exp_forms, div_forms, cvts = set(), set(), set()
+    ftz = noftz = 0
+    for n, i in enumerate(insns):
+        c = i.opclass
+        mods_u = {m.upper() for m in i.mods}
+        if c == "fp32.fma" and not (mods_u & {"RM", "RP", "SAT"}):
+            fused += 1
+        if c == "fp32.add" and len(i.operands) >= 3:
+            for src in i.operands[1:3]:
+                d = _defs_before(insns, n, src.lstrip("-|"), 8)
+                if d is not None and d.opclass == "fp32.mul":
+                    unfused += 1
+                    break
+        if c in ("fp32.fma", "fp32.add", "fp32.mul"):
+            if "FTZ" in mods_u:
+                ftz += 1
+            else:
+                noftz += 1
+        is_ex2 = (i.opcode == "MUFU" and "EX2" in i.mods) or i.opcode == "ex2"
+        if is_ex2:
+            window = insns[max(0, n - 10):n]
+            precise = any({m.upper() for m in x.mods} & {"RM"} and x.opclass == "fp32.fma" for x in window)
+            exp_forms.add("precise" if precise else "approx")
+        if i.opcode == "FCHK" or (i.opcode == "div" and "rn" in i.mods and "f32" in i.mods) or \
+                (i.opcode == "rcp" and "rn" in i.mods):
+            div_forms.add("ieee")
+        elif (i.opcode == "MUFU" and "RCP" in i.mods) or (i.opcode == "div" and ("approx" in i.mods or "full" in i.mods)) \
+                or (i.opcode == "rcp" and "approx" in i.mods):
+            div_forms.add("approx")
+        if c == "cvt" and i.opcode not in ("FRND",):
+            cvts.add(i.full if program.dialect == "sass" else ".".join(m for m in (i.opcode, *i.mods)))
+    if "ieee" in div_forms and program.dialect == "sass":
+        div_forms.discard("approx")  # the IEEE path seeds its Newton iteration with MUFU.RCP
+    contraction = "fused" if fused and not unfused else "unfused" if unfused and not fused else \
+        "mixed" if fused and unfused else "none"
+    add("numerics", "fma.contraction", contraction, "cat")
+    add("numerics", "exp.form", sorted(exp_forms), "set")
+    add("numerics", "div.form", sorted(div_forms), "set")
+    add("numerics", "conversion.modes", sorted(cvts), "set")
+    flush = "ftz" if ftz and not noftz else "ieee" if noftz and not ftz else "mixed" if ftz and noftz else "none"
+    add("numerics", "denormal.flush", flush, "cat")
+
+
+def _machine(add, program, insns, hot, ctx: Context) -> None:
+    sass = program.dialect == "sass"
+    for role, w in hot.items():
+        if w is None:
+            continue
+        add("machine", "hot_loop.length", len(w.body) if sass else None, "num", role, _where(role, w))
+    spills: dict[str, int] = {}
+    if sass:
+        spills["local_instructions"] = sum(1 for i in insns if i.opclass in ("ld.local", "st.local"))
+    if ctx.ptxas:
+        for k in ("spill_store_bytes", "spill_load_bytes"):
+            if k in ctx.ptxas:
+                spills[k] = ctx.ptxas[k]
+    add("machine", "spills", spills or None, "map")
+    frame = (ctx.ptxas or {}).get("stack_frame")
+    if frame is None and ctx.cubin is not None:
+        frame = ctx.cubin.frame_size
+    add("machine", "stack_frame", frame, "num")
+    m = ctx.metrics
+    add("machine", "stalls.top", stall_top(m) if m else None, "seq")
+    for key, names in METRICS.items():
+        add("machine", key, metric(m, names) if m else None, "num")

@@ -1,0 +1,178 @@
+"""PTX parser: every ``.entry`` of a PTX module, with its performance directives and shared memory.
+
+Statements are split at ``;`` with scoping braces and labels peeled off; instructions keep their guard
+predicate, opcode, modifiers and operands, and branches their target labels. A module with no entry, a body
+that never closes (cut short) or a branch to an undefined label raises :class:`~mosaic.errors.BadInput`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mosaic.errors import BadInput
+from mosaic.lift.instruction import Instruction, Program
+from mosaic.lift.opclass import ptx_class
+
+_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_ENTRY_RE = re.compile(r"\.entry\s+([\w$]+)\s*\(?")
+_LEAD_RE = re.compile(r"^\s*(?:[{}]|[\w$.]+\s*:(?!:))\s*")
+_PRED_RE = re.compile(r"^@(!?[%\w$]+)\s+")
+_OPCODE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_SHARED_RE = re.compile(r"\.shared\b[^;]*?\.(?:b|u|s|f)(8|16|32|64)\s+([\w$]+)\s*((?:\[\s*\d*\s*\])*)")
+_TARGET_RE = re.compile(r"\.target\s+(sm_\d+[af]?)")
+_DIRECTIVES = {"maxntid": 3, "reqntid": 3, "reqnctapercluster": 3, "maxnreg": 1, "minnctapersm": 1,
+               "maxnctapersm": 1, "maxclusterrank": 1}
+
+
+def looks_like_ptx(text: str) -> bool:
+    head = _COMMENT_RE.sub("", text[:50_000])
+    return bool(re.search(r"^\s*\.(version|target|entry|visible\s+\.entry)\b", head, re.M))
+
+
+def _split_operands(text: str) -> list[str]:
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        if ch == "," and depth <= 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    last = "".join(cur).strip()
+    if last:
+        out.append(last)
+    return out
+
+
+def _shared_bytes(decl_text: str) -> int:
+    total = 0
+    for m in _SHARED_RE.finditer(decl_text):
+        elems = 1
+        for dim in re.findall(r"\[\s*(\d*)\s*\]", m.group(3)):
+            elems *= int(dim) if dim else 0  # extern (dynamic) arrays count 0
+        total += elems * int(m.group(1)) // 8
+    return total
+
+
+def parse_ptx(text: str, *, where: str = "PTX") -> dict[str, Program]:
+    """Every kernel (``.entry``) of a PTX module, by name."""
+    if "\x00" in text:
+        raise BadInput("binary data where PTX text was expected", where)
+    src = _COMMENT_RE.sub(" ", text)
+    arch_m = _TARGET_RE.search(src)
+    arch = arch_m.group(1) if arch_m else None
+    programs: dict[str, Program] = {}
+    module_shared = {m.group(2): m for m in _SHARED_RE.finditer(src)}
+    pos = 0
+    while True:
+        m = _ENTRY_RE.search(src, pos)
+        if not m:
+            break
+        name = m.group(1)
+        open_at = src.find("{", m.end())
+        if open_at < 0:
+            raise BadInput(f"PTX kernel {name} has no body (cut short?)", where)
+        header = src[m.end():open_at]
+        depth, i = 0, open_at
+        close_at = -1
+        for j in range(open_at, len(src)):
+            c = src[j]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    close_at = j
+                    break
+        if close_at < 0:
+            raise BadInput(f"the body of PTX kernel {name} never closes (cut short?)", where)
+        i = close_at
+        programs[name] = _parse_body(name, header, src[open_at + 1:close_at], arch, where, module_shared)
+        pos = i + 1
+    if not programs:
+        raise BadInput("no PTX kernel (.entry) found" if looks_like_ptx(text) else "not PTX: no .version/.target/.entry",
+                       where)
+    return programs
+
+
+def _parse_body(name: str, header: str, body: str, arch: str | None, where: str, module_shared: dict) -> Program:
+    directives: dict = {}
+    for key, n in _DIRECTIVES.items():
+        dm = re.search(rf"\.{key}\s+([\d\s,]+)", header)
+        if dm:
+            nums = [int(x) for x in re.findall(r"\d+", dm.group(1))][:n]
+            directives[key] = tuple(nums + [1] * (n - len(nums))) if n == 3 else nums[0]
+    if re.search(r"\.explicitcluster\b", header):
+        directives["explicitcluster"] = True
+    insns: list[Instruction] = []
+    labels: dict[str, int] = {}
+    pending: list[str] = []
+    unknown: dict[str, int] = {}
+    decls = []
+    for piece in body.split(";"):
+        stmt = piece
+        while True:
+            lm = _LEAD_RE.match(stmt)
+            if not lm or lm.end() == 0:
+                break
+            tok = lm.group(0).strip()
+            if tok not in ("{", "}"):
+                pending.append(tok.rstrip(":").strip())
+            stmt = stmt[lm.end():]
+        stmt = stmt.strip().rstrip("}").strip()
+        if not stmt:
+            continue
+        if stmt.startswith("."):
+            decls.append(stmt + ";")
+            continue
+        pred = ""
+        pm = _PRED_RE.match(stmt)
+        if pm:
+            pred = pm.group(1).replace("%", "")
+            stmt = stmt[pm.end():]
+        head, _, rest = stmt.partition(" ")
+        if "\t" in head:
+            head, _, more = head.partition("\t")
+            rest = more + " " + rest
+        parts = head.split(".")
+        opcode = parts[0]
+        if not _OPCODE_RE.match(opcode):
+            raise BadInput(f"not a PTX statement in kernel {name}: {stmt[:60]!r}", where)
+        mods = tuple(p for p in parts[1:] if p)
+        operands = tuple(_split_operands(rest)) if rest.strip() else ()
+        cls = ptx_class(opcode, mods)
+        if cls is None:
+            unknown[opcode] = unknown.get(opcode, 0) + 1
+            cls = "other"
+        targets = ()
+        if opcode in ("bra", "brx") and operands:
+            targets = tuple(t for t in re.findall(r"[\w$]+", operands[-1]) if not t.startswith("%"))
+            if opcode == "bra":
+                targets = targets[:1]
+        insn = Instruction(index=len(insns), opcode=opcode, mods=mods, operands=operands, pred=pred,
+                           targets=targets, opclass=cls)
+        for lab in pending:
+            labels[lab] = insn.index
+        pending.clear()
+        insns.append(insn)
+    if not insns:
+        raise BadInput(f"PTX kernel {name} has no instructions", where)
+    if pending:  # labels at the very end point one past the last instruction: give them a ret-like anchor
+        for lab in pending:
+            labels[lab] = len(insns) - 1
+    for insn in insns:
+        for t in insn.targets:
+            if t not in labels:
+                raise BadInput(f"PTX kernel {name}: {insn.full} jumps to {t}, which is never defined", where)
+    decl_text = " ".join(decls)
+    shared = _shared_bytes(decl_text)
+    declared = {m.group(2) for m in _SHARED_RE.finditer(decl_text)}
+    for sym, sm in module_shared.items():  # module-scope .shared symbols the body names
+        if sym not in declared and re.search(rf"\b{re.escape(sym)}\b", body):
+            shared += _shared_bytes(sm.group(0))
+    directives["shared_bytes"] = shared
+    return Program(kernel=name, dialect="ptx", instructions=insns, labels=labels, arch=arch,
+                   directives=directives, unknown=unknown)

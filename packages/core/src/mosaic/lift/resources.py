@@ -1,0 +1,97 @@
+"""Resource facts from outside the instruction stream: the ptxas -v log, occupancy, Nsight Compute metrics."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from mosaic.errors import BadInput
+
+_FUNC_RE = re.compile(r"(?:Compiling entry function|Function properties for)\s+'?([\w$.]+)'?")
+
+
+def parse_ptxas_log(text: str) -> dict[str, dict]:
+    """Per kernel: registers, spill store/load bytes, stack frame, static smem from ``ptxas -v`` output."""
+    out: dict[str, dict] = {}
+    cur = None
+    for line in text.splitlines():
+        m = _FUNC_RE.search(line)
+        if m:
+            cur = out.setdefault(m.group(1), {})
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            cur.update(stack_frame=int(m.group(1)), spill_store_bytes=int(m.group(2)),
+                       spill_load_bytes=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            cur["registers"] = int(m.group(1))
+            sm = re.search(r"(\d+) bytes smem", line)
+            if sm:
+                cur["static_smem"] = int(sm.group(1))
+    return out
+
+
+def occupancy(gpu, threads_per_block: int, registers: int, smem_bytes: int) -> dict:
+    """Resident blocks and warps per SM from the GpuTarget record (CUDA occupancy rules, sm_80+ units)."""
+    warps = math.ceil(threads_per_block / 32)
+    limits = {"threads": gpu.max_threads_per_sm // max(1, warps * 32), "blocks": gpu.max_blocks_per_sm}
+    if registers:
+        per_warp = math.ceil(registers * 32 / gpu.reg_alloc_unit) * gpu.reg_alloc_unit
+        limits["registers"] = gpu.regs_per_sm // (per_warp * warps) if per_warp * warps else gpu.max_blocks_per_sm
+    smem = smem_bytes + gpu.smem_reserved_per_block
+    limits["shared memory"] = gpu.smem_per_sm // smem if smem else gpu.max_blocks_per_sm
+    blocks = max(0, min(limits.values()))
+    limiter = min(limits, key=lambda k: limits[k])
+    return {"blocks_per_sm": blocks, "warps_per_sm": blocks * warps, "limiter": limiter}
+
+
+# Nsight Compute metric names (or prefixes) read by the machine layer.
+METRICS = {
+    "tensor_pipe": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                    "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active",
+                    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"),
+    "memory_throughput": ("dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                          "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
+}
+STALL_PREFIXES = ("smsp__average_warp_latency_issue_stalled_", "smsp__pcsamp_warps_issue_stalled_",
+                  "smsp__warp_issue_stalled_")
+
+
+def read_metrics(data, where: str) -> dict:
+    """Flatten a bundle's metrics JSON: ``{name: number}`` or ``{"metrics": {name: number | {"value": n}}}``."""
+    if data is None:
+        return {}
+    if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+        data = data["metrics"]
+    if not isinstance(data, dict):
+        raise BadInput("metrics file must be a JSON object of metric name -> number", where)
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            v = v.get("value")
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            out[str(k)] = float(v)
+    return out
+
+
+def stall_top(metrics: dict, n: int = 3) -> list | None:
+    stalls = {}
+    for k, v in metrics.items():
+        for p in STALL_PREFIXES:
+            if k.startswith(p):
+                reason = k[len(p):].split(".")[0]
+                if not reason.endswith("_not_issued"):
+                    stalls[reason] = stalls.get(reason, 0.0) + v
+    if not stalls:
+        return None
+    return [r for r, _ in sorted(stalls.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
+def metric(metrics: dict, names: tuple) -> float | None:
+    for name in names:
+        if name in metrics:
+            return round(metrics[name], 1)
+    return None

@@ -1,0 +1,163 @@
+"""Warp roles: branches on the warp or warpgroup index that give different warps different work.
+
+A value is *warp-derived* when it comes from the thread index shifted right by 5 or more bits (or divided
+by a multiple of 32), or is broadcast from such a value by a shuffle; *thread-derived* when it comes from
+the thread index through arithmetic with constants only. A conditional branch (or exit) is a role branch
+when its predicate compares a warp-derived value with a constant, or a thread-derived value with a
+multiple of 32 (``tid < 128``). Each side of a role branch whose blocks it dominates is a role region if
+it holds a loop or at least ``MIN_ROLE_INSNS`` instructions. Regions are named from what they do:
+``setmaxnreg`` decrease or async-copy issue without MMA -> ``producer``; ``setmaxnreg`` increase or MMA /
+the hottest math -> ``consumer``; otherwise ``role<n>``. No role branch -> one role, ``all``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from mosaic.lift.cfg import CFG
+
+MIN_ROLE_INSNS = 16
+_SHIFT_OPS = {"SHF", "SHR", "USHF", "USHR", "shr"}
+_CMP_OPS = {"ISETP", "UISETP", "setp"}
+_PRODUCE = {"tma.load", "bulk.copy", "cp.async", "mbar.arrive.tx"}
+
+
+@attrs.define
+class Role:
+    name: str
+    blocks: frozenset
+    branch_index: int  # instruction index of the role branch
+    setmaxnreg: int | None = None
+
+
+def _imm(op: str) -> int | None:
+    op = op.strip()
+    if op in ("RZ", "URZ"):
+        return 0
+    m = re.fullmatch(r"-?(0x[0-9a-fA-F]+|\d+)", op)
+    if not m:
+        return None
+    return int(op, 0) if not op.startswith("-") else -int(op[1:], 0)
+
+
+def _is_tid_source(insn) -> bool:
+    if insn.opcode in ("S2R", "S2UR", "CS2R"):
+        return any("SR_TID" in o or "SR_LANEID" in o for o in insn.operands[1:])
+    if insn.opcode == "mov":
+        return any(o.startswith("%tid") for o in insn.operands[1:])
+    return False
+
+
+def role_branches(cfg: CFG) -> set[int]:
+    """Indices of conditional branches/exits whose guard is a role predicate when they execute."""
+    taint: dict[str, str] = {}  # register -> "tid" | "warp"
+    preds: dict[str, int] = {}
+    found: set[int] = set()
+    for insn in cfg.program.instructions:
+        if insn.opclass in ("branch", "exit") and insn.pred.lstrip("!") in preds:
+            found.add(insn.index)
+        ops = insn.operands
+        if not ops:
+            continue
+        dst = ops[0]
+        preds.pop(dst.replace("%", ""), None)
+        if _is_tid_source(insn):
+            taint[dst] = "tid"
+            continue
+        srcs = ops[1:]
+        kinds = [taint.get(s.lstrip("-!|")) for s in srcs]
+        tainted = [k for k in kinds if k]
+        if insn.opcode in _CMP_OPS:
+            # SASS: ISETP.<cmp> Pd, Pq, a, b, Pc ; PTX: setp.<cmp> %p, a, b
+            regs = [s for s in srcs if taint.get(s)]
+            consts = [_imm(s) for s in srcs if _imm(s) is not None and not s.startswith("P") and s != "PT"]
+            if regs and consts:
+                kind = taint[regs[0]]
+                c = consts[0]
+                if kind == "warp" or (kind == "tid" and c >= 31 and ((c + 1) % 32 == 0 or c % 32 == 0)):
+                    preds[dst.replace("%", "")] = insn.index
+            continue
+        others = [s for s, k in zip(srcs, kinds, strict=False) if not k and _imm(s) is None
+                  and s not in ("PT", "UPT", "RZ", "URZ") and not s.startswith("0x")]
+        if not tainted or others and insn.opcode not in ("SHFL", "shfl"):
+            taint.pop(dst, None)
+            continue
+        kind = "warp" if "warp" in tainted else "tid"
+        if insn.opcode in _SHIFT_OPS or insn.opcode == "div":
+            amounts = [_imm(s) for s in srcs if _imm(s) is not None]
+            if amounts and max(amounts) >= 5 and (insn.opcode != "div" or max(amounts) % 32 == 0):
+                kind = "warp"
+        if insn.opcode in ("SHFL", "shfl"):
+            kind = "warp" if tainted and "IDX" in insn.mods or "idx" in insn.mods else kind
+        taint[dst] = kind
+    return found
+
+
+def find_roles(cfg: CFG, loop_headers: set[int]) -> tuple[list[Role], int]:
+    """Role regions and the number of role branches."""
+    role_br = role_branches(cfg)
+    insns = cfg.program.instructions
+    regions: list[Role] = []
+    branches = 0
+    for blk in cfg.blocks:
+        if blk.id not in cfg.reachable or len(blk.succs) < 2:
+            continue
+        last = insns[blk.end - 1]
+        if last.index not in role_br:
+            continue
+        sides = []
+        for s in blk.succs:
+            dom = frozenset(b for b in cfg.reachable if cfg.dominates(s, b) and s != blk.id)
+            sides.append((s, dom))
+        branches += 1
+        for s, dom in sides:
+            other = [o for o, _ in sides if o != s]
+            # a side that the other side flows into is the join, not a role
+            if any(o in dom for o in other) or any(_reaches(cfg, o, s) for o in other):
+                continue
+            size = sum(cfg.blocks[b].end - cfg.blocks[b].start for b in dom)
+            if dom & loop_headers or size >= MIN_ROLE_INSNS:
+                regions.append(Role("", dom, last.index))
+    branches = len({r.branch_index for r in regions})
+    # keep outermost regions only
+    regions = [r for r in regions if not any(r is not q and r.blocks < q.blocks for q in regions)]
+    _name(cfg, regions)
+    return regions, branches
+
+
+def _reaches(cfg: CFG, a: int, b: int) -> bool:
+    seen, stack = set(), [a]
+    while stack:
+        x = stack.pop()
+        if x == b:
+            return True
+        if x in seen:
+            continue
+        seen.add(x)
+        stack.extend(cfg.blocks[x].succs)
+    return False
+
+
+def _name(cfg: CFG, regions: list[Role]) -> None:
+    used: set[str] = set()
+    for n, r in enumerate(regions):
+        insns = cfg.instructions(r.blocks)
+        classes = {i.opclass for i in insns}
+        maxnreg = [i for i in insns if i.opclass == "setmaxnreg"]
+        name = ""
+        if maxnreg:
+            m = maxnreg[0]
+            dec = "DEALLOC" in m.mods or "dec" in m.mods
+            name = "producer" if dec else "consumer"
+            val = next((_imm(o) for o in reversed(m.operands) if _imm(o) is not None), None)
+            r.setmaxnreg = val
+        elif "mma" in classes:
+            name = "consumer"
+        elif classes & _PRODUCE or ("ld.global" in classes and "st.shared" in classes and "mbar.arrive" in classes):
+            name = "producer"
+        if not name or name in used:
+            name = f"role{n}"
+        used.add(name)
+        r.name = name

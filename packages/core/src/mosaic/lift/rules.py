@@ -1,0 +1,76 @@
+"""The diff rules, as data: for each feature key, its layer, its importance, its edit class and why it matters.
+
+Rank is decided by one documented rule (``diff.rank_key``): layers in dependency order (launch, instruction,
+control, sequence, numerics, machine: coarse structure before fine detail), then the rule's position in
+this table (its importance within the layer), then the size of the difference, then where and the key.
+The edit class says what kind of change closes the gap: ``knob`` (a parameter of the existing kernel: a
+tile, stage count, launch bound, compiler flag) or ``rewrite`` (a structural change to the code).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class Rule:
+    code: str
+    layer: str
+    key: str
+    edit: str
+    why: str
+
+
+RULES: tuple[Rule, ...] = (
+    # launch: the shape of the launch decides everything below it
+    Rule("L01", "launch", "cluster", "knob", "cluster shape decides which CTAs share distributed shared memory and TMA multicast"),
+    Rule("L02", "launch", "roles", "rewrite", "warp-specialised kernels split producer and consumer work across warpgroups; counts and timing are not comparable until the roles match"),
+    Rule("L03", "launch", "block", "knob", "threads per block set the warps per CTA and so the tile each warp owns"),
+    Rule("L04", "launch", "block.max_threads", "knob", "the launch bound caps threads per block and steers register allocation"),
+    Rule("L05", "launch", "warpgroups", "knob", "the number of warpgroups bounds how many wgmma streams and roles a CTA runs"),
+    Rule("L06", "launch", "grid", "knob", "grid size decides waves and whether CTAs are persistent over tiles"),
+    Rule("L07", "launch", "smem.static", "knob", "static shared memory reflects tile size times pipeline stages and limits resident CTAs"),
+    Rule("L08", "launch", "smem.dynamic", "knob", "dynamic shared memory reflects tile size times pipeline stages and limits resident CTAs"),
+    Rule("L09", "launch", "registers", "knob", "registers per thread limit occupancy and, when capped, force spills"),
+    Rule("L10", "launch", "roles.registers", "knob", "setmaxnreg moves registers from producer to consumer warpgroups"),
+    Rule("L11", "launch", "occupancy.warps_per_sm", "knob", "resident warps per SM decide how much latency the scheduler can hide"),
+    # instruction: what the hot operations are
+    Rule("I01", "instruction", "mma.form", "rewrite", "warpgroup wgmma (async, operands from shared memory) and warp mma.sync reach very different tensor-core throughput"),
+    Rule("I02", "instruction", "mma.shape", "knob", "the MMA shape sets work per instruction and the tile decomposition"),
+    Rule("I03", "instruction", "mma.types", "knob", "operand and accumulator types set tensor-core rate and precision"),
+    Rule("I04", "instruction", "transfer.form", "rewrite", "how tiles reach shared memory (TMA, bulk copy, cp.async, plain loads) decides issue cost and overlap with math"),
+    Rule("I05", "instruction", "transfer.store_form", "rewrite", "how results leave the SM (TMA store, plain stores, atomics) sets epilogue cost"),
+    Rule("I06", "instruction", "barrier.ops", "rewrite", "the synchronisation protocol (CTA barriers vs mbarriers, async fences) decides what can overlap"),
+    Rule("I07", "instruction", "access.global.load_width", "knob", "wider global loads move the same bytes with fewer instructions and transactions"),
+    Rule("I08", "instruction", "access.global.store_width", "knob", "wider global stores move the same bytes with fewer instructions and transactions"),
+    Rule("I09", "instruction", "access.async_copy_width", "knob", "cp.async width sets copy instructions per tile"),
+    Rule("I10", "instruction", "access.shared.load_width", "knob", "shared-memory access width sets instructions per fragment and bank-conflict exposure"),
+    Rule("I11", "instruction", "access.shared.store_width", "knob", "shared-memory access width sets instructions per fragment and bank-conflict exposure"),
+    Rule("I12", "instruction", "hot_loop.mix", "knob", "per-iteration counts of the critical operations in the steady-state loop differ"),
+    # control: the loop structure around the hot operations
+    Rule("C01", "control", "persistent", "rewrite", "a persistent tile loop keeps CTAs resident across tiles and overlaps one tile's epilogue with the next tile's loads"),
+    Rule("C02", "control", "warp_role_branches", "rewrite", "branches on the warp or warpgroup index give warps different jobs"),
+    Rule("C03", "control", "pipeline.stages", "knob", "pipeline depth sets how many loads are in flight to hide memory latency"),
+    Rule("C04", "control", "pipeline.wait_depth", "knob", "the wait depth sets how many copy groups stay in flight while computing"),
+    Rule("C05", "control", "loops.depth", "rewrite", "the loop nest differs, so the iteration space is traversed differently"),
+    Rule("C06", "control", "loop.unroll", "knob", "the unroll factor trades loop overhead and latency hiding against registers and code size"),
+    Rule("C07", "control", "epilogue.form", "rewrite", "the epilogue writes results in a different form"),
+    # sequence: order of the critical operations in the steady state
+    Rule("S01", "sequence", "hot_loop.order", "rewrite", "the steady-state body issues its critical operations in a different order, which changes overlap"),
+    # numerics: rounding and approximation
+    Rule("N01", "numerics", "fma.contraction", "knob", "fused multiply-add rounds once; separate multiply and add round twice and cost two instructions"),
+    Rule("N02", "numerics", "exp.form", "knob", "approximate exp (one MUFU.EX2) is faster and less accurate than the range-reduced precise expf"),
+    Rule("N03", "numerics", "div.form", "knob", "IEEE division runs a checked Newton sequence; approximate reciprocal-multiply is faster and less accurate"),
+    Rule("N04", "numerics", "conversion.modes", "rewrite", "conversion and rounding modes differ, so results round differently"),
+    Rule("N05", "numerics", "denormal.flush", "knob", "flushing denormals to zero changes results near zero and can change speed"),
+    # machine: what the hardware actually runs
+    Rule("M01", "machine", "spills", "knob", "spills turn register traffic into local-memory loads and stores in the hot path"),
+    Rule("M02", "machine", "hot_loop.length", "knob", "the steady-state loop runs a different number of machine instructions per trip"),
+    Rule("M03", "machine", "stack_frame", "knob", "a stack frame means local memory traffic (spills or local arrays)"),
+    Rule("M04", "machine", "stalls.top", "rewrite", "the dominant warp stall reasons differ, so a different bottleneck limits the kernel"),
+    Rule("M05", "machine", "tensor_pipe", "rewrite", "tensor-pipe utilisation differs, so the math units are fed differently"),
+    Rule("M06", "machine", "memory_throughput", "rewrite", "achieved memory throughput differs"),
+)
+
+BY_KEY = {r.key: r for r in RULES}
+ORDER = {r.key: n for n, r in enumerate(RULES)}

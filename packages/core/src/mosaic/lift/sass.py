@@ -1,0 +1,202 @@
+"""SASS parser: the listings of ``nvdisasm`` (with or without ``-hex``) and ``cuobjdump -sass``.
+
+Each kernel becomes a :class:`~mosaic.lift.instruction.Program`: instructions with predicate, opcode,
+modifiers, operands, branch targets (labels, or absolute addresses in cuobjdump's form), addresses and,
+when the listing carries the 128-bit encodings, the scheduling control bits. A listing that is not SASS,
+is cut short, or jumps to labels it never defines raises :class:`~mosaic.errors.BadInput`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mosaic.errors import BadInput
+from mosaic.lift.instruction import Instruction, Program
+from mosaic.lift.opclass import sass_class
+
+_INSN_RE = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s*(.*?)\s*$")
+_HEX_RE = re.compile(r"/\*\s*0x([0-9a-fA-F]{16})\s*\*/")
+_LABEL_RE = re.compile(r"^\s*([.$A-Za-z_][\w.$]*)\s*:\s*$")
+_KERNEL_NVDISASM_RE = re.compile(r"^\s*\.text\.([\w.$]+)\s*:\s*$")
+_KERNEL_CUOBJDUMP_RE = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
+_TARGET_RE = re.compile(r"`\(([^)`]+)\)")
+_PRED_RE = re.compile(r"^@(!?U?P[0-7T])\s+")
+_ARCH_RE = re.compile(r"\b(?:\.target|code for)\s+(sm_\d+[af]?)")
+_BENIGN_PREFIXES = ("//", ".", "#", "Fatbin", "=", "arch", "code version", "host", "compile_size",
+                    "code for", "Function", "identifier", "ptxasOptions", "----")
+_BRANCHES = {"BRA", "BRX", "JMP", "JMX", "BRXU", "JMXU", "CALL", "RET", "EXIT", "BREAK", "KILL"}
+
+
+def looks_like_sass(text: str) -> bool:
+    return bool(re.search(r"/\*[0-9a-fA-F]{4,}\*/\s+\S", text[:200_000]))
+
+
+def _split_operands(text: str) -> list[str]:
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        if ch == "," and depth <= 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    last = "".join(cur).strip()
+    if last:
+        out.append(last)
+    return out
+
+
+def decode_control(hi: int) -> dict:
+    """Scheduling bits of a Volta-and-later instruction (upper 64 bits of the 128-bit encoding)."""
+    return {"stall": (hi >> 41) & 0xF, "yield": (hi >> 45) & 1, "write_barrier": (hi >> 46) & 7,
+            "read_barrier": (hi >> 49) & 7, "wait_mask": (hi >> 52) & 0x3F, "reuse": (hi >> 58) & 0xF}
+
+
+class _Kernel:
+    __slots__ = ("name", "insns", "labels", "pending_labels", "addr_index", "last")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.insns: list[Instruction] = []
+        self.labels: dict[str, int] = {}
+        self.pending_labels: list[str] = []
+        self.addr_index: dict[int, int] = {}
+        self.last: Instruction | None = None
+
+
+def parse_sass(text: str, *, where: str = "SASS") -> dict[str, Program]:
+    """Every kernel of a SASS listing, by name (``kernel`` when the listing names none)."""
+    if "\x00" in text:
+        raise BadInput("binary data where SASS text was expected", where)
+    arch_m = _ARCH_RE.search(text[:20_000])
+    arch = arch_m.group(1) if arch_m else None
+    kernels: dict[str, _Kernel] = {}
+    cur: _Kernel | None = None
+    unknown_lines = 0
+    first_bad = ""
+    unknown_ops: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        m = _INSN_RE.match(raw)
+        if m:
+            if cur is None:
+                cur = kernels.setdefault("kernel", _Kernel("kernel"))
+            body = m.group(2)
+            hexm = _HEX_RE.search(body)
+            lo = None
+            if hexm:
+                lo = int(hexm.group(1), 16)
+                body = body[: hexm.start()].rstrip()
+            insn = _parse_insn(body, len(cur.insns), int(m.group(1), 16), lineno, where, unknown_ops)
+            if insn is None:  # an empty "{ }" pair line or similar
+                continue
+            for lab in cur.pending_labels:
+                cur.labels[lab] = insn.index
+            cur.pending_labels.clear()
+            cur.addr_index.setdefault(insn.address, insn.index)
+            cur.insns.append(insn)
+            cur.last = insn
+            if lo is not None:
+                insn.control = {"lo": lo}
+            continue
+        hexm = _HEX_RE.fullmatch(line)
+        if hexm:  # the second (control) half of the previous instruction's encoding
+            if cur is not None and cur.last is not None and cur.last.control and "lo" in cur.last.control:
+                cur.last.control = decode_control(int(hexm.group(1), 16))
+            continue
+        km = _KERNEL_NVDISASM_RE.match(line) or _KERNEL_CUOBJDUMP_RE.match(line)
+        if km:
+            name = km.group(1)
+            cur = kernels.setdefault(name, _Kernel(name))
+            continue
+        lm = _LABEL_RE.match(line)
+        if lm:
+            if cur is not None:
+                cur.pending_labels.append(lm.group(1))
+            continue
+        if line.startswith(_BENIGN_PREFIXES) or line in ("{", "}", "........................."):
+            continue
+        if set(line) <= set(".") or line.startswith("...."):
+            continue
+        unknown_lines += 1
+        if not first_bad:
+            first_bad = f"line {lineno}: {line[:60]!r}"
+    if unknown_lines:
+        raise BadInput(f"not a SASS listing: {unknown_lines} line(s) are not SASS, first {first_bad}", where)
+    programs = {}
+    for name, k in kernels.items():
+        if not k.insns:
+            continue
+        programs[name] = _finish(k, arch, where, unknown_ops)
+    if not programs:
+        raise BadInput("no SASS instructions found", where)
+    return programs
+
+
+def _parse_insn(body: str, index: int, address: int, lineno: int, where: str,
+                unknown_ops: dict[str, int]) -> Instruction | None:
+    body = body.strip().strip("{}").strip()
+    if not body:
+        return None
+    if not body.endswith(";"):
+        raise BadInput(f"SASS instruction at line {lineno} is cut short (no ';'): {body[:60]!r}", where)
+    body = body[:-1].strip()
+    pred = ""
+    pm = _PRED_RE.match(body)
+    if pm:
+        pred = pm.group(1)
+        body = body[pm.end():]
+    head, _, rest = body.partition(" ")
+    parts = head.split(".")
+    opcode = parts[0]
+    if not opcode or not re.fullmatch(r"[A-Z][A-Z0-9_]*", opcode):
+        raise BadInput(f"SASS instruction at line {lineno} has no opcode: {body[:60]!r}", where)
+    mods = tuple(parts[1:])
+    operands = tuple(_split_operands(rest)) if rest.strip() else ()
+    targets = ()
+    if opcode in _BRANCHES or opcode in ("BSSY", "BREAK"):
+        labs = _TARGET_RE.findall(rest)
+        if labs:
+            targets = tuple(labs)
+        elif operands and re.fullmatch(r"0x[0-9a-fA-F]+", operands[-1]):
+            targets = (f"@0x{int(operands[-1], 16):x}",)
+    cls = sass_class(opcode, mods)
+    if cls is None:
+        unknown_ops[opcode] = unknown_ops.get(opcode, 0) + 1
+        cls = "other"
+    return Instruction(index=index, opcode=opcode, mods=mods, operands=operands, pred=pred, targets=targets,
+                       address=address, line=lineno, opclass=cls)
+
+
+def _finish(k: _Kernel, arch: str | None, where: str, unknown_ops: dict[str, int]) -> Program:
+    # Absolute-address targets (cuobjdump) become synthetic labels.
+    for insn in k.insns:
+        if insn.targets and insn.targets[0].startswith("@"):
+            addr = int(insn.targets[0][3:], 16)
+            if addr not in k.addr_index:
+                raise BadInput(f"{insn.full} at /*{insn.address:04x}*/ jumps to 0x{addr:x}, outside the listing "
+                               "(cut short?)", where)
+            k.labels.setdefault(insn.targets[0], k.addr_index[addr])
+        for t in insn.targets:
+            if t not in k.labels:
+                raise BadInput(f"{insn.full} at /*{insn.address:04x}*/ jumps to {t}, which the listing never "
+                               "defines (cut short?)", where)
+    # Addresses must rise in one step size; a gap or a step back means a damaged or spliced listing.
+    addrs = [i.address for i in k.insns]
+    if len(addrs) > 1:
+        steps = {b - a for a, b in zip(addrs, addrs[1:], strict=False)}
+        if len(steps) != 1 or min(steps) <= 0:
+            bad = next(i for i, (a, b) in enumerate(zip(addrs, addrs[1:], strict=False)) if b - a != addrs[1] - addrs[0])
+            raise BadInput(f"SASS addresses are not contiguous in kernel {k.name} near /*{addrs[bad + 1]:04x}*/ "
+                           "(damaged or spliced listing)", where)
+    last_real = next((i for i in reversed(k.insns) if i.opcode != "NOP"), None)
+    if last_real is None or last_real.opcode not in ("EXIT", "BRA", "RET", "JMP", "BRX", "JMX", "KILL"):
+        raise BadInput(f"kernel {k.name} does not end in EXIT/BRA (listing cut short?)", where)
+    prog = Program(kernel=k.name, dialect="sass", instructions=k.insns, labels=k.labels, arch=arch)
+    prog.unknown = {op: n for op, n in unknown_ops.items() if any(i.opcode == op for i in k.insns)}
+    return prog

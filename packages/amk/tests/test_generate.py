@@ -94,3 +94,14 @@ def test_smollm2_135m_shaped_parity(tmp_path):
     print(f"smollm2-135m-shaped: {result.to_json()} in {time.perf_counter() - t0:.1f} s")
     assert result.ok, result
     assert result.max_logit_error < 1e-3
+
+
+def test_llama_attention_and_mlp_bias_parity(tmp_path):
+    """Llama's attention_bias (q/k/v/o) and mlp_bias (gate/up/down), with nonzero biases."""
+    path = make_checkpoint(tmp_path / "llama-bias", "llama", attention_bias=True, mlp_bias=True)
+    spec = import_checkpoint(path)
+    assert spec.qkv_bias and spec.o_bias and spec.mlp_bias
+    for cfg in CONFIGS.values():
+        tokens, logits = ReferenceVM(spec, cfg).generate(PROMPT, 6)
+        result = compare(tokens, logits, *hf_greedy(path, PROMPT, 6))
+        assert result.ok and result.max_logit_error < 1e-4, result

@@ -257,10 +257,22 @@ def completeness(catalog: Catalog, registered: Iterable[Construct] = (),
     return problems
 
 
-def concepts_for_feature(feature: str) -> list[Concept]:
-    """The concepts a fingerprint feature (``sass:UTMALDG``, ``ptx:ex2.approx`` ...) reveals.
+def feature_matches(fingerprint: str, feature: str) -> bool:
+    """True when a captured feature and a fingerprint entry name the same thing: same ``where``, same
+    leading opcode token, and one's dotted modifiers a subset of the other's (``sass:UTMALDG.2D.MULTICAST``
+    matches ``sass:UTMALDG`` and ``sass:UTMALDG.MULTICAST``; ``sass:MUFU.EX2`` does not match
+    ``sass:MUFU.RCP``). A fingerprint starting with '.' (``ptx:.multicast::cluster``) is a modifier only."""
+    w1, _, o1 = fingerprint.partition(":")
+    w2, _, o2 = feature.partition(":")
+    t1 = [t for t in o1.split(".") if t]
+    t2 = [t for t in o2.split(".") if t]
+    if w1 != w2 or not t1 or not t2:
+        return False
+    if not o1.startswith(".") and not o2.startswith(".") and t1[0] != t2[0]:
+        return False
+    return set(t1) <= set(t2) or set(t2) <= set(t1)
 
-    A feature matches a concept's fingerprint entry when one is a prefix of the other, so
-    ``sass:UTMALDG.2D`` finds ``tma-load`` and ``sass:SYNCS`` finds every mbarrier concept.
-    """
-    return [c for c in CONCEPTS if any(f.startswith(feature) or feature.startswith(f) for f in c.fingerprint)]
+
+def concepts_for_feature(feature: str) -> list[Concept]:
+    """The concepts a fingerprint feature (``sass:UTMALDG.2D``, ``ptx:ex2.approx.f32`` ...) reveals."""
+    return [c for c in CONCEPTS if any(feature_matches(f, feature) for f in c.fingerprint)]

@@ -50,17 +50,20 @@ def build(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int):
 
             acc = pl.run_scoped(acc_scope, plgpu.ACC((tm, tn), jnp.float32))
 
-            @functools.partial(pl.run_scoped, o_smem=plgpu.SMEM((tm, tn), dtype))
+            # epilogue: two shared-memory slots of one epi tile each, TMA-stored while the next is written
+            @functools.partial(pl.run_scoped, o_smem=plgpu.SMEM((2, epi_m, epi_n), dtype))
             def _store(o_smem):
-                o_smem[...] = acc.astype(dtype)
-                plgpu.commit_smem()
                 for ei in range(tm // epi_m):
                     for ej in range(tn // epi_n):
+                        slot = (ei * (tn // epi_n) + ej) % 2
+                        plgpu.wait_smem_to_gmem(1, wait_read_only=True)  # the slot's previous store has read it
+                        o_smem[slot] = acc[ei * epi_m:(ei + 1) * epi_m, ej * epi_n:(ej + 1) * epi_n].astype(dtype)
+                        plgpu.commit_smem()
                         plgpu.copy_smem_to_gmem(
-                            o_smem.at[pl.ds(ei * epi_m, epi_m), pl.ds(ej * epi_n, epi_n)],
+                            o_smem.at[slot],
                             out_gmem.at[pl.ds(mi * tm + ei * epi_m, epi_m), pl.ds(ni * tn + ej * epi_n, epi_n)],
                         )
-                plgpu.wait_smem_to_gmem(0)
+                plgpu.wait_smem_to_gmem(0, wait_read_only=True)
 
     call = plgpu.kernel(
         body,

@@ -176,6 +176,13 @@ def catalog_cmd(lang: str | None, as_json: bool) -> None:
                            + ("" if e.source != "core-data" else "  [core data]"))
 
 
+from mosaic.capture_command import capture as _capture_command  # noqa: E402  (issue 4)
+from mosaic.check_command import check as _check_command  # noqa: E402  (issue 4)
+
+cli.add_command(_check_command)
+cli.add_command(_capture_command)
+
+
 def _add_plugin_commands() -> None:
     from mosaic.plugins import host
 

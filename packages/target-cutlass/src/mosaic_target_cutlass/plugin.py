@@ -1,17 +1,21 @@
 """Entry point `cutlass`: registers the cutlass kernel language.
 
-The language's families and capabilities are listed only as they are implemented, so
-`mosaic plugins` never advertises a build or capture path that does not exist yet.
+Families and capabilities are listed only as they are implemented: ``gemm`` (bf16/fp16 in, fp32
+accumulate, Hopper sm_90a through CUTLASS 3.x's CollectiveBuilder). ``cpu-lowering``: nvcc builds and
+budget checks run with no GPU; ``gpu-capture``: the ctypes host shim runs the kernel on a device.
 """
 
 from mosaic.plugins import hookimpl
 from mosaic.records import Language
 
+from mosaic_target_cutlass.backend import CutlassBackend
+
 LANGUAGE = Language(
     name="cutlass",
-    summary="CUTLASS C++ (nvcc; CUTLASS 3.x/CuTe C++ templates)",
-    families=(),
-    capabilities=frozenset(),
+    summary="CUTLASS C++ (nvcc; CUTLASS 3.x CollectiveBuilder GEMM for Hopper sm_90a)",
+    families=("gemm",),
+    capabilities=frozenset({"cpu-lowering", "gpu-capture"}),
+    backend=CutlassBackend(),
 )
 
 

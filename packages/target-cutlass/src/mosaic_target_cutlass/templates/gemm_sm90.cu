@@ -54,9 +54,7 @@ struct State {
   Element *a = nullptr, *b = nullptr, *d = nullptr;
   void *workspace = nullptr;
   size_t d_bytes = 0;
-  bool ready = false;
 };
-State *g = nullptr;
 
 int fail(char *err, int errlen, const char *what, cudaError_t e) {
   if (err && errlen > 0) snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
@@ -72,80 +70,86 @@ int mosaic_block_threads() { return static_cast<int>(GemmKernel::MaxThreadsPerBl
 int mosaic_stages() { return static_cast<int>(CollectiveMainloop::DispatchPolicy::Stages); }
 int mosaic_element_bytes() { return static_cast<int>(sizeof(Element)); }
 
-void mosaic_teardown() {
+void mosaic_destroy(void *handle) {
+  State *g = static_cast<State *>(handle);
   if (!g) return;
   cudaFree(g->a); cudaFree(g->b); cudaFree(g->d); cudaFree(g->workspace);
   delete g;
-  g = nullptr;
 }
 
 // Allocate device buffers, copy A and B (raw 16-bit words), initialise the CUTLASS kernel.
-// Returns 0, or a nonzero code with a message in err.
-int mosaic_setup(int m, int n, int k, const void *host_a, const void *host_b, float alpha, int sm_count,
-                 char *err, int errlen) {
-  mosaic_teardown();
-  g = new State();
+// Returns a handle in *out, 0 on success, or a nonzero code with a message in err.
+int mosaic_create(int m, int n, int k, const void *host_a, const void *host_b, float alpha, int sm_count,
+                  void **out, char *err, int errlen) {
+  *out = nullptr;
+  State *g = new State();
   size_t a_bytes = size_t(m) * k * sizeof(Element), b_bytes = size_t(k) * n * sizeof(Element);
   g->d_bytes = size_t(m) * n * sizeof(Element);
   cudaError_t e;
-  if ((e = cudaMalloc(&g->a, a_bytes)) != cudaSuccess) return fail(err, errlen, "cudaMalloc A", e);
-  if ((e = cudaMalloc(&g->b, b_bytes)) != cudaSuccess) return fail(err, errlen, "cudaMalloc B", e);
-  if ((e = cudaMalloc(&g->d, g->d_bytes)) != cudaSuccess) return fail(err, errlen, "cudaMalloc D", e);
-  if ((e = cudaMemcpy(g->a, host_a, a_bytes, cudaMemcpyHostToDevice)) != cudaSuccess) return fail(err, errlen, "copy A", e);
-  if ((e = cudaMemcpy(g->b, host_b, b_bytes, cudaMemcpyHostToDevice)) != cudaSuccess) return fail(err, errlen, "copy B", e);
-
+  int rc = 0;
   auto stride_a = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{}, cute::make_shape(m, k, 1));
   auto stride_b = cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{}, cute::make_shape(n, k, 1));
   auto stride_d = cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{}, cute::make_shape(m, n, 1));
   cutlass::KernelHardwareInfo hw;
   hw.device_id = 0;
   hw.sm_count = sm_count;
-  typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                {m, n, k, 1},
-                                {g->a, stride_a, g->b, stride_b},
-                                {{alpha, 0.0f}, nullptr, stride_d, g->d, stride_d},
-                                hw};
-  cutlass::Status s = g->gemm.can_implement(args);
-  if (s != cutlass::Status::kSuccess) {
-    snprintf(err, errlen, "can_implement: %s", cutlass::cutlassGetStatusString(s));
-    return -2;
+  cutlass::Status s;
+  if ((e = cudaMalloc(&g->a, a_bytes)) != cudaSuccess) { rc = fail(err, errlen, "cudaMalloc A", e); goto bad; }
+  if ((e = cudaMalloc(&g->b, b_bytes)) != cudaSuccess) { rc = fail(err, errlen, "cudaMalloc B", e); goto bad; }
+  if ((e = cudaMalloc(&g->d, g->d_bytes)) != cudaSuccess) { rc = fail(err, errlen, "cudaMalloc D", e); goto bad; }
+  if ((e = cudaMemcpy(g->a, host_a, a_bytes, cudaMemcpyHostToDevice)) != cudaSuccess) { rc = fail(err, errlen, "copy A", e); goto bad; }
+  if ((e = cudaMemcpy(g->b, host_b, b_bytes, cudaMemcpyHostToDevice)) != cudaSuccess) { rc = fail(err, errlen, "copy B", e); goto bad; }
+  {
+    typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                  {m, n, k, 1},
+                                  {g->a, stride_a, g->b, stride_b},
+                                  {{alpha, 0.0f}, nullptr, stride_d, g->d, stride_d},
+                                  hw};
+    s = g->gemm.can_implement(args);
+    if (s != cutlass::Status::kSuccess) {
+      snprintf(err, errlen, "can_implement: %s", cutlass::cutlassGetStatusString(s));
+      rc = -2; goto bad;
+    }
+    size_t ws = Gemm::get_workspace_size(args);
+    if (ws && (e = cudaMalloc(&g->workspace, ws)) != cudaSuccess) { rc = fail(err, errlen, "cudaMalloc workspace", e); goto bad; }
+    s = g->gemm.initialize(args, g->workspace);
+    if (s != cutlass::Status::kSuccess) {
+      snprintf(err, errlen, "initialize: %s", cutlass::cutlassGetStatusString(s));
+      rc = -3; goto bad;
+    }
   }
-  size_t ws = Gemm::get_workspace_size(args);
-  if (ws && (e = cudaMalloc(&g->workspace, ws)) != cudaSuccess) return fail(err, errlen, "cudaMalloc workspace", e);
-  s = g->gemm.initialize(args, g->workspace);
-  if (s != cutlass::Status::kSuccess) {
-    snprintf(err, errlen, "initialize: %s", cutlass::cutlassGetStatusString(s));
-    return -3;
-  }
-  if ((e = cudaDeviceSynchronize()) != cudaSuccess) return fail(err, errlen, "setup sync", e);
-  g->ready = true;
+  if ((e = cudaDeviceSynchronize()) != cudaSuccess) { rc = fail(err, errlen, "setup sync", e); goto bad; }
+  *out = g;
   return 0;
+bad:
+  mosaic_destroy(g);
+  return rc ? rc : -1;
 }
 
-// The launch configuration CUTLASS computed for the current problem (host-side plan).
-int mosaic_grid(int *xyz) {
-  if (!g || !g->ready) return -1;
+// The launch configuration CUTLASS computed for this problem (host-side plan; CUPTI reports the actual).
+int mosaic_grid(void *handle, int *xyz) {
+  State *g = static_cast<State *>(handle);
   dim3 grid = GemmKernel::get_grid_shape(g->gemm.params());
   xyz[0] = grid.x; xyz[1] = grid.y; xyz[2] = grid.z;
   return 0;
 }
 
 // Enqueue exactly one run on the legacy default stream: no allocation, no synchronisation.
-int mosaic_launch() {
-  if (!g || !g->ready) return -1;
+int mosaic_launch(void *handle) {
+  State *g = static_cast<State *>(handle);
   cutlass::Status s = g->gemm.run(static_cast<cudaStream_t>(0));
-  return s == cutlass::Status::kSuccess ? 0 : static_cast<int>(cudaGetLastError()) + 1000;
+  return s == cutlass::Status::kSuccess ? 0 : 1000 + static_cast<int>(cudaGetLastError());
 }
 
 // Fill D with 0xFFFF words (NaN in bf16 and fp16) so an element that is never written cannot pass.
-int mosaic_poison() {
-  if (!g || !g->ready) return -1;
+int mosaic_poison(void *handle) {
+  State *g = static_cast<State *>(handle);
   return static_cast<int>(cudaMemsetAsync(g->d, 0xFF, g->d_bytes, static_cast<cudaStream_t>(0)));
 }
 
 // Wait for the device and copy D (raw 16-bit words) to host.
-int mosaic_read(void *host_d, char *err, int errlen) {
-  if (!g || !g->ready) return -1;
+int mosaic_read(void *handle, void *host_d, char *err, int errlen) {
+  State *g = static_cast<State *>(handle);
   cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) return fail(err, errlen, "kernel", e);
   if ((e = cudaMemcpy(host_d, g->d, g->d_bytes, cudaMemcpyDeviceToHost)) != cudaSuccess) return fail(err, errlen, "copy D", e);

@@ -1,0 +1,331 @@
+"""Capture: build and run one kernel in its own process, with a timeout, and write a complete bundle.
+
+``capture(spec, gpu, out, options)`` runs ``python -m mosaic.capture REQUEST.json`` as a child process (its
+own process group). A compile error or a configuration that does not fit the GPU is *unbuildable*; a
+crash (a signal), a hang (the timeout kills the whole group) or any other failure is recorded with its
+status in the bundle's manifest (``capture.status``) and a log; nothing of it reaches the caller's
+process. The bundle (DESIGN.md) holds PTX, SASS, cubin, ptxas log and source from lowering, and, unless
+``lower_only``: the launch record from CUPTI, per-run device times in blocks (with clocks), the
+reference's measured noise, the input seed, the outputs (arrays when small, SHA-256 when large) and the
+oracle's verdict. A candidate that fails the oracle is never timed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+
+from mosaic.errors import BadInput, MosaicError
+from mosaic.records import KernelSpec
+
+STATUSES = ("ok", "lowered", "unbuildable", "numerics-failed", "crashed", "timeout", "failed")
+SHAPE_DIMS = {"gemm": ("m", "n", "k")}
+
+
+@attrs.frozen
+class CaptureOptions:
+    lower_only: bool = False
+    timeout: float = 1800.0
+    seed: int = 0
+    values: str = attrs.field(default="normal", validator=attrs.validators.in_(("normal", "int")))
+    warmup: int = 10
+    runs: int = 50  # timed runs per block
+    blocks: int = 20  # blocks of runs: their medians' range is the noise
+    timer: str = "cupti"
+    flush: bool = True
+    max_array_bytes: int = 8 * 2**20  # larger outputs/inputs are recorded by SHA-256
+
+
+@attrs.frozen
+class CaptureResult:
+    status: str
+    bundle: Path | None
+    message: str = ""
+    summary: dict = attrs.field(factory=dict)
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "bundle": str(self.bundle) if self.bundle else None,
+                "message": self.message, "summary": self.summary}
+
+
+def parse_shape(family: str, text: str) -> dict[str, int]:
+    """``4096x4096x4096`` (in the family's dimension order) or ``m=4096,n=4096,k=4096``."""
+    try:
+        if "=" in text:
+            pairs = [p.split("=", 1) for p in text.split(",") if p]
+            shape = {k.strip(): int(v) for k, v in pairs}
+        else:
+            dims = SHAPE_DIMS.get(family)
+            if dims is None:
+                raise BadInput(f"family '{family}' has no MxNxK shape convention; write dim=value,...", "--shape")
+            values = [int(v) for v in text.lower().split("x")]
+            if len(values) != len(dims):
+                raise BadInput(f"shape '{text}' needs {len(dims)} dimensions ({'x'.join(d.upper() for d in dims)})",
+                               "--shape")
+            shape = dict(zip(dims, values, strict=True))
+    except ValueError:
+        raise BadInput(f"shape '{text}' is not {'x'.join(SHAPE_DIMS.get(family, ('M', 'N', 'K'))).upper()} "
+                       "of positive integers", "--shape") from None
+    if any(v < 1 for v in shape.values()):
+        raise BadInput(f"shape '{text}' has a non-positive dimension", "--shape")
+    return shape
+
+
+def parse_knobs(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    knobs: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise BadInput(f"knob '{item}' is not name=value", "--knob")
+        k, v = item.split("=", 1)
+        knobs[k.strip()] = v.strip()
+    return knobs
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+def make_inputs(spec: KernelSpec, seed: int, values: str) -> dict[str, np.ndarray]:
+    """Seeded inputs for a family, as float32 arrays representable in ``spec.dtype``.
+
+    ``normal``: standard normal values rounded to the dtype (a realistic spread of magnitudes).
+    ``int``: integers in [-4, 4], whose products and sums are exact in fp32 for K < 2^20, so the oracle
+    demands a bit-exact result.
+    """
+    from mosaic.oracle.formats import fmt
+
+    if spec.family != "gemm":
+        raise BadInput(f"capture has no input generator for family '{spec.family}' yet", "--family")
+    m, n, k = (spec.shape[d] for d in ("m", "n", "k"))
+    rng = np.random.default_rng(seed)
+    f = fmt(spec.dtype)
+    if values == "int":
+        a = rng.integers(-4, 5, size=(m, k)).astype(np.float32)
+        b = rng.integers(-4, 5, size=(k, n)).astype(np.float32)
+    else:
+        a = f.round(rng.standard_normal((m, k), dtype=np.float32)).astype(np.float32)
+        b = f.round(rng.standard_normal((k, n), dtype=np.float32)).astype(np.float32)
+    return {"a": a, "b": b}
+
+
+def _sha(arr: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
+
+
+def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _arrays_files(role: str, arrays: dict[str, np.ndarray], limit: int, extra: dict) -> dict:
+    digest = {name: {"shape": list(a.shape), "dtype": str(a.dtype), "sha256": _sha(a)} for name, a in arrays.items()}
+    files = {f"{role}-meta.json": ("other", json.dumps({**extra, "arrays": digest}, indent=1))}
+    if sum(a.nbytes for a in arrays.values()) <= limit:
+        files[f"{role}.npz"] = (role, _npz(arrays))
+    return files
+
+
+# -- run, check, time -----------------------------------------------------------------------------
+
+def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray], opts: CaptureOptions,
+                   log: list[str]) -> tuple[str, dict, dict]:
+    """Poison, run once, check with the oracle; if it passes, time in blocks. -> (status, files, summary)."""
+    from mosaic.oracle import check
+    from mosaic.timing.noise import measure_noise, summarize
+
+    files: dict = {}
+    runnable.poison()
+    runnable.launch()
+    outputs = runnable.output()
+    t0 = time.monotonic()
+    verdict = check(spec.family, inputs, outputs, spec.dtype)
+    log.append(f"oracle: {'pass' if verdict.passed else 'FAIL'} in {time.monotonic() - t0:.1f} s {verdict.reason}")
+    files["oracle.json"] = ("metrics", json.dumps(verdict.to_json(), indent=1))
+    files.update(_arrays_files("outputs", outputs, opts.max_array_bytes, {"poisoned_before_run": True}))
+    summary: dict = {"numerics_pass": verdict.passed,
+                     "oracle": {o.name: {"max_abs_error": o.max_abs_error, "mean_abs_error": o.mean_abs_error,
+                                         "max_error_over_band": o.max_error_over_band,
+                                         "worst_index": list(o.worst_index) if o.worst_index else None,
+                                         "exact_checked": o.exact_checked, "failures": o.failures}
+                                for o in verdict.outputs}}
+    if not verdict.passed:
+        return "numerics-failed", files, summary
+    from mosaic.timing.device import L2Flush
+    from mosaic.timing.timer import make_timer
+
+    timer = make_timer(opts.timer)
+    flush = L2Flush(gpu.l2_bytes) if opts.flush else None
+    try:
+        blocks = [timer.time(runnable, opts.runs, warmup=opts.warmup if i == 0 else 2, flush=flush,
+                             flush_name=flush.description if flush else "none") for i in range(opts.blocks)]
+    finally:
+        if flush:
+            flush.close()
+    all_times = [t for b in blocks for t in b.times_ns]
+    timings = {"source": timer.source, "fallback_reason": getattr(timer, "reason", ""),
+               "unit": "ns", "statistic": "median of a block's runs; noise = range of block medians",
+               "summary": summarize(all_times).to_json(), "blocks": [b.to_json() for b in blocks]}
+    if len(blocks) >= 5:
+        noise = measure_noise([b.times_ns for b in blocks])
+        timings["noise"] = noise.to_json()
+        timings["time_ns"] = noise.reference_time
+    else:
+        timings["time_ns"] = float(np.median([np.median(b.times_ns) for b in blocks]))
+    files["timings.json"] = ("timings", json.dumps(timings, indent=1))
+    if blocks[0].launch is not None:
+        files["launch.json"] = ("launch", json.dumps(blocks[0].launch.to_json(), indent=1))
+    # the output after all timed runs must be the same bits (a race or stale state shows here)
+    runnable.poison()
+    runnable.launch()
+    again = runnable.output()
+    same = all(np.array_equal(again[k], outputs[k], equal_nan=True) for k in outputs)
+    log.append(f"timed {opts.blocks} x {opts.runs} runs by {timer.source}: median {timings['time_ns'] / 1e3:.2f} us; "
+               f"output after timing identical: {same}")
+    summary.update({"time_ns": timings["time_ns"], "timer": timer.source,
+                    "noise_ns": timings.get("noise", {}).get("value_ns"), "deterministic": same,
+                    "launch": blocks[0].launch.to_json() if blocks[0].launch else None})
+    return ("ok" if same else "numerics-failed"), files, summary
+
+
+def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: CaptureOptions,
+                       runnable_factory=None) -> CaptureResult:
+    """The child's work (also usable directly when the caller already is an isolated process).
+
+    ``runnable_factory(spec, gpu, inputs)`` replaces the language backend (for a library reference such as
+    cuBLAS that has no lowering); then the bundle holds no PTX/SASS.
+    """
+    from mosaic.backend import Unbuildable
+    from mosaic.bundle import save_bundle
+    from mosaic.plugins import host
+
+    h = host()
+    gpu = h.get("gpus", gpu_name)
+    log: list[str] = [f"capture {spec.language} {spec.family} {spec.shape} {spec.dtype} knobs={spec.knobs} on {gpu.name}"]
+    files: dict = {}
+    toolchain: dict = {}
+    summary: dict = {}
+    status = "lowered"
+    work = Path(tempfile.mkdtemp(prefix="mosaic-capture-"))
+    try:
+        try:
+            if runnable_factory is None:
+                lang = h.get("languages", spec.language)
+                if lang.backend is None:
+                    raise MosaicError(f"language '{spec.language}' has no backend yet", "--lang")
+                t0 = time.monotonic()
+                lowered = lang.backend.lower(spec, gpu, work / "lower")
+                log.append(f"lowered in {time.monotonic() - t0:.1f} s: {lowered.kernel_name}")
+                log.extend(lowered.notes)
+                toolchain = {k: str(v) for k, v in lowered.toolchain.items()}
+                for role, name in (("ptx", "kernel.ptx"), ("sass", "kernel.sass"), ("cubin", "kernel.cubin"),
+                                   ("ptxas_log", "ptxas.log")):
+                    path = getattr(lowered, role)
+                    if path is not None:
+                        files[name] = (role, Path(path))
+                if lowered.source is not None:
+                    files[f"source/{Path(lowered.source).name}"] = ("source", Path(lowered.source))
+                files["lowering.json"] = ("metrics", json.dumps({
+                    "kernel_name": lowered.kernel_name, "notes": list(lowered.notes),
+                    "resources": lowered.resources.to_json() if lowered.resources else None}, indent=1))
+                summary["resources"] = lowered.resources.to_json() if lowered.resources else None
+            if not opts.lower_only:
+                inputs = make_inputs(spec, opts.seed, opts.values)
+                files.update(_arrays_files("inputs", inputs, opts.max_array_bytes,
+                                           {"seed": opts.seed, "values": opts.values,
+                                            "generator": "numpy.random.default_rng(seed); see mosaic.capture.make_inputs"}))
+                if runnable_factory is None:
+                    runnable = lang.backend.prepare(spec, gpu, work / "run", inputs)
+                else:
+                    runnable = runnable_factory(spec, gpu, inputs)
+                try:
+                    status, more, s = check_and_time(runnable, spec, gpu, inputs, opts, log)
+                finally:
+                    runnable.close()
+                files.update(more)
+                summary.update(s)
+        except Unbuildable as exc:
+            status = "unbuildable"
+            log.append(f"unbuildable: {exc.line()}")
+            summary["error"] = exc.line()
+        except MosaicError as exc:
+            status = "failed"
+            log.append(f"failed: {exc.line()}")
+            summary["error"] = exc.line()
+        except Exception as exc:  # noqa: BLE001 - recorded in the bundle, never lost
+            status = "failed"
+            log.append("failed: " + "".join(traceback.format_exception(exc))[-4000:])
+            summary["error"] = f"{type(exc).__name__}: {exc}"
+        files["capture.log"] = ("log", "\n".join(log) + "\n")
+        bundle = save_bundle(out, kernel=spec, language=spec.language, files=files, gpu=gpu.name,
+                             toolchain=toolchain, overwrite=True,
+                             extra={"capture": {"status": status, "lower_only": opts.lower_only,
+                                                "options": attrs.asdict(opts), "summary": summary}})
+        return CaptureResult(status, bundle.root, summary.get("error", ""), summary)
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# -- the parent: one child process per kernel -------------------------------------------------------
+
+def capture(spec: KernelSpec, gpu_name: str, out: str | os.PathLike, opts: CaptureOptions | None = None) -> CaptureResult:
+    opts = opts or CaptureOptions()
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="mosaic-capture-req-") as tmp:
+        req = Path(tmp) / "request.json"
+        res = Path(tmp) / "result.json"
+        req.write_text(json.dumps({"spec": spec.to_json(), "gpu": gpu_name, "out": str(out.resolve()),
+                                   "options": attrs.asdict(opts), "result": str(res)}))
+        proc = subprocess.Popen([sys.executable, "-m", "mosaic.capture", str(req)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=opts.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            return _record_failure(spec, gpu_name, out, opts, "timeout",
+                                   f"killed after {opts.timeout:.0f} s", output)
+        if res.is_file():
+            data = json.loads(res.read_text())
+            return CaptureResult(data["status"], Path(data["bundle"]) if data["bundle"] else None,
+                                 data["message"], data["summary"])
+        rc = proc.returncode
+        what = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc} and no result"
+        return _record_failure(spec, gpu_name, out, opts, "crashed" if rc < 0 else "failed", what, output)
+
+
+def _record_failure(spec, gpu_name, out, opts, status, what, output) -> CaptureResult:
+    from mosaic.bundle import save_bundle
+
+    log = f"capture {status}: {what}\n--- child output (last 8000 characters) ---\n{(output or '')[-8000:]}"
+    bundle = save_bundle(out, kernel=spec, language=spec.language, files={"capture.log": ("log", log)},
+                         gpu=gpu_name, overwrite=True,
+                         extra={"capture": {"status": status, "lower_only": opts.lower_only,
+                                            "options": attrs.asdict(opts), "summary": {"error": what}}})
+    return CaptureResult(status, bundle.root, what, {"error": what})
+
+
+def _child(request_path: str) -> int:
+    req = json.loads(Path(request_path).read_text())
+    spec = KernelSpec.from_json(req["spec"])
+    opts = CaptureOptions(**req["options"])
+    result = capture_in_process(spec, req["gpu"], Path(req["out"]), opts)
+    Path(req["result"]).write_text(json.dumps(result.to_json()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1]))

@@ -1,0 +1,182 @@
+"""The ``cutlass`` language backend (the contract is ``mosaic.backend``): knobs, lower, prepare."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mosaic.backend import Lowered, Unbuildable
+from mosaic.errors import BadInput, RecordError
+from mosaic.records import GpuTarget, KernelSpec, LaunchRecord
+
+from mosaic_target_cutlass import build as _build
+from mosaic_target_cutlass import gemm
+
+FAMILIES = {"gemm": gemm.GemmKnobs}
+
+
+def to_words(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values representable in bf16/fp16 -> their 16-bit encodings (C order)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if dtype == "bf16":
+        bits = x.view(np.uint32)
+        if np.any(bits & 0xFFFF):
+            raise BadInput("an input is not representable in bf16 (low 16 bits of its float32 are set)")
+        return (bits >> 16).astype(np.uint16)
+    h = x.astype(np.float16)
+    if not np.array_equal(h.astype(np.float32), x, equal_nan=True):
+        raise BadInput("an input is not representable in fp16")
+    return h.view(np.uint16)
+
+
+def from_words(w: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bf16":
+        return (w.astype(np.uint32) << 16).view(np.float32)
+    return w.view(np.float16).astype(np.float32)
+
+
+class CutlassBackend:
+    """Builds CUTLASS 3.x kernels with nvcc (CPU lowering) and runs them through a ctypes host shim."""
+
+    def knobs(self, family: str) -> type:
+        if family not in FAMILIES:
+            raise BadInput(f"cutlass builds no family '{family}'; known: {', '.join(FAMILIES)}", "--family")
+        return FAMILIES[family]
+
+    def _knobs(self, spec: KernelSpec) -> gemm.GemmKnobs:
+        cls = self.knobs(spec.family)
+        try:
+            return cls(**spec.knobs)
+        except TypeError as exc:
+            known = ", ".join(a.name for a in cls.__attrs_attrs__)
+            raise RecordError(f"{cls.__name__}: {exc}; known knobs: {known}") from None
+
+    def source(self, spec: KernelSpec, gpu: GpuTarget) -> str:
+        knobs = self._knobs(spec)
+        found = gemm.problems(knobs, spec, gpu)
+        if found:
+            raise Unbuildable("; ".join(d.line() for d in found), knobs.label)
+        return gemm.render(knobs, spec.dtype)
+
+    def build(self, spec: KernelSpec, gpu: GpuTarget) -> _build.Build:
+        return _build.build(self.source(spec, gpu), gpu.arch, name="gemm")
+
+    def lower(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path) -> Lowered:
+        knobs = self._knobs(spec)
+        b = self.build(spec, gpu)
+        budget = check_budgets(b, gpu)
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for role, src in (("ptx", b.ptx), ("cubin", b.cubin), ("sass", b.sass), ("ptxas_log", b.ptxas_log),
+                          ("source", b.source)):
+            if src is not None:
+                dest = workdir / src.name
+                shutil.copyfile(src, dest)
+                paths[role] = dest
+        notes = (f"knobs {knobs.label}", f"build {b.key} ({'cached' if b.cached else f'{b.seconds:.0f} s'})",
+                 *(f"{k} {v}" for k, v in budget.items()))
+        return Lowered(kernel_name=b.kernel_name, resources=b.resources,
+                       toolchain={**b.toolchain, "cutlass_build": b.key}, notes=notes, **paths)
+
+    def prepare(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs: dict[str, Any]) -> GemmRunnable:
+        b = self.build(spec, gpu)
+        return GemmRunnable(b.library, spec, gpu, inputs)
+
+
+def shim_facts(library: Path) -> dict[str, int]:
+    """Compile-time facts the shim reports without a GPU: shared memory, threads, stages."""
+    lib = ctypes.CDLL(str(library))
+    return {"smem_bytes": lib.mosaic_smem_bytes(), "threads_per_block": lib.mosaic_block_threads(),
+            "stages": lib.mosaic_stages()}
+
+
+def check_budgets(b: _build.Build, gpu: GpuTarget) -> dict[str, int]:
+    """Validate the build against the GpuTarget record; an overflow is Unbuildable, never a crash."""
+    facts = shim_facts(b.library)
+    r = b.resources
+    threads = facts["threads_per_block"]
+    problems = []
+    if facts["smem_bytes"] + r.static_smem > gpu.smem_per_block:
+        problems.append(f"shared memory {facts['smem_bytes'] + r.static_smem} B > {gpu.smem_per_block} B per block")
+    if r.registers > gpu.max_regs_per_thread:
+        problems.append(f"{r.registers} registers per thread > {gpu.max_regs_per_thread}")
+    if threads > gpu.max_threads_per_block:
+        problems.append(f"{threads} threads per block > {gpu.max_threads_per_block}")
+    if r.registers * threads > gpu.regs_per_sm:
+        problems.append(f"{r.registers} x {threads} registers > {gpu.regs_per_sm} per SM")
+    if problems:
+        raise Unbuildable(f"does not fit {gpu.name}: " + "; ".join(problems), b.key)
+    return facts
+
+
+class GemmRunnable:
+    """One problem on the device: A, B, D buffers and an initialised CUTLASS kernel (see the shim)."""
+
+    def __init__(self, library: Path, spec: KernelSpec, gpu: GpuTarget, inputs: dict[str, Any]):
+        self.spec = spec
+        self.dtype = spec.dtype
+        a, b = np.asarray(inputs["a"]), np.asarray(inputs["b"])
+        m, k = a.shape
+        k2, n = b.shape
+        if k != k2:
+            raise BadInput(f"a is {m}x{k} but b is {k2}x{n}")
+        self.shape = (m, n, k)
+        scale = float(inputs.get("scale", 1.0))
+        if "bias" in inputs:
+            raise Unbuildable("the cutlass gemm template has no bias epilogue")
+        self._lib = lib = ctypes.CDLL(str(library))
+        lib.mosaic_create.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                      ctypes.c_float, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                      ctypes.c_char_p, ctypes.c_int]
+        for fn in ("mosaic_launch", "mosaic_poison"):
+            getattr(lib, fn).argtypes = [ctypes.c_void_p]
+        lib.mosaic_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+        lib.mosaic_grid.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        lib.mosaic_destroy.argtypes = [ctypes.c_void_p]
+        wa, wb = to_words(a, self.dtype), to_words(b, self.dtype)
+        self._handle = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(512)
+        rc = lib.mosaic_create(m, n, k, wa.ctypes.data, wb.ctypes.data, scale, gpu.sm_count,
+                               ctypes.byref(self._handle), err, len(err))
+        if rc != 0:
+            raise Unbuildable(f"CUTLASS setup failed ({rc}): {err.value.decode(errors='replace')}")
+        self._err = err
+
+    def launch(self) -> None:
+        rc = self._lib.mosaic_launch(self._handle)
+        if rc != 0:
+            raise Unbuildable(f"CUTLASS launch failed ({rc})")
+
+    def poison(self) -> None:
+        rc = self._lib.mosaic_poison(self._handle)
+        if rc != 0:
+            raise Unbuildable(f"poisoning the output failed ({rc})")
+
+    def output(self) -> dict[str, np.ndarray]:
+        m, n, _ = self.shape
+        words = np.empty((m, n), dtype=np.uint16)
+        rc = self._lib.mosaic_read(self._handle, words.ctypes.data, self._err, len(self._err))
+        if rc != 0:
+            raise Unbuildable(f"reading the output failed ({rc}): {self._err.value.decode(errors='replace')}")
+        return {"c": from_words(words, self.dtype)}
+
+    def planned_launch(self) -> LaunchRecord:
+        grid = (ctypes.c_int * 3)()
+        self._lib.mosaic_grid(self._handle, grid)
+        facts = shim_facts_from(self._lib)
+        return LaunchRecord(kernel_name="cutlass-gemm", grid=tuple(grid), block=facts["threads_per_block"],
+                            dynamic_smem=facts["smem_bytes"], source="driver")
+
+    def close(self) -> None:
+        if self._handle:
+            self._lib.mosaic_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+
+def shim_facts_from(lib) -> dict[str, int]:
+    return {"smem_bytes": lib.mosaic_smem_bytes(), "threads_per_block": lib.mosaic_block_threads(),
+            "stages": lib.mosaic_stages()}

@@ -1,0 +1,173 @@
+"""CUTLASS 3.x GEMM for Hopper (sm_90a) through the CollectiveBuilder: the knob class, the rules that
+decide whether a knob combination can be built, and the source it renders to.
+
+D[M,N] = A[M,K] . B[K,N], row-major, A/B/D in bf16 or fp16, fp32 accumulation (no source operand C).
+The problem shape is a run-time argument: one build serves every shape with M, N, K multiples of 8
+(16-byte rows for TMA).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import attrs
+from mosaic.errors import Diagnostic
+from mosaic.records import GpuTarget, KernelSpec, _fail, one_of
+
+ELEMENTS = {"bf16": "cutlass::bfloat16_t", "f16": "cutlass::half_t"}
+KERNEL_SCHEDULES = {
+    "auto": "cutlass::gemm::collective::KernelScheduleAuto",
+    "tma-ws": "cutlass::gemm::KernelTmaWarpSpecialized",  # one consumer warpgroup, not persistent
+    "cooperative": "cutlass::gemm::KernelTmaWarpSpecializedCooperative",  # 2 consumer WGs share a tile
+    "pingpong": "cutlass::gemm::KernelTmaWarpSpecializedPingpong",  # 2 consumer WGs alternate tiles
+}
+EPILOGUE_SCHEDULES = {
+    "auto": "cutlass::epilogue::collective::EpilogueScheduleAuto",
+    "tma": "cutlass::epilogue::TmaWarpSpecialized",
+    "tma-cooperative": "cutlass::epilogue::TmaWarpSpecializedCooperative",
+    "no-smem": "cutlass::epilogue::NoSmemWarpSpecialized",
+}
+TILE_SCHEDULERS = {
+    "default": "void",  # the kernel's default: persistent for cooperative/ping-pong, none for tma-ws
+    "persistent": "cutlass::gemm::PersistentScheduler",
+    "stream-k": "cutlass::gemm::StreamKScheduler",
+}
+ALIGN = 8  # elements: 16 bytes of a 16-bit type
+
+
+def _int(value):
+    """Knobs arrive as strings from the command line (``--knob tile_m=128``)."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def _stages(value):
+    value = _int(value)
+    return value
+
+
+def _in(*allowed: int):
+    def check(inst, attribute, value):
+        if isinstance(value, bool) or value not in allowed:
+            _fail(inst, attribute, value, "one of " + ", ".join(map(str, allowed)))
+
+    return check
+
+
+def _tile_n(inst, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, int) or not (16 <= value <= 256) or value % 16:
+        _fail(inst, attribute, value, "a multiple of 16 from 16 to 256 (the WGMMA N extent)")
+
+
+def _stage_count(inst, attribute, value):
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 12):
+        _fail(inst, attribute, value, "'auto' or an integer from 2 to 12")
+
+
+@attrs.frozen
+class GemmKnobs:
+    """Knobs of the CUTLASS Hopper GEMM. Every field is validated at construction."""
+
+    tile_m: int = attrs.field(default=128, converter=_int, validator=_in(64, 128, 256))
+    tile_n: int = attrs.field(default=128, converter=_int, validator=_tile_n)
+    tile_k: int = attrs.field(default=64, converter=_int, validator=_in(32, 64, 128))
+    cluster_m: int = attrs.field(default=1, converter=_int, validator=_in(1, 2, 4))
+    cluster_n: int = attrs.field(default=1, converter=_int, validator=_in(1, 2, 4))
+    stages: object = attrs.field(default="auto", converter=_stages, validator=_stage_count)
+    kernel_schedule: str = attrs.field(default="cooperative", validator=one_of(*KERNEL_SCHEDULES))
+    epilogue_schedule: str = attrs.field(default="tma-cooperative", validator=one_of(*EPILOGUE_SCHEDULES))
+    tile_scheduler: str = attrs.field(default="default", validator=one_of(*TILE_SCHEDULERS))
+
+    @property
+    def label(self) -> str:
+        return (f"{self.kernel_schedule}-{self.tile_m}x{self.tile_n}x{self.tile_k}-c{self.cluster_m}x{self.cluster_n}"
+                f"-s{self.stages}-{self.epilogue_schedule}-{self.tile_scheduler}")
+
+
+# -- rules: each a small function with a code; all run, every problem is returned -------------------
+
+def _r_dtype(k: GemmKnobs, spec: KernelSpec, gpu: GpuTarget):
+    if spec.dtype not in ELEMENTS:
+        yield Diagnostic("CUTLASS-DTYPE", "dtype", sorted(ELEMENTS), spec.dtype, "the GEMM takes 16-bit inputs")
+
+
+def _r_arch(k, spec, gpu):
+    if gpu.arch != "sm_90a":
+        yield Diagnostic("CUTLASS-ARCH", "gpu", "sm_90a", gpu.arch, "this template targets Hopper WGMMA/TMA")
+
+
+def _r_cooperative_tile(k, spec, gpu):
+    if k.kernel_schedule == "cooperative" and k.tile_m % 128:
+        yield Diagnostic("CUTLASS-COOP-TILE", "tile_m", "a multiple of 128", k.tile_m,
+                         "the cooperative schedule splits tile_m over two 64-row consumer warpgroups")
+
+
+def _r_epilogue(k, spec, gpu):
+    ok = {"auto": {"auto"}, "cooperative": {"tma-cooperative", "no-smem"},
+          "pingpong": {"tma", "no-smem"}, "tma-ws": {"tma", "no-smem"}}[k.kernel_schedule]
+    if k.epilogue_schedule not in ok:
+        yield Diagnostic("CUTLASS-EPILOGUE", "epilogue_schedule", sorted(ok), k.epilogue_schedule,
+                         f"the epilogue schedule must match the kernel schedule '{k.kernel_schedule}'")
+
+
+def _r_scheduler(k, spec, gpu):
+    if k.tile_scheduler != "default" and k.kernel_schedule in ("tma-ws", "auto"):
+        yield Diagnostic("CUTLASS-SCHEDULER", "tile_scheduler", "default", k.tile_scheduler,
+                         f"kernel schedule '{k.kernel_schedule}' takes no explicit tile scheduler")
+    if k.tile_scheduler == "stream-k" and k.kernel_schedule != "cooperative":
+        yield Diagnostic("CUTLASS-STREAMK", "tile_scheduler", "cooperative kernel schedule", k.kernel_schedule,
+                         "stream-K is built on the cooperative kernel")
+
+
+def _r_cluster(k, spec, gpu):
+    size = k.cluster_m * k.cluster_n
+    if size > gpu.max_cluster_size:
+        yield Diagnostic("CUTLASS-CLUSTER", "cluster", f"<= {gpu.max_cluster_size} CTAs", size,
+                         f"{gpu.name} allows clusters of at most {gpu.max_cluster_size}")
+
+
+def _r_smem(k, spec, gpu):
+    if k.stages == "auto" or spec.dtype not in ELEMENTS:
+        return
+    need = k.stages * (k.tile_m + k.tile_n) * k.tile_k * 2
+    if need > gpu.smem_per_block:
+        yield Diagnostic("CUTLASS-SMEM", "stages", f"<= {gpu.smem_per_block} bytes of shared memory", need,
+                         f"{k.stages} stages of {k.tile_m}x{k.tile_k} + {k.tile_k}x{k.tile_n} tiles do not fit "
+                         f"{gpu.name} ({gpu.smem_per_block} bytes per block)")
+
+
+def _r_shape(k, spec, gpu):
+    for dim in ("m", "n", "k"):
+        v = spec.shape.get(dim)
+        if v is None:
+            yield Diagnostic("CUTLASS-SHAPE", f"shape.{dim}", "present", None, "gemm shape needs m, n, k")
+        elif v % ALIGN:
+            yield Diagnostic("CUTLASS-ALIGN", f"shape.{dim}", f"a multiple of {ALIGN}", v,
+                             "TMA needs 16-byte aligned rows")
+
+
+RULES = (_r_dtype, _r_arch, _r_cooperative_tile, _r_epilogue, _r_scheduler, _r_cluster, _r_smem, _r_shape)
+
+
+def problems(knobs: GemmKnobs, spec: KernelSpec, gpu: GpuTarget) -> list[Diagnostic]:
+    return [d for rule in RULES for d in rule(knobs, spec, gpu)]
+
+
+def render(knobs: GemmKnobs, dtype: str) -> str:
+    """The CUDA C++ translation unit (kernel + host shim) for these knobs."""
+    text = resources.files("mosaic_target_cutlass").joinpath("templates/gemm_sm90.cu").read_text()
+    stages = ("cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>("
+              "sizeof(typename CollectiveEpilogue::SharedStorage))>" if knobs.stages == "auto"
+              else f"cutlass::gemm::collective::StageCount<{knobs.stages}>")
+    values = {
+        "ELEMENT": ELEMENTS[dtype], "TILE_M": knobs.tile_m, "TILE_N": knobs.tile_n, "TILE_K": knobs.tile_k,
+        "CLUSTER_M": knobs.cluster_m, "CLUSTER_N": knobs.cluster_n,
+        "KERNEL_SCHEDULE": KERNEL_SCHEDULES[knobs.kernel_schedule],
+        "EPILOGUE_SCHEDULE": EPILOGUE_SCHEDULES[knobs.epilogue_schedule],
+        "TILE_SCHEDULER": TILE_SCHEDULERS[knobs.tile_scheduler], "STAGES": stages,
+    }
+    for key, val in values.items():
+        text = text.replace("{{" + key + "}}", str(val))
+    header = "// knobs: " + ", ".join(f"{a.name}={getattr(knobs, a.name)}" for a in attrs.fields(GemmKnobs))
+    return f"// dtype: {dtype}\n{header}\n{text}"

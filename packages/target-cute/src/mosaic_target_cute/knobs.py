@@ -29,6 +29,14 @@ def _pair(allowed_a: tuple, allowed_b: tuple):
     return conv, check
 
 
+def _in(*allowed):
+    def check(inst, attribute, value):
+        if isinstance(value, bool) or value not in allowed:
+            _fail(inst, attribute, value, "one of " + ", ".join(map(str, allowed)))
+
+    return check
+
+
 _TILE = _pair((64, 128), (64, 128, 192, 256))
 _CLUSTER = _pair((1, 2), (1, 2))
 _EPI = _pair((32, 64, 128), (16, 32, 64, 128))
@@ -39,12 +47,12 @@ _BLOCK = _pair((8, 16, 32), (8, 16, 32))
 class GemmKnobs:
     kernel: str = attrs.field(default="hopper", validator=one_of(*KERNELS))
     tile_mn: tuple = attrs.field(default=(128, 128), converter=_TILE[0], validator=_TILE[1])
-    tile_k: int = attrs.field(default=64, validator=attrs.validators.in_((64,)))
+    tile_k: int = attrs.field(default=64, validator=_in(64))
     cluster_mn: tuple = attrs.field(default=(1, 1), converter=_CLUSTER[0], validator=_CLUSTER[1])
-    stages: int = attrs.field(default=4, validator=attrs.validators.in_(tuple(range(2, 9))))
+    stages: int = attrs.field(default=4, validator=_in(*range(2, 9)))
     persistent: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     raster: str = attrs.field(default="m", validator=one_of("m", "n"))
-    swizzle: int = attrs.field(default=1, validator=attrs.validators.in_((1, 2, 4, 8)))
+    swizzle: int = attrs.field(default=1, validator=_in(1, 2, 4, 8))
     epi_tile: tuple = attrs.field(default=(64, 32), converter=_EPI[0], validator=_EPI[1])
     # naive kernel only: threads per block (x along n, y along m)
     block_mn: tuple = attrs.field(default=(16, 16), converter=_BLOCK[0], validator=_BLOCK[1])

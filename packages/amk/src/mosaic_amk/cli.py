@@ -100,3 +100,48 @@ def generate_cmd(model_dir: str, prompt: str, n_tokens: int, vm: str, check_hf: 
             if result.first_mismatch < len(result.hf_tokens) else None,
             result.vm_tokens[result.first_mismatch] if result.first_mismatch < len(result.vm_tokens) else None,
             f"max logit error {result.max_logit_error:.3g}")])
+
+
+# ---- validate / audit (schedule IR, static validator, dynamic oracle) -----------------------------------
+@amk.command("validate")
+@click.argument("schedule_path", metavar="S.json", type=click.Path(path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def validate_cmd(schedule_path: str, as_json: bool) -> None:
+    """Statically check a schedule: exit 0 safe, 1 unsafe (every diagnostic, with code and task ids),
+    2 not a schedule (not JSON, wrong format tag or version)."""
+    import json
+
+    from mosaic_amk.schedule import read_schedule_json
+    from mosaic_amk.validator import validate
+
+    result = validate(read_schedule_json(schedule_path))
+    if as_json:
+        click.echo(json.dumps({"schedule": schedule_path, **result.to_json()}, indent=2, default=str))
+    elif result.ok:
+        click.echo(f"{schedule_path}: safe ({result.num_tasks} tasks)")
+    else:
+        for line in result.lines():
+            click.echo(line)
+        click.echo(f"{schedule_path}: UNSAFE, {len(result.diagnostics)} problem(s) "
+                   f"({', '.join(sorted(result.codes()))})")
+    if not result.ok:
+        raise click.exceptions.Exit(1)
+
+
+@amk.command("audit")
+@click.option("--n", "n", default=2000, show_default=True, type=click.IntRange(min=1),
+              help="Adversarial schedules (mutants of real lowerings per class, a quarter random DAGs).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--workers", default=0, show_default=True, type=click.IntRange(min=0), help="Processes (0: all cores).")
+@click.option("--runs", default=8, show_default=True, type=click.IntRange(min=1), help="Oracle interleavings each.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def audit_cmd(n: int, seed: int, workers: int, runs: int, as_json: bool) -> None:
+    """Audit the validator against the dynamic oracle; exit 1 on any false accept or rejected real lowering."""
+    import json
+
+    from mosaic_amk.audit import run_audit, table
+
+    report = run_audit(n, seed=seed, workers=workers or None, runs=runs)
+    click.echo(json.dumps(report.to_json(), indent=2) if as_json else table(report))
+    if report.false_accepts or report.real.rejected:
+        raise click.exceptions.Exit(1)

@@ -143,6 +143,8 @@ class Facts:
             if not b.shape or any(d < 1 for d in b.shape):
                 add(Diagnostic("malformed", f"buffer {b.name}", "rank >= 1 and extents >= 1", list(b.shape),
                                "bad buffer shape"))
+        # buffers whose accesses the race rules track (axis-0 extent): all but weights and bad shapes
+        self.tracked = {b.name: b.shape[0] for b in bufs.values() if b.kind != "weight" and b.shape and b.shape[0] >= 1}
         for name in s.outputs:
             if name not in bufs:
                 add(Diagnostic("malformed", "schedule outputs", "a declared buffer", name, "unknown output buffer"))
@@ -217,13 +219,15 @@ class Facts:
                     add(Diagnostic("malformed", _where(tid), f"{len(roles)} inputs, {len(spec.outputs)} outputs",
                                    f"{len(t.inputs)} inputs, {len(t.outputs)} outputs", f"{t.op}: bad arity"))
                     ok = False
-        reads = tuple((n, *ranges.get(n, (0, bufs[n].shape[0]))) for n in t.inputs if n in bufs and bufs[n].shape)
-        writes = tuple((n, *ranges.get(n, (0, bufs[n].shape[0]))) for n in t.outputs if n in bufs and bufs[n].shape)
-        if ok:
+        # weights are valid at launch and never written (a write is malformed): no race can involve them
+        track = self.tracked
+        reads = tuple((n, *(ranges[n] if n in ranges else (0, track[n]))) for n in t.inputs if n in track)
+        writes = tuple((n, *(ranges[n] if n in ranges else (0, track[n]))) for n in t.outputs if n in track)
+        if ok and (ranges or spec.writes != "all"):  # whole-buffer ops without ranges touch what they name
             need = _op_rows(t, bufs)
             if isinstance(need, str):
                 add(Diagnostic("malformed", _where(tid), "op parameters within the buffers", need, f"{t.op}: {need}"))
-            else:
+            elif ranges:
                 for name, lo, hi in need:
                     got = ranges.get(name)
                     if got is not None and (lo < got[0] or hi > got[1]):

@@ -176,6 +176,12 @@ def catalog_cmd(lang: str | None, as_json: bool) -> None:
                            + ("" if e.source != "core-data" else "  [core data]"))
 
 
+from mosaic.lift.commands import diff, lift  # noqa: E402
+
+cli.add_command(lift)
+cli.add_command(diff)
+
+
 from mosaic.capture_command import capture as _capture_command  # noqa: E402  (issue 4)
 from mosaic.check_command import check as _check_command  # noqa: E402  (issue 4)
 

@@ -61,7 +61,7 @@ def role_branches(cfg: CFG) -> set[int]:
         ops = insn.operands
         if not ops:
             continue
-        dst = ops[0]
+        dst = ops[0].split("|")[0]
         preds.pop(dst.replace("%", ""), None)
         if _is_tid_source(insn):
             taint[dst] = "tid"

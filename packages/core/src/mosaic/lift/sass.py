@@ -166,6 +166,8 @@ def _parse_insn(body: str, index: int, address: int, lineno: int, where: str,
         elif operands and re.fullmatch(r"0x[0-9a-fA-F]+", operands[-1]):
             targets = (f"@0x{int(operands[-1], 16):x}",)
     cls = sass_class(opcode, mods)
+    if opcode == "HFMA2" and "MMA" in mods and operands[1:3] == ("-RZ", "RZ"):
+        cls = "move"  # the compiler's idiom for materialising a constant
     if cls is None:
         unknown_ops[opcode] = unknown_ops.get(opcode, 0) + 1
         cls = "other"

@@ -4,6 +4,13 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PKGS   := core gpu-hopper gpu-blackwell target-cutlass target-cute target-pallas amk
 STAMP  := $(VENV)/.installed
+# Python 3.12 env for the Pallas (jax 0.11.2) and CuTe DSL plugin tests: requirements/py312.txt
+PY312_FIND := import sys; assert sys.version_info[:2] == (3, 12); print(sys.executable)
+PYTHON312 ?= $(shell PYENV_VERSION=3.12.1 python3 -c '$(PY312_FIND)' 2>/dev/null || python3.12 -c '$(PY312_FIND)' 2>/dev/null || echo python3.12)
+VENV312   ?= .venv312
+PKGS312   := core gpu-hopper target-pallas target-cute
+STAMP312  := $(VENV312)/.installed
+TESTS312  := packages/target-pallas/tests packages/target-cute/tests
 
 .PHONY: demo test lint bench clean
 
@@ -15,17 +22,26 @@ $(STAMP): requirements/dev.txt $(foreach p,$(PKGS),packages/$(p)/pyproject.toml)
 	$(BIN)/python -m pip install -q --no-build-isolation $(foreach p,$(PKGS),-e packages/$(p))
 	touch $(STAMP)
 
+$(STAMP312): requirements/py312.txt $(foreach p,$(PKGS312),packages/$(p)/pyproject.toml)
+	@echo "==> creating $(VENV312) with Python 3.12 for the Pallas and CuTe tests (first run: about a minute)"
+	$(PYTHON312) -m venv $(VENV312)
+	$(VENV312)/bin/python -m pip install -q --upgrade pip setuptools wheel
+	$(VENV312)/bin/python -m pip install -q -r requirements/py312.txt
+	$(VENV312)/bin/python -m pip install -q --no-build-isolation $(foreach p,$(PKGS312),-e packages/$(p))
+	touch $(STAMP312)
+
 demo: $(STAMP)
 	$(BIN)/mosaic --version
 	$(BIN)/mosaic plugins
 	$(BIN)/mosaic gpus
 
 # pytest exits 5 when it collects nothing; that is a failure here, as is any failed test.
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+test: $(STAMP) $(STAMP312)
+	$(BIN)/python -m pytest -q $(foreach t,$(TESTS312),--ignore=$(t))
+	$(VENV312)/bin/python -m pytest -q -p no:cacheprovider $(TESTS312)
 
 lint: $(STAMP)
 	$(BIN)/ruff check packages tests benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV312) .pytest_cache .hypothesis

@@ -98,7 +98,8 @@ class ValidationResult:
 
 
 def _where(*ids: Any) -> str:
-    ids = sorted({i for i in ids if i is not None}, key=lambda v: (not isinstance(v, int), str(v)))
+    uniq = {i for i in ids if i is not None}
+    ids = sorted(i for i in uniq if isinstance(i, int)) + sorted(str(i) for i in uniq if not isinstance(i, int))
     if len(ids) == 1:
         return f"task {ids[0]}"
     return "tasks " + ", ".join(map(str, ids))

@@ -140,7 +140,7 @@ def _arrays_files(role: str, arrays: dict[str, np.ndarray], limit: int, extra: d
 # -- run, check, time -----------------------------------------------------------------------------
 
 def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray], opts: CaptureOptions,
-                   log: list[str]) -> tuple[str, dict, dict]:
+                   log: list[str], timer=None) -> tuple[str, dict, dict]:
     """Poison, run once, check with the oracle; if it passes, time in blocks. -> (status, files, summary)."""
     from mosaic.oracle import check
     from mosaic.timing.noise import measure_noise, summarize
@@ -165,11 +165,12 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
     from mosaic.timing.device import L2Flush
     from mosaic.timing.timer import make_timer
 
-    timer = make_timer(opts.timer)
+    timer = timer or make_timer(opts.timer)
     flush = L2Flush(gpu.l2_bytes) if opts.flush else None
     try:
         blocks = [timer.time(runnable, opts.runs, warmup=opts.warmup if i == 0 else 2, flush=flush,
-                             flush_name=flush.description if flush else "none") for i in range(opts.blocks)]
+                             flush_name=flush.description if flush else "none",
+                             clocks=i in (0, opts.blocks - 1)) for i in range(opts.blocks)]
     finally:
         if flush:
             flush.close()
@@ -245,12 +246,15 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
                 files.update(_arrays_files("inputs", inputs, opts.max_array_bytes,
                                            {"seed": opts.seed, "values": opts.values,
                                             "generator": "numpy.random.default_rng(seed); see mosaic.capture.make_inputs"}))
+                from mosaic.timing.timer import make_timer
+
+                timer = make_timer(opts.timer)  # before the kernel creates a CUDA context
                 if runnable_factory is None:
                     runnable = lang.backend.prepare(spec, gpu, work / "run", inputs)
                 else:
                     runnable = runnable_factory(spec, gpu, inputs)
                 try:
-                    status, more, s = check_and_time(runnable, spec, gpu, inputs, opts, log)
+                    status, more, s = check_and_time(runnable, spec, gpu, inputs, opts, log, timer)
                 finally:
                     runnable.close()
                 files.update(more)

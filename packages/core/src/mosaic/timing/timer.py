@@ -128,7 +128,7 @@ class CuptiTimer:
         return recs
 
     def time(self, runnable, runs: int, warmup: int = 10, flush: Callable[[], None] | None = None,
-             flush_name: str = "") -> TimedRuns:
+             flush_name: str = "", clocks: bool = True) -> TimedRuns:
         flush = flush or (lambda: None)
         synchronize()
         for _ in range(warmup):
@@ -136,13 +136,13 @@ class CuptiTimer:
             runnable.launch()
         synchronize()
         self._drain()
-        before = gpu_clocks()
+        before = gpu_clocks() if clocks else {}
         for _ in range(runs):
             flush()
             runnable.launch()
         synchronize()
         recs = self._drain()
-        after = gpu_clocks()
+        after = gpu_clocks() if clocks else {}
         times, starts, ends, k, launch = runs_from_records(recs, runs)
         names = tuple(dict.fromkeys(r["name"] for r in recs))
         return TimedRuns("cupti", tuple(times), tuple(starts), tuple(ends), k, names, launch, warmup, flush_name,
@@ -159,14 +159,14 @@ class EventTimer:
         self._rt = cudart()
 
     def time(self, runnable, runs: int, warmup: int = 10, flush: Callable[[], None] | None = None,
-             flush_name: str = "") -> TimedRuns:
+             flush_name: str = "", clocks: bool = True) -> TimedRuns:
         rt = self._rt
         flush = flush or (lambda: None)
         for _ in range(warmup):
             flush()
             runnable.launch()
         synchronize()
-        before = gpu_clocks()
+        before = gpu_clocks() if clocks else {}
         pairs = []
         for _ in range(runs):
             start = rt.cudaEventCreate()[1]
@@ -186,7 +186,7 @@ class EventTimer:
             rt.cudaEventDestroy(start)
             rt.cudaEventDestroy(end)
         return TimedRuns("cuda-events", tuple(times), (), (), 1, (), None, warmup, flush_name, before,
-                         gpu_clocks(), fallback_reason=self.reason)
+                         gpu_clocks() if clocks else {}, fallback_reason=self.reason)
 
 
 def make_timer(prefer: str = "cupti"):

@@ -183,7 +183,7 @@ def aa_lines(aa: dict) -> list[str]:
     if aa.get("status") not in (None, "ok"):
         return [f"A/A: {aa.get('status')}: {aa.get('message', '')}"]
     n = aa["noise"]
-    lines = [f"A/A on {aa['kernel']} ({aa['timer']}, {aa['runs_per_block']} runs/block): noise = range of "
+    lines = [f"A/A on {aa['kernel']} ({aa['timer']}, {aa['runs_per_block']} runs/block): noise = t*sqrt2*sd of "
              f"{n['blocks']} block medians = {n['value_ns'] / 1e3:.3f} us ({100 * n['relative']:.2f}% of "
              f"{n['reference_time_ns'] / 1e3:.2f} us)",
              f"  A/A: {aa['aa']['accepted']} false wins in {aa['aa']['decisions']} decisions "

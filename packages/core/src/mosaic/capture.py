@@ -176,7 +176,7 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
             flush.close()
     all_times = [t for b in blocks for t in b.times_ns]
     timings = {"source": timer.source, "fallback_reason": getattr(timer, "reason", ""),
-               "unit": "ns", "statistic": "median of a block's runs; noise = range of block medians",
+               "unit": "ns", "statistic": "median of a block's runs; noise = t(0.995, S-1) * sqrt(2) * sd(block medians)",
                "summary": summarize(all_times).to_json(), "blocks": [b.to_json() for b in blocks]}
     if len(blocks) >= 5:
         noise = measure_noise([b.times_ns for b in blocks])

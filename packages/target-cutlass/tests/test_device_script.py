@@ -1,0 +1,76 @@
+"""The CPU-testable parts of scripts/device/issue4.py: its configurations are buildable by the rules, the
+cuBLAS runnable's contract (on torch CPU), the A/A harness on synthetic samples, the summary table."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mosaic.capture import make_inputs
+from mosaic.records import KernelSpec
+from mosaic_target_cutlass import gemm
+from mosaic_target_cutlass.backend import CutlassBackend
+
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "device" / "issue4.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("issue4_script", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_configurations_pass_the_rules(script):
+    from mosaic_gpu_hopper.targets import H200
+
+    assert len(script.CONFIGS) == 3
+    labels = set()
+    for knobs in script.CONFIGS.values():
+        for shape in (script.BIG, script.SMALL, {**script.BIG, "k": script.PLANTED_K["slower"]},
+                      {**script.BIG, "k": script.PLANTED_K["faster"]}):
+            s = KernelSpec(family="gemm", shape=shape, dtype="bf16", language="cutlass", knobs=knobs)
+            assert CutlassBackend().source(s, H200)  # no Unbuildable
+        labels.add(gemm.GemmKnobs(**knobs).label)
+    assert len(labels) == 3
+    assert script.PLANTED_K["slower"] / script.BIG["k"] == pytest.approx(1.031, abs=0.001)
+
+
+def test_torch_runnable_contract_on_cpu(script):
+    pytest.importorskip("torch")
+    s = KernelSpec(family="gemm", shape={"m": 32, "n": 16, "k": 64}, dtype="bf16", language="cublas")
+    inputs = make_inputs(s, 0, "int")
+    r = script.TorchMatmul(inputs, "bf16", device="cpu")
+    r.poison()
+    assert np.isnan(r.output()["c"]).all()
+    r.launch()
+    from mosaic.oracle import check
+
+    v = check("gemm", inputs, r.output(), "bf16")
+    assert v.passed and v.outputs[0].exact_checked == 32 * 16
+
+
+def test_decision_harness_on_synthetic_samples(script):
+    rng = np.random.default_rng(1)
+    ref, slow, fast = 170_000.0, 170_000.0 * 1.031, 170_000.0 * 0.969
+    measure = lambda mean: list(mean * (1 + 0.003 * rng.standard_normal(30)))  # noqa: E731
+    res = script.run_decisions(ref, slow, fast, measure, noise_blocks=20, decisions=100, planted=10)
+    assert res["aa"]["decisions"] == 100 and res["aa"]["accept_rate"] <= 0.01
+    assert res["planted_slower"]["accepted"] == 0 and res["planted_slower"]["classified_slower"] == 10
+    assert res["planted_faster"]["accepted"] == 10
+    res.update(kernel="x", timer="cupti", runs_per_block=30)
+    lines = script.aa_lines(res)
+    assert "false wins in 100 decisions" in lines[1] and "K=4224" in lines[2]
+
+
+def test_summary_table(script):
+    caps = {"coop 4096": {"status": "ok", "shape": "4096x4096x4096", "summary": {
+        "time_ns": 170_000.0, "noise_ns": 800.0, "launch": {"grid": [132, 1, 1], "block": [384, 1, 1],
+                                                           "cluster": [1, 2, 1], "registers_per_thread": 168},
+        "oracle": {"c": {"max_abs_error": 0.5, "mean_abs_error": 0.01, "max_error_over_band": 0.9,
+                         "exact_checked": 0}}}},
+        "cublas 4096": {"status": "timeout", "shape": "4096x4096x4096", "summary": {}}}
+    t = script.table(caps).splitlines()
+    assert len(t) == 3 and "170.00" in t[1] and "808" in t[1] and "(132, 1, 1)/384/(1, 2, 1)" in t[1]
+    assert "timeout" in t[2]

@@ -1,0 +1,493 @@
+"""The convergence loop (seeds/mosaicist.txt): capture, propose, verify, converge.
+
+1. Capture the reference once (the workbench does it in its own process) and measure its noise from its own
+   repeated runs (``mosaic.timing.measure_noise``: the range of >= 5 block medians).
+2. The naive translation in the target language (``start_knobs``) must build and pass the numerics gate;
+   it is the first incumbent.
+3. Loop: diff the beam member against the reference -> ranked rows -> the proposer gives ONE edit (knobs
+   before rewrites) -> build (an unbuildable setting is recorded and stepped over) -> numerics gate (a failing
+   candidate goes back for repair, never compared or timed) -> time interleaved A B A B against the incumbent
+   -> the roofline guard (no time below the physical floor of the problem on the GpuTarget) -> the one rule,
+   :func:`mosaic.timing.accept`, with the measured noise -> a small beam keeps the best few.
+4. Stop when the incumbent is within the reference's noise or faster (measured interleaved against the
+   reference), when the budget (device minutes, timed candidates) is spent, or when no edit is left; list
+   every remaining difference by name.
+
+Every decision is a pure function of recorded measurements (:func:`decide`, :func:`converged`): the
+workbench answers, the journal records the answer, and the same answers give the same verdicts — which is
+what ``mosaic run --resume`` (answers replayed from the journal) and ``mosaic run --offline`` (answers read
+back from the bundles) rely on.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mosaic.campaign import Campaign
+from mosaic.errors import BadInput
+from mosaic.journal import FORMAT, VERSION, Journal
+from mosaic.proposers import EditProposer, Proposal, Request
+from mosaic.records import GpuTarget, KernelSpec
+from mosaic.timing import Noise, Scored, accept, measure_noise
+from mosaic.workbench import (
+    REFERENCE,
+    Built,
+    Checked,
+    Kernel,
+    ReferenceCapture,
+    Timed,
+    Workbench,
+    candidate_key,
+    time_of,
+)
+
+MAX_PROPOSER_FAILURES = 3  # consecutive rejected proposals before a beam member counts as exhausted
+DTYPE_BYTES = {"f64": 8, "f32": 4, "tf32": 4, "f16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "i8": 1,
+               "i4": 0.5, "i32": 4}
+
+
+# -- the pure decisions ------------------------------------------------------------------------------------------
+@attrs.frozen
+class Decision:
+    accepted: bool
+    reason_code: str  # faster | closer-within-noise | slower | null | below-floor
+    reason: str
+    closer_but_slower: bool = False
+
+
+def decide(t_c: float, t_i: float, d_c: float, d_i: float, noise: float, floor_ns: float) -> Decision:
+    """The verdict on one timed candidate against the incumbent (times in ns, distances D)."""
+    if t_c < floor_ns:
+        return Decision(False, "below-floor", f"{t_c / 1e3:.1f} us is below the physical floor "
+                        f"{floor_ns / 1e3:.1f} us of the problem on this GPU: the measurement is wrong, not fast")
+    ok = accept(Scored(True, t_c, d_c), Scored(True, t_i, d_i), noise)
+    delta = f"{t_c / 1e3:.2f} us vs incumbent {t_i / 1e3:.2f} us (noise {noise / 1e3:.2f} us)"
+    if ok:
+        if t_c < t_i - noise:
+            return Decision(True, "faster", f"faster by more than the noise: {delta}")
+        return Decision(True, "closer-within-noise", f"within the noise and structurally closer "
+                        f"(D {d_c:.3f} < {d_i:.3f}): {delta}")
+    closer = d_c < d_i
+    if t_c > t_i + noise:
+        return Decision(False, "slower", f"slower by more than the noise: {delta}"
+                        + (f"; structurally closer (D {d_c:.3f} < {d_i:.3f})" if closer else ""), closer)
+    return Decision(False, "null", f"null result: within the noise and not closer (D {d_c:.3f} >= {d_i:.3f}): "
+                    f"{delta}", False)
+
+
+def converged(t_inc: float, t_ref: float, noise: float) -> bool:
+    """The stop rule: the incumbent is within the reference's noise of it, or faster."""
+    return t_inc <= t_ref + noise
+
+
+def physical_floor_ns(family: str, shape: Mapping[str, int], dtype: str, gpu: GpuTarget) -> float:
+    """max(flops / peak, bytes / bandwidth) for the problem on the GPU record (0 when the family is unknown)."""
+    e = DTYPE_BYTES.get(dtype, 2)
+    s = dict(shape)
+    if family == "gemm":
+        m, n, k = s["m"], s["n"], s["k"]
+        flops, nbytes = 2.0 * m * n * k, e * (m * k + k * n + m * n)
+    elif family in ("rmsnorm", "softmax"):
+        flops, nbytes = 4.0 * s["rows"] * s["cols"], 2.0 * e * s["rows"] * s["cols"]
+    elif family == "attention":
+        b, q, h, d = s["batch"], s["seq"], s["heads"], s["head_dim"]
+        flops, nbytes = 4.0 * b * h * q * q * d, 4.0 * e * b * q * h * d
+    else:
+        return 0.0
+    peak = gpu.peak_fp8_tflops if dtype.startswith("fp8") else gpu.peak_bf16_tflops
+    return max(flops / (peak * 1e12), nbytes / (gpu.hbm_bandwidth_gbs * 1e9)) * 1e9
+
+
+def total_distance(layers) -> float:
+    return float(sum(d for _, d in layers))
+
+
+# -- state ---------------------------------------------------------------------------------------------------
+@attrs.define
+class Member:
+    kernel: Kernel
+    time: float
+    distance: float
+    layers: tuple
+    rows: tuple
+    failures: int = 0
+    exhausted: bool = False
+
+    def summary(self) -> dict:
+        return {"key": self.kernel.key, "knobs": dict(self.kernel.spec.knobs), "time_ns": self.time,
+                "distance": self.distance}
+
+
+class Recorded:
+    """Answers already in a journal (resume): measurements by key, proposals by step."""
+
+    def __init__(self, events: list[dict], measurements: bool = True):
+        self.proposals = {e["step"]: e for e in events if e["event"] == "proposal"}
+        if not measurements:  # offline re-decision: proposals from the journal, measurements from the bundles
+            events = []
+        self.reference = next((e for e in events if e["event"] == "reference"), None)
+        self.yardstick = next((e for e in events if e["event"] == "yardstick"), None)
+        self.builds = {e["key"]: e for e in events if e["event"] == "build"}
+        self.checks = {e["key"]: e for e in events if e["event"] == "numerics"}
+        self.times = {(e["key"], e["against"]): e for e in events if e["event"] == "timed"}
+
+
+class ReplayBench:
+    """A workbench that answers from the journal where it can and asks the real one for the rest."""
+
+    def __init__(self, inner: Workbench, recorded: Recorded | None):
+        self.inner, self.rec = inner, recorded
+        self.kind = inner.kind
+
+    def capture_reference(self, spec: KernelSpec) -> ReferenceCapture:
+        e = self.rec.reference if self.rec else None
+        if e is not None:
+            return ReferenceCapture(Kernel(REFERENCE, spec, None, e["bundle"]), e["noise_blocks"], e["cost_s"])
+        return self.inner.capture_reference(spec)
+
+    def build(self, kernel: Kernel) -> Built:
+        e = self.rec.builds.get(kernel.key) if self.rec else None
+        if e is not None:
+            return Built(e["key"], e["ok"], e["reason"], e["reason_code"], e["bundle"], e["cost_s"])
+        return self.inner.build(kernel)
+
+    def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked:
+        e = self.rec.checks.get(kernel.key) if self.rec else None
+        if e is not None:
+            return Checked(e["key"], e["passed"], e["reason"], e["cost_s"])
+        return self.inner.check(kernel, built, reference)
+
+    def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:
+        e = self.rec.times.get((kernel.key, incumbent.key)) if self.rec else None
+        if e is not None:
+            return Timed.from_json(e)
+        return self.inner.time(incumbent, kernel, rounds)
+
+    def yardstick(self, spec: KernelSpec, rounds: int):
+        if self.rec and self.rec.yardstick is not None:
+            return self.rec.yardstick["blocks"]
+        return self.inner.yardstick(spec, rounds)
+
+
+@attrs.frozen
+class Outcome:
+    stop: str
+    incumbent: str | None
+    reference_ns: float | None
+    incumbent_ns: float | None
+    noise_ns: float | None
+    timed: int
+    steps: int
+    remaining: tuple
+
+
+def _full_knobs(knob_cls: type | None, knobs: Mapping) -> dict:
+    """The complete knob set (defaults filled in by the target's knob class), as plain JSON values."""
+    def plain(v):
+        return [plain(x) for x in v] if isinstance(v, list | tuple) else v
+
+    if knob_cls is not None and attrs.has(knob_cls):
+        try:
+            obj = knob_cls(**dict(knobs))
+        except (TypeError, ValueError) as exc:
+            raise BadInput(f"knobs {dict(knobs)} are not valid for the target: {exc}", "start_knobs") from None
+        return {k: plain(v) for k, v in attrs.asdict(obj, recurse=False).items()}
+    return {k: plain(v) for k, v in dict(knobs).items()}
+
+
+class Loop:
+    """One campaign's loop. ``lift`` turns a bundle path into a fingerprint; ``diff`` two into a DiffResult."""
+
+    def __init__(self, campaign: Campaign, bench: Workbench, proposer: EditProposer, journal: Journal,
+                 gpu: GpuTarget, knob_cls: type | None = None, *, lift: Callable | None = None,
+                 diff: Callable | None = None, recorded: Recorded | None = None,
+                 header: Mapping | None = None, progress: Callable[[str], None] | None = None):
+        from mosaic.lift.diff import diff_fingerprints
+        from mosaic.lift.inputs import lift_bundle
+
+        self.c, self.journal, self.gpu, self.knob_cls = campaign, journal, gpu, knob_cls
+        self.bench = ReplayBench(bench, recorded)
+        self.recorded = recorded
+        self.proposer = proposer
+        self.lift = lift or (lambda path: lift_bundle(Path(path), gpu=gpu))
+        self.diff = diff or diff_fingerprints
+        self.header = dict(header or {})
+        self.progress = progress or (lambda line: None)
+        self.fps: dict[str, Any] = {}
+        self.tried: set[str] = set()
+        self.history: list[dict] = []
+        self.cost_s = 0.0
+        self.timed = 0
+        self.step = 0
+        self.beam: list[Member] = []
+        self.incumbent: Member | None = None
+        self.repair: dict | None = None
+        self.t_inc_vs_ref: tuple[float, float] | None = None
+
+    # -- helpers -------------------------------------------------------------------------------------------
+    def spec(self, language: str, knobs: Mapping) -> KernelSpec:
+        return KernelSpec(family=self.c.family, shape=dict(self.c.shape), dtype=self.c.dtype, language=language,
+                          knobs=dict(knobs))
+
+    def fingerprint(self, key: str, bundle: str):
+        if key not in self.fps:
+            self.fps[key] = self.lift(bundle)
+        return self.fps[key]
+
+    def emit(self, event: str, **data) -> dict:
+        return self.journal.emit(event, **data)
+
+    def budget_spent(self) -> str | None:
+        if self.cost_s >= self.c.budget_min * 60:
+            return f"budget: {self.cost_s / 60:.2f} of {self.c.budget_min:g} device minutes spent"
+        if self.timed >= self.c.max_candidates:
+            return f"budget: {self.timed} of {self.c.max_candidates} timed candidates spent"
+        return None
+
+    # -- the steps ------------------------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        c = self.c
+        self.emit("campaign", format=FORMAT, version=VERSION, campaign=c.to_json(), gpu=self.gpu.to_json(),
+                  workbench=self.bench.kind, proposer=c.proposer, **self.header)
+        self.floor = physical_floor_ns(c.family, c.shape, c.dtype, self.gpu)
+        ref = self.bench.capture_reference(self.spec(c.source, c.reference_knobs))
+        self.noise: Noise = measure_noise(ref.noise_blocks)
+        self.cost_s += ref.cost_s
+        self.reference = ref.kernel
+        self.emit("reference", key=REFERENCE, bundle=ref.kernel.bundle, noise=self.noise.to_json(),
+                  noise_blocks=ref.noise_blocks, time_ns=self.noise.reference_time, floor_ns=self.floor,
+                  cost_s=ref.cost_s, spec=ref.kernel.spec.to_json())
+        self.progress(f"reference {c.source}: {self.noise.reference_time / 1e3:.2f} us, noise "
+                      f"{self.noise.value / 1e3:.2f} us ({self.noise.relative:.2%}); floor {self.floor / 1e3:.1f} us")
+        self.ref_fp = self.fingerprint(REFERENCE, ref.kernel.bundle)
+        if c.yardstick:
+            blocks = self.bench.yardstick(self.spec(c.source, {}), c.rounds)
+            if blocks:
+                self.emit("yardstick", key="cublas", name="cuBLAS", blocks=blocks, time_ns=time_of(blocks))
+        stop = self.start()
+        while stop is None:
+            stop = self.iterate()
+        return self.finish(stop)
+
+    def start(self) -> str | None:
+        knobs = _full_knobs(self.knob_cls, self.c.start_knobs)
+        spec = self.spec(self.c.target, knobs)
+        kernel = Kernel(candidate_key(spec), spec)
+        self.emit("proposal", step=0, key=kernel.key, ok=True, parent=None,
+                  edit={"kind": "naive", "why": "the naive first translation"}, knobs=knobs, reason="")
+        self.tried.add(kernel.key)
+        built, checked = self.build_and_check(kernel, 0)
+        if not built.ok or not checked.passed:
+            why = built.reason if not built.ok else checked.reason
+            self.emit("verdict", key=kernel.key, step=0, decision="rejected",
+                      reason_code="naive-unbuildable" if not built.ok else "numerics", reason=why)
+            return f"naive-failed: the naive translation {'did not build' if not built.ok else 'failed numerics'}: {why}"
+        kernel = attrs.evolve(kernel, bundle=built.bundle)
+        timed = self.measure(self.reference, kernel)
+        member = self.member(kernel, timed.t_candidate)
+        self.emit("verdict", key=kernel.key, step=0, decision="accepted", reason_code="naive",
+                  reason="the first translation that passes the numerics gate becomes the incumbent",
+                  t_candidate=timed.t_candidate, t_incumbent=None, d_candidate=member.distance, d_incumbent=None,
+                  noise_ns=self.noise.value)
+        self.set_incumbent(member, timed)
+        self.beam = [member]
+        self.emit("beam", members=[m.summary() for m in self.beam])
+        return self.stop_reason()
+
+    def build_and_check(self, kernel: Kernel, step: int) -> tuple[Built, Checked | None]:
+        built = self.bench.build(kernel)
+        self.cost_s += built.cost_s
+        layers, distance = (), None
+        if built.ok:
+            d = self.diff(self.ref_fp, self.fingerprint(kernel.key, built.bundle))
+            layers, distance = d.layers, total_distance(d.layers)
+        self.emit("build", **built.to_json(), step=step, layers=[list(x) for x in layers], distance=distance)
+        if not built.ok:
+            self.progress(f"step {step}: {kernel.key} {built.reason_code}: {built.reason}")
+            return built, None
+        kernel = attrs.evolve(kernel, bundle=built.bundle)
+        checked = self.bench.check(kernel, built, self.reference)
+        self.cost_s += checked.cost_s
+        self.emit("numerics", **checked.to_json(), step=step)
+        return built, checked
+
+    def measure(self, against: Kernel, kernel: Kernel) -> Timed:
+        timed = self.bench.time(against, kernel, self.c.rounds)
+        self.cost_s += timed.cost_s
+        self.emit("timed", **timed.to_json())
+        return timed
+
+    def member(self, kernel: Kernel, t: float) -> Member:
+        d = self.diff(self.ref_fp, self.fingerprint(kernel.key, kernel.bundle))
+        return Member(kernel, t, total_distance(d.layers), d.layers, d.rows)
+
+    def set_incumbent(self, member: Member, timed_vs_ref: Timed | None = None) -> None:
+        self.incumbent = member
+        if timed_vs_ref is None or timed_vs_ref.against != REFERENCE:
+            timed_vs_ref = self.measure(self.reference, member.kernel)
+        self.t_inc_vs_ref = (timed_vs_ref.t_candidate, timed_vs_ref.t_incumbent)
+        self.emit("incumbent", key=member.kernel.key, knobs=dict(member.kernel.spec.knobs), time_ns=member.time,
+                  distance=member.distance, t_vs_reference=list(self.t_inc_vs_ref))
+        self.progress(f"incumbent {member.kernel.key}: {self.t_inc_vs_ref[0] / 1e3:.2f} us vs reference "
+                      f"{self.t_inc_vs_ref[1] / 1e3:.2f} us")
+
+    def stop_reason(self) -> str | None:
+        t_inc, t_ref = self.t_inc_vs_ref
+        if converged(t_inc, t_ref, self.noise.value):
+            return "converged: the incumbent is within the reference's noise or faster"
+        spent = self.budget_spent()
+        if spent:
+            return spent
+        if all(m.exhausted for m in self.beam):
+            return "exhausted: no edit is left for any beam member"
+        return None
+
+    def request(self, member: Member) -> Request:
+        fields = None
+        if self.knob_cls is not None and attrs.has(self.knob_cls):
+            fields = {f.name: (list(f.default) if isinstance(f.default, tuple) else f.default)
+                      for f in attrs.fields(self.knob_cls) if f.default is not attrs.NOTHING}
+        return Request(campaign=self.c.to_json(), parent=member.kernel.key, knobs=dict(member.kernel.spec.knobs),
+                       rows=member.rows, layers=member.layers, incumbent=self.incumbent.summary(),
+                       reference={"key": REFERENCE, "language": self.c.source, "knobs": dict(self.c.reference_knobs),
+                                  "time_ns": self.noise.reference_time, "noise_ns": self.noise.value},
+                       tried=frozenset(self.tried), repair=self.repair, history=tuple(self.history),
+                       knob_fields=fields)
+
+    def next_proposal(self, member: Member) -> Proposal:
+        rec = self.recorded.proposals.get(self.step) if self.recorded else None
+        if rec is not None:
+            return Proposal(rec["ok"], rec["parent"], rec.get("edit"), rec.get("knobs"), rec.get("source"),
+                            rec.get("reason") or "", bool(rec.get("done")))
+        request = self.request(member)
+        for p in self.proposer.propose(request):
+            if not p.ok:
+                return p
+            key = candidate_key(self.spec(self.c.target, _full_knobs(self.knob_cls, p.knobs)), p.source)
+            if key not in self.tried:
+                return p
+        return Proposal(False, member.kernel.key, reason="no untried edit for this kernel", done=True)
+
+    def iterate(self) -> str | None:
+        member = next(m for m in self.beam if not m.exhausted)
+        self.step += 1
+        step = self.step
+        p = self.next_proposal(member)
+        key = None
+        reason = p.reason
+        if p.ok:
+            try:
+                knobs = _full_knobs(self.knob_cls, p.knobs or {})
+            except BadInput as exc:
+                p, reason = attrs.evolve(p, ok=False), f"invalid knobs: {exc.what}"
+            else:
+                spec = self.spec(self.c.target, knobs)
+                key = candidate_key(spec, p.source)
+                if key in self.tried:
+                    p, reason = attrs.evolve(p, ok=False), f"already tried ({key})"
+        self.emit("proposal", step=step, key=key, ok=p.ok, parent=p.parent or member.kernel.key, edit=p.edit,
+                  knobs=(knobs if p.ok else p.knobs), source=p.source, reason=reason, done=p.done)
+        if not p.ok:
+            member.failures += 1
+            if p.done or member.failures >= MAX_PROPOSER_FAILURES:
+                member.exhausted = True
+            self.progress(f"step {step}: proposal rejected: {reason}")
+            return self.stop_reason()
+        member.failures = 0
+        kernel = Kernel(key, spec, p.source)
+        self.tried.add(key)
+        self.repair = None
+        entry = {"key": key, "parent": p.parent, "edit": p.edit, "knobs": knobs}
+        self.history.append(entry)
+        built, checked = self.build_and_check(kernel, step)
+        if not built.ok:
+            entry["outcome"] = built.reason_code
+            return self.stop_reason()
+        kernel = attrs.evolve(kernel, bundle=built.bundle)
+        if not checked.passed:
+            entry["outcome"] = "numerics"
+            self.repair = {"key": key, "knobs": knobs, "edit": p.edit, "reason": checked.reason}
+            self.emit("verdict", key=key, step=step, decision="rejected", reason_code="numerics",
+                      reason=f"failed the numerics gate (never timed): {checked.reason}")
+            self.progress(f"step {step}: {key} failed numerics: {checked.reason}")
+            return self.stop_reason()
+        inc = self.incumbent
+        timed = self.measure(inc.kernel, kernel)
+        self.timed += 1
+        cand = self.member(kernel, timed.t_candidate)
+        # the incumbent's distance is its own; its time is the one measured in this session
+        dec = decide(timed.t_candidate, timed.t_incumbent, cand.distance, inc.distance, self.noise.value, self.floor)
+        entry["outcome"] = dec.reason_code
+        self.emit("verdict", key=key, step=step, decision="accepted" if dec.accepted else "rejected",
+                  reason_code=dec.reason_code, reason=dec.reason, t_candidate=timed.t_candidate,
+                  t_incumbent=timed.t_incumbent, d_candidate=cand.distance, d_incumbent=inc.distance,
+                  noise_ns=self.noise.value, closer_but_slower=dec.closer_but_slower, edit=p.edit,
+                  parent=p.parent, against=inc.kernel.key)
+        self.progress(f"step {step}: {key} {'ACCEPTED' if dec.accepted else 'rejected'} ({dec.reason_code}): "
+                      f"{timed.t_candidate / 1e3:.2f} us vs {timed.t_incumbent / 1e3:.2f} us")
+        if dec.reason_code == "below-floor":
+            return self.stop_reason()
+        if dec.accepted:
+            self.set_incumbent(cand)
+        pool = [m for m in self.beam if m.kernel.key != (cand.kernel.key)] + [cand]
+        inc_key = self.incumbent.kernel.key
+        pool.sort(key=lambda m: (m.kernel.key != inc_key, m.time, m.distance, m.kernel.key))
+        self.beam = pool[: self.c.beam]
+        self.emit("beam", members=[m.summary() for m in self.beam])
+        return self.stop_reason()
+
+    def finish(self, stop: str) -> Outcome:
+        remaining: list = []
+        if self.incumbent is not None:
+            fp = self.fingerprint(self.incumbent.kernel.key, self.incumbent.kernel.bundle)
+            remaining = [r.to_json() for r in self.diff(self.ref_fp, fp).rows]
+        t_inc, t_ref = self.t_inc_vs_ref if self.t_inc_vs_ref else (None, None)
+        self.emit("stop", stop=stop.split(":")[0], reason=stop,
+                  incumbent=self.incumbent.kernel.key if self.incumbent else None,
+                  incumbent_knobs=dict(self.incumbent.kernel.spec.knobs) if self.incumbent else None,
+                  t_incumbent_ns=t_inc, t_reference_ns=t_ref, noise_ns=self.noise.value, timed=self.timed,
+                  steps=self.step, cost_s=self.cost_s, remaining=remaining)
+        self.progress(f"stop: {stop}")
+        return Outcome(stop.split(":")[0], self.incumbent.kernel.key if self.incumbent else None, t_ref, t_inc,
+                       self.noise.value, self.timed, self.step, tuple(remaining))
+
+
+def compare_verdicts(recorded: list[dict], redecided: list[dict]) -> list[str]:
+    """Every difference between two journals' verdicts and stop (offline re-decision must reproduce them)."""
+    def verdicts(events):
+        return [(e["key"], e["step"], e["decision"], e["reason_code"]) for e in events if e["event"] == "verdict"]
+
+    def stop(events):
+        return next((e["stop"] for e in events if e["event"] == "stop"), None)
+
+    a, b = verdicts(recorded), verdicts(redecided)
+    problems = []
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else None
+        y = b[i] if i < len(b) else None
+        if x != y:
+            problems.append(f"verdict {i + 1}: recorded {_show(x)}, re-decided {_show(y)}")
+    if stop(recorded) != stop(redecided):
+        problems.append(f"stop: recorded {stop(recorded)!r}, re-decided {stop(redecided)!r}")
+    return problems
+
+
+def _show(v) -> str:
+    if v is None:
+        return "nothing"
+    key, step, decision, code = v
+    return f"step {step} {key} {decision} ({code})"
+
+
+def stderr_progress(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
+__all__ = ["Decision", "decide", "converged", "physical_floor_ns", "Loop", "Recorded", "Outcome",
+           "compare_verdicts"]

@@ -1,0 +1,203 @@
+"""The ``knobs`` proposer: deterministic, one knob value changed per edit, knobs before rewrites.
+
+For each ranked row (rows whose edit class is ``knob`` first, then ``rewrite`` rows, each group in rank
+order) the row is mapped to catalog concepts: the row's key names a fingerprint feature
+(:data:`ROW_FEATURES`), and for ``*.form`` rows each form token in the reference's and the candidate's value
+names one (:data:`FORM_FEATURES`); :func:`mosaic.catalog.concepts_for_feature` turns the feature into
+concepts. The target language's construct for each concept names its knobs (``knob: stages``,
+``knobs: raster, swizzle``, ``knob: kernel='naive'``). Each knob then gets candidate values, in order:
+
+* a value the construct pins (``kernel='naive'``) when the reference shows the concept and the candidate
+  does not; the knob's default when the candidate shows a pinned concept the reference does not;
+* the row's reference value when it fits the knob (``pipeline.stages`` 4 -> ``stages=4``; ``cluster``
+  [2, 1, 1] -> ``cluster_mn=(2, 1)``);
+* neighbours of the current value: booleans flipped, integers x2, +1, -1, /2, pairs with one side doubled
+  or halved, or swapped; strings go to the default.
+
+Every value goes through the target's knob class (its validators decide what is legal); an invalid one is
+skipped, never proposed. The output is a list, best first; the loop takes the first untried one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from mosaic.catalog import concepts_for_feature
+from mosaic.errors import RecordError
+from mosaic.proposers import Proposal, Request
+
+#: diff row key -> catalog fingerprint features that reveal the concept behind it
+ROW_FEATURES = {
+    "cluster": ("launch:cluster>1",),
+    "roles": ("control:warp-role-branch",),
+    "warp_role_branches": ("control:warp-role-branch",),
+    "block": ("launch:block%128==0", "control:warp-role-branch"),
+    "block.max_threads": ("launch:block%128==0",),
+    "warpgroups": ("launch:block%128==0",),
+    "grid": ("launch:grid<=sm_count", "launch:grid-shape"),
+    "smem.static": ("control:pipeline-depth", "control:epilogue-subtile-loop"),
+    "smem.dynamic": ("control:pipeline-depth", "control:epilogue-subtile-loop"),
+    "registers": ("ptx:setmaxnreg",),
+    "roles.registers": ("ptx:setmaxnreg",),
+    "occupancy.warps_per_sm": ("launch:block%128==0",),
+    "persistent": ("control:outer-tile-loop",),
+    "pipeline.stages": ("control:pipeline-depth",),
+    "pipeline.wait_depth": ("ptx:wgmma.wait_group", "control:pipeline-depth"),
+    "epilogue.form": ("control:epilogue-subtile-loop", "ptx:st.global"),
+    "mma.shape": ("ptx:wgmma.mma_async",),
+    "exp.form": ("ptx:ex2.approx",),
+    "fma.contraction": ("numerics:mul+add-separate",),
+    "div.form": ("ptx:rcp.approx",),
+}
+#: a form token in a ``*.form`` row's value -> the feature that reveals it
+FORM_FEATURES = {
+    "tma": "sass:UTMALDG", "tma.store": "sass:UTMASTG", "cp.async": "ptx:cp.async.cg.shared.global",
+    "ld.global": "ptx:ld.global", "st.global": "ptx:st.global", "wgmma": "ptx:wgmma.mma_async.sync.aligned",
+    "mma.sync": "ptx:mma.sync.aligned", "fma": "ptx:fma.rn.f32", "hmma": "ptx:mma.sync.aligned",
+}
+KNOB_RE = re.compile(r"knobs?:\s*(.*)$")
+NAME_RE = re.compile(r"\s*([a-z_][a-z0-9_]*)(?:\s*=\s*'([^']*)')?")
+
+
+def construct_knobs(expression: str) -> list[tuple[str, str | None]]:
+    """``"...; knobs: raster, swizzle"`` -> [("raster", None), ("swizzle", None)]; pinned values kept."""
+    m = KNOB_RE.search(expression)
+    if not m:
+        return []
+    out = []
+    for part in m.group(1).split(","):
+        n = NAME_RE.match(part)
+        if not n:
+            break
+        out.append((n.group(1), n.group(2)))
+        if part[n.end():].strip():  # prose after the name ends the list
+            break
+    return out
+
+
+def _tokens(value: Any) -> set[str]:
+    if isinstance(value, list | tuple | set):
+        return {str(v) for v in value}
+    return {str(value)} if value is not None else set()
+
+
+def row_concepts(row) -> list[tuple[str, str]]:
+    """(concept, side) for a row; side is 'gain' (the reference shows it), 'lose' (only the candidate) or 'both'."""
+    found: list[tuple[str, str]] = []
+    if row.key.endswith(".form") and row.key not in ROW_FEATURES:
+        ref, cand = _tokens(row.reference), _tokens(row.candidate)
+        for token in sorted(ref - cand):
+            if token in FORM_FEATURES:
+                found += [(c.name, "gain") for c in concepts_for_feature(FORM_FEATURES[token])]
+        for token in sorted(cand - ref):
+            if token in FORM_FEATURES:
+                found += [(c.name, "lose") for c in concepts_for_feature(FORM_FEATURES[token])]
+    for feature in ROW_FEATURES.get(row.key, ()):
+        found += [(c.name, "both") for c in concepts_for_feature(feature)]
+    seen, out = set(), []
+    for item in found:
+        if item[0] not in seen:
+            seen.add(item[0])
+            out.append(item)
+    return out
+
+
+def _ints(value: Any) -> list[int] | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list | tuple) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                         for v in value):
+        return list(value)
+    return None
+
+
+def candidate_values(current: Any, default: Any, row, pinned: str | None, side: str) -> list:
+    vals: list = []
+    if pinned is not None:
+        if side == "gain" and current != pinned:
+            vals.append(pinned)
+        elif side == "lose" and current == pinned and default != pinned:
+            vals.append(default)
+        return vals
+    ref = _ints(row.reference)
+    if isinstance(current, bool):
+        vals.append(not current)
+    elif isinstance(current, int):
+        if ref and len(ref) == 1:
+            vals.append(ref[0])
+        vals += [current * 2, current + 1, current - 1, current // 2]
+    elif isinstance(current, list | tuple) and len(current) == 2 and all(isinstance(v, int) for v in current):
+        a, b = current
+        if ref and len(ref) >= 2:
+            vals.append((ref[0], ref[1]))
+        vals += [(a * 2, b), (a, b * 2), (a // 2, b), (a, b // 2), (b, a)]
+    elif isinstance(current, str) and default != current:
+        vals.append(default)
+    out = []
+    for v in vals:
+        v = tuple(v) if isinstance(v, list) else v
+        cur = tuple(current) if isinstance(current, list) else current
+        if v != cur and v not in out and not (isinstance(v, int) and not isinstance(v, bool) and v < 1):
+            out.append(v)
+    return out
+
+
+class KnobsProposer:
+    name = "knobs"
+
+    def __init__(self, campaign, knob_cls: type | None, catalog) -> None:
+        self.target = campaign.target
+        self.knob_cls = knob_cls
+        self.catalog = catalog
+
+    def _defaults(self, knobs: dict) -> dict:
+        if self.knob_cls is not None and attrs.has(self.knob_cls):
+            return {f.name: f.default for f in attrs.fields(self.knob_cls) if f.default is not attrs.NOTHING}
+        return dict(knobs)
+
+    def _valid(self, knobs: dict) -> bool:
+        if self.knob_cls is None:
+            return True
+        try:
+            self.knob_cls(**knobs)
+        except (RecordError, TypeError, ValueError):
+            return False
+        return True
+
+    def _knobs_of(self, concept: str) -> list[tuple[str, str | None]]:
+        if self.catalog is None or (concept, self.target) not in self.catalog.entries:
+            return []
+        construct = self.catalog.entry(concept, self.target).construct
+        if construct is None or construct.analogue == "none":
+            return []
+        return construct_knobs(construct.expression)
+
+    def edits(self, request: Request) -> Iterable[Proposal]:
+        defaults = self._defaults(dict(request.knobs))
+        current = {**defaults, **dict(request.knobs)}
+        rows = sorted(request.rows, key=lambda r: (r.edit != "knob", r.rank))
+        for row in rows:
+            for concept, side in row_concepts(row):
+                for knob, pinned in self._knobs_of(concept):
+                    if knob not in current:
+                        continue
+                    for value in candidate_values(current[knob], defaults.get(knob), row, pinned, side):
+                        new = {**current, knob: value}
+                        if not self._valid(new):
+                            continue
+                        edit = {"kind": "knob", "knob": knob, "value": list(value) if isinstance(value, tuple)
+                                else value, "was": list(current[knob]) if isinstance(current[knob], tuple)
+                                else current[knob], "concept": concept,
+                                "row": {"layer": row.layer, "key": row.key, "rank": row.rank, "edit": row.edit,
+                                        "reference": row.reference, "candidate": row.candidate}}
+                        yield Proposal(True, request.parent, edit,
+                                       {k: list(v) if isinstance(v, tuple) else v for k, v in new.items()})
+
+    def propose(self, request: Request) -> list[Proposal]:
+        return list(self.edits(request))

@@ -1,0 +1,247 @@
+"""The campaign report, built from the journal alone (so it can be rebuilt at any time, on any machine).
+
+``DIR/report.json`` — every edit accepted or rejected with its reason, null results, candidates that got
+structurally closer but slower, the final differences by name, cuBLAS as a yardstick when it was measured;
+``DIR/report.md`` — the same as tables; ``DIR/report.html`` — self-contained (no scripts, no external files)
+with two inline SVG plots: incumbent and candidate time per step with the reference's noise band, and the
+fingerprint distance per step.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+
+from mosaic.journal import read_journal
+
+
+def _us(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e3:.2f}"
+
+
+def build_report(events: list[dict]) -> dict:
+    head = events[0]
+    by = lambda kind: [e for e in events if e["event"] == kind]  # noqa: E731
+    ref = next(iter(by("reference")), None)
+    yard = next(iter(by("yardstick")), None)
+    stop = next(iter(by("stop")), None)
+    proposals = {e["step"]: e for e in by("proposal")}
+    builds = {e["key"]: e for e in by("build")}
+    verdicts = {e["key"]: e for e in by("verdict")}
+    numerics = {e["key"]: e for e in by("numerics")}
+    edits, series = [], []
+    incumbent_t = None
+    for inc in by("incumbent")[:1]:
+        incumbent_t = inc["time_ns"]
+    accepted_times = {}
+    for e in by("incumbent"):
+        accepted_times[e["key"]] = e["time_ns"]
+    inc_time = incumbent_t
+    for step in sorted(proposals):
+        p = proposals[step]
+        key = p.get("key")
+        row = {"step": step, "key": key, "parent": p.get("parent"), "edit": p.get("edit"), "knobs": p.get("knobs")}
+        v = verdicts.get(key) if key else None
+        b = builds.get(key) if key else None
+        if not p["ok"]:
+            row.update(outcome="rejected", reason_code="proposal", reason=p.get("reason"))
+        elif b is not None and not b["ok"]:
+            row.update(outcome="rejected", reason_code=b["reason_code"], reason=b["reason"])
+        elif v is not None:
+            row.update(outcome=v["decision"], reason_code=v["reason_code"], reason=v["reason"],
+                       t_candidate_ns=v.get("t_candidate"), t_incumbent_ns=v.get("t_incumbent"),
+                       d_candidate=v.get("d_candidate"), d_incumbent=v.get("d_incumbent"),
+                       closer_but_slower=bool(v.get("closer_but_slower")))
+        elif key in numerics and not numerics[key]["passed"]:
+            row.update(outcome="rejected", reason_code="numerics", reason=numerics[key]["reason"])
+        else:
+            row.update(outcome="unfinished", reason_code="unfinished", reason="the run stopped before a verdict")
+        edits.append(row)
+        if row.get("outcome") == "accepted" and key in accepted_times:
+            inc_time = accepted_times[key]
+        series.append({"step": step, "incumbent_ns": inc_time, "candidate_ns": row.get("t_candidate_ns"),
+                       "distance": (b or {}).get("distance"), "outcome": row["outcome"]})
+    noise = ref["noise"] if ref else None
+    final = None
+    if stop is not None:
+        t_inc, t_ref = stop.get("t_incumbent_ns"), stop.get("t_reference_ns")
+        final = {"incumbent": stop.get("incumbent"), "knobs": stop.get("incumbent_knobs"), "t_incumbent_ns": t_inc,
+                 "t_reference_ns": t_ref, "noise_ns": stop.get("noise_ns"),
+                 "within_noise_or_faster": (t_inc is not None and t_ref is not None
+                                            and t_inc <= t_ref + stop["noise_ns"]),
+                 "timed_candidates": stop.get("timed"), "steps": stop.get("steps"),
+                 "device_minutes": round(stop.get("cost_s", 0.0) / 60, 3)}
+        if yard is not None and t_inc:
+            final["fraction_of_cublas"] = yard["time_ns"] / t_inc
+    return {
+        "format": "mosaic-run-report", "version": 1,
+        "campaign": head.get("campaign"), "gpu": (head.get("gpu") or {}).get("name"),
+        "workbench": head.get("workbench"), "proposer": head.get("proposer"),
+        "reference": None if ref is None else {"time_ns": ref["time_ns"], "noise": noise, "floor_ns": ref["floor_ns"]},
+        "yardstick": None if yard is None else {"name": yard["name"], "time_ns": yard["time_ns"],
+                                                 "note": "timed in the same run"},
+        "stop": None if stop is None else {"code": stop["stop"], "reason": stop["reason"]},
+        "final": final,
+        "edits": edits,
+        "accepted": [e for e in edits if e["outcome"] == "accepted"],
+        "null_results": [e for e in edits if e.get("reason_code") == "null"],
+        "closer_but_slower": [e for e in edits if e.get("closer_but_slower")],
+        "remaining_differences": (stop or {}).get("remaining", []),
+        "series": series,
+    }
+
+
+def _edit_text(e: dict) -> str:
+    ed = e.get("edit") or {}
+    if ed.get("kind") == "knob" and "knob" in ed:
+        return f"{ed['knob']}={json.dumps(ed.get('value'))}"
+    if ed.get("kind") == "source":
+        return f"source {ed.get('name')} ({str(ed.get('sha256', ''))[:12]})"
+    if ed.get("kind") == "naive":
+        return "naive translation"
+    if ed.get("knobs"):
+        return ", ".join(f"{k}={json.dumps(v)}" for k, v in ed["knobs"].items())
+    return "-"
+
+
+def _row_text(e: dict) -> str:
+    r = (e.get("edit") or {}).get("row")
+    return f"{r['layer']}:{r['key']} (#{r['rank']})" if r else (e.get("edit") or {}).get("why", "") or "-"
+
+
+def to_markdown(rep: dict) -> str:
+    c = rep["campaign"] or {}
+    lines = [f"# mosaic run: {c.get('source')} -> {c.get('target')}, {c.get('family')} "
+             f"{'x'.join(str(v) for v in (c.get('shape') or {}).values())} {c.get('dtype')} on {rep['gpu']}", ""]
+    lines.append(f"Workbench: {rep['workbench']}; proposer: {rep['proposer']}.")
+    ref = rep["reference"]
+    if ref:
+        n = ref["noise"]
+        lines.append(f"Reference: {_us(ref['time_ns'])} us; noise {_us(n['value_ns'])} us ({n['relative']:.2%}, "
+                     f"{n['statistic']} over {n['blocks']} blocks); physical floor {_us(ref['floor_ns'])} us.")
+    if rep["yardstick"]:
+        lines.append(f"Yardstick: {rep['yardstick']['name']} {_us(rep['yardstick']['time_ns'])} us (timed in the "
+                     "same run).")
+    f = rep["final"]
+    if f:
+        lines.append(f"Final: {f['incumbent']} {_us(f['t_incumbent_ns'])} us vs reference {_us(f['t_reference_ns'])} "
+                     f"us (interleaved) — {'within the noise or faster' if f['within_noise_or_faster'] else 'NOT within the noise'}"
+                     + (f"; {f['fraction_of_cublas']:.1%} of cuBLAS" if "fraction_of_cublas" in f else "")
+                     + f". {f['timed_candidates']} timed candidates, {f['steps']} steps, "
+                       f"{f['device_minutes']:.2f} device minutes.")
+    if rep["stop"]:
+        lines.append(f"Stopped: {rep['stop']['reason']}.")
+    lines += ["", "## Edits", "", "| step | edit | row | outcome | why | t cand (us) | t inc (us) | D cand | D inc |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for e in rep["edits"]:
+        d = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        lines.append(f"| {e['step']} | {_edit_text(e)} | {_row_text(e)} | {e['outcome']} ({e['reason_code']}) | "
+                     f"{(e.get('reason') or '').replace('|', '/')} | {_us(e.get('t_candidate_ns'))} | "
+                     f"{_us(e.get('t_incumbent_ns'))} | {d(e.get('d_candidate'))} | {d(e.get('d_incumbent'))} |")
+    for title, key in (("Null results", "null_results"), ("Structurally closer but slower", "closer_but_slower")):
+        lines += ["", f"## {title}", ""]
+        lines += [f"- step {e['step']}: {_edit_text(e)} — {e['reason']}" for e in rep[key]] or ["- none"]
+    lines += ["", "## Remaining differences", ""]
+    lines += [f"- {r['layer']}:{r['key']} ({r['edit']}) reference {json.dumps(r['reference'])[:80]}, candidate "
+              f"{json.dumps(r['candidate'])[:80]} — {r['why']}" for r in rep["remaining_differences"]] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+def _svg_plot(points: list[tuple], title: str, ylabel: str, band: tuple | None = None, step_line: bool = False,
+              width: int = 720, height: int = 260) -> str:
+    """points: (x, y, kind) with kind in {'incumbent', 'accepted', 'rejected', 'distance'}."""
+    xs = [p[0] for p in points] or [0, 1]
+    ys = [p[1] for p in points if p[1] is not None]
+    if band:
+        ys += list(band)
+    if not ys:
+        return f"<p>{html.escape(title)}: no data</p>"
+    x0, x1 = min(xs), max(max(xs), min(xs) + 1)
+    y0, y1 = min(ys), max(ys)
+    pad = (y1 - y0) * 0.08 or abs(y1) * 0.05 or 1.0
+    y0, y1 = y0 - pad, y1 + pad
+    L, R, T, B = 70, 15, 30, 40
+    sx = lambda x: L + (x - x0) / (x1 - x0) * (width - L - R)  # noqa: E731
+    sy = lambda y: T + (y1 - y) / (y1 - y0) * (height - T - B)  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
+           f'<text x="{width / 2}" y="18" text-anchor="middle" font-size="13">{html.escape(title)}</text>',
+           f'<line x1="{L}" y1="{height - B}" x2="{width - R}" y2="{height - B}" stroke="#333"/>',
+           f'<line x1="{L}" y1="{T}" x2="{L}" y2="{height - B}" stroke="#333"/>',
+           f'<text x="14" y="{height / 2}" font-size="11" transform="rotate(-90 14 {height / 2})">'
+           f'{html.escape(ylabel)}</text>',
+           f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle" font-size="11">step</text>']
+    for v in (y0 + pad, (y0 + y1) / 2, y1 - pad):
+        out.append(f'<text x="{L - 5}" y="{sy(v) + 4:.1f}" text-anchor="end" font-size="10">{v:.4g}</text>')
+    if band:
+        lo, hi = band
+        out.append(f'<rect x="{L}" y="{sy(hi):.1f}" width="{width - L - R}" height="{max(sy(lo) - sy(hi), 1):.1f}" '
+                   'fill="#9ecae1" fill-opacity="0.5"><title>reference ± noise</title></rect>')
+    line = [(sx(x), sy(y)) for x, y, k in points if k in ("incumbent", "distance") and y is not None]
+    if line:
+        path = " ".join(f"{'M' if i == 0 else 'L'}{x:.1f},{y:.1f}" for i, (x, y) in enumerate(line))
+        out.append(f'<path d="{path}" fill="none" stroke="#08519c" stroke-width="2"/>')
+    colours = {"accepted": "#31a354", "rejected": "#de2d26", "distance": "#08519c", "incumbent": "#08519c"}
+    for x, y, k in points:
+        if y is None or (k == "incumbent" and not step_line):
+            continue
+        out.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.5" fill="{colours.get(k, "#555")}">'
+                   f'<title>step {x}: {y:.4g} ({k})</title></circle>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def to_html(rep: dict) -> str:
+    md = to_markdown(rep)
+    ref = rep["reference"]
+    pts = []
+    for s in rep["series"]:
+        pts.append((s["step"], s["incumbent_ns"] / 1e3 if s["incumbent_ns"] else None, "incumbent"))
+        if s["candidate_ns"] is not None:
+            pts.append((s["step"], s["candidate_ns"] / 1e3, "accepted" if s["outcome"] == "accepted" else "rejected"))
+    band = None
+    if ref:
+        band = ((ref["time_ns"] - ref["noise"]["value_ns"]) / 1e3, (ref["time_ns"] + ref["noise"]["value_ns"]) / 1e3)
+    t_svg = _svg_plot(pts, "time per step: incumbent (line), candidates (green accepted, red rejected), "
+                      "reference ± noise (band)", "device time (us)", band)
+    d_svg = _svg_plot([(s["step"], s["distance"], "distance") for s in rep["series"] if s["distance"] is not None],
+                      "fingerprint distance D to the reference per step (a tiebreaker, not a score)", "D")
+    body = []
+    for line in md.splitlines():
+        if line.startswith("# "):
+            body.append(f"<h1>{html.escape(line[2:])}</h1>")
+        elif line.startswith("## "):
+            body.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.startswith("|---"):
+            continue
+        elif line.startswith("| step"):
+            body.append("<table><tr>" + "".join(f"<th>{html.escape(c.strip())}</th>"
+                                                  for c in line.strip("|").split("|")) + "</tr>")
+        elif line.startswith("| "):
+            body.append("<tr>" + "".join(f"<td>{html.escape(c.strip())}</td>" for c in line.strip("|").split("|"))
+                        + "</tr>")
+        else:
+            if body and body[-1].endswith("</tr>"):
+                body.append("</table>")
+            if line.startswith("- "):
+                body.append(f"<li>{html.escape(line[2:])}</li>")
+            elif line:
+                body.append(f"<p>{html.escape(line)}</p>")
+    if body and body[-1].endswith("</tr>"):
+        body.append("</table>")
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;"
+             "font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}")
+    return ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>mosaic run report</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body[:3]) + "\n" + t_svg + "\n" + d_svg + "\n"
+            + "\n".join(body[3:]) + "\n</body></html>\n")
+
+
+def write_report(directory: str | os.PathLike) -> dict:
+    directory = Path(directory)
+    events, _ = read_journal(directory / "journal.jsonl")
+    rep = build_report(events)
+    (directory / "report.json").write_text(json.dumps(rep, indent=2) + "\n")
+    (directory / "report.md").write_text(to_markdown(rep))
+    (directory / "report.html").write_text(to_html(rep))
+    return rep

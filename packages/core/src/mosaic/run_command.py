@@ -1,0 +1,207 @@
+"""``mosaic run``: the convergence loop from flags, a TOML campaign, ``--resume DIR`` or ``--offline DIR``.
+
+* live (flags or ``campaign.toml``): needs a CUDA device; without one it says so in one line and exits 2.
+* ``--offline DIR``: re-decides DIR's campaign from its bundles (no GPU); the journal and report go to
+  ``--out`` (default ``DIR/offline``). When DIR holds a journal, its recorded proposals are replayed and
+  every verdict must come out the same: any mismatch is listed and the exit status is 1.
+* ``--resume DIR``: continues a campaign whose process was stopped (``kill -9`` included) from its journal,
+  without repeating a measurement or losing an accepted edit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from mosaic.errors import BadInput, MosaicError
+
+
+class NoGpu(MosaicError):
+    exit_code = 2
+
+
+def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer, command):
+    from mosaic.campaign import Campaign
+
+    missing = [f"--{n}" for n, v in (("source", source), ("target", target), ("family", family),
+                                      ("shape", shape), ("dtype", dtype)) if v is None]
+    if missing:
+        raise BadInput(f"a live run needs {', '.join(missing)} (or a campaign.toml, --resume DIR, --offline DIR)",
+                       "mosaic run")
+    data = {"source": source, "target": target, "family": family, "shape": shape, "dtype": dtype}
+    for name, value in (("gpu", gpu), ("beam", beam), ("budget_min", budget_min), ("proposer", proposer),
+                        ("command", command)):
+        if value is not None:
+            data[name] = value
+    return Campaign.from_json(data, "mosaic run")
+
+
+def _tools(campaign, gpu_record=None):
+    """GPU record, the target's knob class (None when the language is not installed) and the catalog."""
+    from mosaic.catalog import catalog_from_host
+    from mosaic.plugins import host
+    from mosaic.records import GpuTarget
+
+    h = host()
+    gpu = GpuTarget.from_json(gpu_record) if gpu_record else h.get("gpus", campaign.gpu)
+    knob_cls = None
+    langs = h.items("languages")
+    if campaign.target in langs and langs[campaign.target].backend is not None:
+        knob_cls = langs[campaign.target].backend.knobs(campaign.family)
+    return gpu, knob_cls, catalog_from_host(h)
+
+
+def _loop(campaign, bench, journal, gpu_record=None, recorded=None, header=None, quiet=False):
+    from mosaic.converge import Loop, stderr_progress
+    from mosaic.proposers import make_proposer
+
+    gpu, knob_cls, catalog = _tools(campaign, gpu_record)
+    proposer = make_proposer(campaign.proposer, campaign, knob_cls, catalog)
+    loop = Loop(campaign, bench, proposer, journal, gpu, knob_cls, recorded=recorded, header=header,
+                progress=None if quiet else stderr_progress)
+    try:
+        return loop.run()
+    finally:
+        journal.close()
+
+
+def _summary(out: Path, outcome) -> None:
+    from mosaic.report import write_report
+
+    rep = write_report(out)
+    f = rep["final"] or {}
+    click.echo(f"{outcome.stop}: incumbent {outcome.incumbent} "
+               f"{(f.get('t_incumbent_ns') or 0) / 1e3:.2f} us vs reference {(f.get('t_reference_ns') or 0) / 1e3:.2f} us "
+               f"(noise {(outcome.noise_ns or 0) / 1e3:.2f} us); {outcome.timed} timed, {outcome.steps} steps")
+    click.echo(f"report: {out / 'report.md'}  {out / 'report.html'}  {out / 'report.json'}")
+
+
+def _offline(src: Path, out: Path | None, quiet: bool) -> int:
+    from mosaic.campaign import Campaign, load_campaign
+    from mosaic.converge import Recorded, compare_verdicts
+    from mosaic.journal import NAME, Journal, read_journal
+    from mosaic.workbench import OfflineWorkbench
+
+    recorded_events, gpu_record = None, None
+    if (src / NAME).is_file():
+        recorded_events, _ = read_journal(src / NAME)
+        head = recorded_events[0]
+        campaign = Campaign.from_json(head["campaign"], str(src / NAME))
+        gpu_record = head.get("gpu")
+    elif (src / "campaign.toml").is_file():
+        campaign = load_campaign(src / "campaign.toml")
+    else:
+        raise BadInput("an offline run needs the campaign: journal.jsonl or campaign.toml", str(src))
+    out = out or (src / "offline")
+    journal = Journal.create(out)
+    bench = OfflineWorkbench(src, campaign.family, campaign.dtype)
+    recorded = Recorded(recorded_events, measurements=False) if recorded_events else None
+    outcome = _loop(campaign, bench, journal, gpu_record, recorded,
+                    header={"source_dir": str(src.resolve()), "replays_journal": recorded_events is not None}, quiet=quiet)
+    _summary(out, outcome)
+    if recorded_events is None:
+        click.echo("offline: no recorded journal in the source directory, so these are first decisions "
+                   "from its bundles (nothing to compare)")
+        return 0
+    redecided, _ = read_journal(out / NAME)
+    problems = compare_verdicts(recorded_events, redecided)
+    n = sum(1 for e in recorded_events if e["event"] == "verdict")
+    if problems:
+        for p in problems:
+            click.echo(f"MISMATCH {p}", err=True)
+        click.echo(f"offline re-decision: {len(problems)} mismatch(es) against {n} recorded verdicts", err=True)
+        return 1
+    click.echo(f"offline re-decision: all {n} recorded verdicts and the stop reproduced")
+    return 0
+
+
+def _resume(directory: Path, quiet: bool) -> int:
+    from mosaic.campaign import Campaign
+    from mosaic.converge import Recorded
+    from mosaic.journal import Journal
+    from mosaic.workbench import OfflineWorkbench
+
+    journal, torn = Journal.resume(directory)
+    if torn and not quiet:
+        click.echo(f"resume: {torn}", err=True)
+    head = journal.replay[0]
+    if any(e["event"] == "stop" for e in journal.replay):
+        click.echo("the campaign had finished; report rewritten")
+        from mosaic.report import write_report
+
+        write_report(directory)
+        return 0
+    campaign = Campaign.from_json(head["campaign"], str(journal.path))
+    if head.get("workbench") == "offline":
+        bench = OfflineWorkbench(Path(head["source_dir"]), campaign.family, campaign.dtype)
+    else:
+        bench = _live_bench(campaign, directory)
+    header = {k: head[k] for k in ("source_dir", "replays_journal") if k in head}
+    recorded = Recorded(journal.replay)
+    if head.get("replays_journal") and head.get("source_dir"):
+        from mosaic.journal import NAME, read_journal
+
+        src_events, _ = read_journal(Path(head["source_dir"]) / NAME)
+        recorded.proposals = {**Recorded(src_events, measurements=False).proposals, **recorded.proposals}
+    outcome = _loop(campaign, bench, journal, head.get("gpu"), recorded, header, quiet)
+    _summary(directory, outcome)
+    return 0
+
+
+def _live_bench(campaign, out: Path):
+    from mosaic.gpus import detect
+    from mosaic.plugins import host
+
+    detection = detect(host().items("gpus").values())
+    if not detection.devices:
+        raise NoGpu(f"no GPU here ({detection.reason}); a live run captures and times kernels on a CUDA device. "
+                    "Re-decide recorded bundles with: mosaic run --offline DIR", "mosaic run")
+    from mosaic.live import LiveWorkbench
+
+    return LiveWorkbench(campaign, out)
+
+
+@click.command("run")
+@click.argument("campaign_file", required=False, type=click.Path(path_type=Path))
+@click.option("--source", help="The reference's language (pallas, cute, cutlass, ...).")
+@click.option("--target", help="The candidate's language.")
+@click.option("--family", help="Kernel family (gemm, ...).")
+@click.option("--shape", help="Problem shape, e.g. 4096x4096x4096 (m x n x k for gemm).")
+@click.option("--dtype", help="Input dtype (bf16, f16, ...).")
+@click.option("--gpu", default=None, help="GPU record (mosaic gpus); default h200.")
+@click.option("--beam", type=int, default=None, help="Beam width (default 3).")
+@click.option("--budget-min", type=float, default=None, help="Device minutes (default 10).")
+@click.option("--proposer", default=None, help="knobs (default), command, or a plugin's proposer.")
+@click.option("--command", "command", default=None, help="The agent for --proposer command (a command line).")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Campaign directory.")
+@click.option("--resume", type=click.Path(path_type=Path), default=None, help="Continue the campaign in DIR.")
+@click.option("--offline", type=click.Path(path_type=Path), default=None,
+              help="Re-decide the campaign in DIR from its bundles (no GPU).")
+@click.option("--quiet", is_flag=True, help="No progress lines.")
+def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_min, proposer, command, out,
+        resume, offline, quiet):
+    """Port a kernel between languages by convergence: capture, propose, verify, converge; then report."""
+    if resume is not None and offline is not None:
+        raise BadInput("choose one of --resume and --offline", "mosaic run")
+    if offline is not None:
+        return _offline(offline, out, quiet)
+    if resume is not None:
+        return _resume(resume, quiet)
+    if campaign_file is not None:
+        from mosaic.campaign import load_campaign
+
+        campaign = load_campaign(campaign_file)
+    else:
+        campaign = _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer,
+                                        command)
+    from mosaic.journal import Journal
+
+    out = out or Path(f"mosaic-run-{campaign.source}-{campaign.target}-{campaign.family}-{campaign.problem}")
+    bench = _live_bench(campaign, out)
+    journal = Journal.create(out)
+    (out / "campaign.json").write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
+    outcome = _loop(campaign, bench, journal, quiet=quiet)
+    _summary(out, outcome)
+    return 0

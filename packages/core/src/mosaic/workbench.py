@@ -1,0 +1,300 @@
+"""Where the convergence loop gets its measurements: a small protocol with two implementations.
+
+The loop's decisions are a pure function of recorded measurements (``mosaic.converge``). What produces
+them is a :class:`Workbench`:
+
+* the **live** workbench (``mosaic.live``) captures and times kernels on a GPU and writes one bundle per
+  kernel into ``DIR/bundles``;
+* the **offline** workbench (:class:`OfflineWorkbench`) reads those bundles back — on any machine, with no
+  GPU — so ``mosaic run --offline DIR`` re-decides a finished campaign and must reproduce every verdict.
+
+Bundle layout for the loop (everything else in a bundle is the capture's own): the manifest's extra key
+``mosaic_run`` = ``{"key", "role": "reference"|"candidate"|"yardstick", "build": {"ok", "reason"},
+"cost_s"}``; ``timings`` (``timings.json``) = ``{"unit": "ns", "blocks": [[per-run ns, ...], ...],
+"sessions": [{"against": KEY, "order": "ABAB", "incumbent_blocks": [...], "candidate_blocks": [...]}]}``;
+the reference holds ``inputs`` (``.npz``) and every kernel its ``outputs``. A kernel's time in a comparison
+is the median of its block medians (``mosaic.timing.measurement`` per block).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+import numpy as np
+
+from mosaic.errors import BadInput, BundleError
+from mosaic.records import KernelSpec
+from mosaic.timing import measurement
+
+REFERENCE = "reference"
+YARDSTICK = "cublas"
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, tuple | list):
+        return [_plain(x) for x in v]
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in sorted(v.items())}
+    return v
+
+
+def candidate_key(spec: KernelSpec, source: str | None = None) -> str:
+    """Identity of a candidate: language, family, shape, dtype, knobs and (for source edits) the text's hash."""
+    ident = {"language": spec.language, "family": spec.family, "shape": _plain(spec.shape), "dtype": spec.dtype,
+             "knobs": _plain(spec.knobs),
+             "source": hashlib.sha256(source.encode()).hexdigest() if source is not None else None}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@attrs.frozen
+class Kernel:
+    """A kernel the loop knows: the reference or a candidate."""
+
+    key: str
+    spec: KernelSpec
+    source: str | None = None  # edited source text (command proposer), None for knob-only candidates
+    bundle: str | None = None
+
+
+@attrs.frozen
+class Built:
+    key: str
+    ok: bool
+    reason: str = ""
+    reason_code: str = ""  # "" | "unbuildable" | "unrecorded"
+    bundle: str | None = None
+    cost_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class Checked:
+    key: str
+    passed: bool
+    reason: str = ""
+    cost_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+def time_of(blocks: Sequence[Sequence[float]]) -> float:
+    """A kernel's time in one comparison: the median of its block medians (ns)."""
+    return float(np.median([measurement(b) for b in blocks]))
+
+
+@attrs.frozen
+class Timed:
+    """One interleaved comparison: blocks of ``against`` (A) and of ``key`` (B), run A B A B ..."""
+
+    key: str
+    against: str
+    incumbent_blocks: tuple = attrs.field(converter=lambda v: tuple(tuple(float(x) for x in b) for b in v))
+    candidate_blocks: tuple = attrs.field(converter=lambda v: tuple(tuple(float(x) for x in b) for b in v))
+    order: str = "ABAB"
+    source: str = "same-session"  # or "recorded-blocks" (offline: each kernel's own recorded blocks)
+    cost_s: float = 0.0
+
+    @property
+    def t_incumbent(self) -> float:
+        return time_of(self.incumbent_blocks)
+
+    @property
+    def t_candidate(self) -> float:
+        return time_of(self.candidate_blocks)
+
+    def to_json(self) -> dict:
+        d = attrs.asdict(self)
+        d["t_incumbent_ns"], d["t_candidate_ns"] = self.t_incumbent, self.t_candidate
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> Timed:
+        return cls(**{k: d[k] for k in ("key", "against", "incumbent_blocks", "candidate_blocks", "order", "source",
+                                          "cost_s")})
+
+
+@attrs.frozen
+class ReferenceCapture:
+    kernel: Kernel
+    noise_blocks: tuple = attrs.field(converter=lambda v: tuple(tuple(float(x) for x in b) for b in v))
+    cost_s: float = 0.0
+
+
+class Workbench(Protocol):
+    """What the loop asks of the world. Every answer is a recorded measurement (and goes to the journal)."""
+
+    kind: str  # "live" | "offline"
+
+    def capture_reference(self, spec: KernelSpec) -> ReferenceCapture: ...
+
+    def build(self, kernel: Kernel) -> Built: ...
+
+    def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked: ...
+
+    def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed: ...
+
+    def yardstick(self, spec: KernelSpec, rounds: int) -> tuple | None: ...  # blocks of cuBLAS, or None
+
+    def bundle_path(self, key: str) -> str | None: ...
+
+
+# -- bundles for the loop ---------------------------------------------------------------------------------------
+def save_kernel_bundle(root: str | os.PathLike, *, spec: KernelSpec, key: str, role: str,
+                       files: Mapping[str, tuple[str, Any]] | None = None, blocks: Sequence | None = None,
+                       sessions: Sequence[Mapping] | None = None, build_ok: bool = True, build_reason: str = "",
+                       cost_s: float = 0.0, inputs: Mapping[str, np.ndarray] | None = None,
+                       outputs: Mapping[str, np.ndarray] | None = None, gpu: str | None = None,
+                       toolchain: Mapping[str, str] | None = None):
+    """Write one kernel's bundle in the layout the offline workbench reads (through ``save_bundle``)."""
+    import io
+
+    from mosaic.bundle import save_bundle
+
+    all_files = dict(files or {})
+    if blocks is not None or sessions:
+        timings = {"unit": "ns", "blocks": [list(b) for b in (blocks or [])], "sessions": list(sessions or [])}
+        all_files["timings.json"] = ("timings", json.dumps(timings))
+    for name, arrays in (("inputs", inputs), ("outputs", outputs)):
+        if arrays is not None:
+            buf = io.BytesIO()
+            np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+            all_files[f"{name}.npz"] = (name, buf.getvalue())
+    extra = {"mosaic_run": {"key": key, "role": role, "build": {"ok": build_ok, "reason": build_reason},
+                            "cost_s": float(cost_s)}}
+    return save_bundle(root, kernel=spec, language=spec.language, files=all_files, gpu=gpu, toolchain=toolchain,
+                       extra=extra, overwrite=True)
+
+
+class OfflineWorkbench:
+    """Answers every question from the bundles of ``source_dir/bundles`` (no GPU, nothing is built or run)."""
+
+    kind = "offline"
+
+    def __init__(self, source_dir: str | os.PathLike, family: str, dtype: str, out_dtype: str | None = None):
+        from mosaic.bundle import load_bundle
+
+        self.dir = Path(source_dir)
+        self.family, self.dtype, self.out_dtype = family, dtype, out_dtype
+        root = self.dir / "bundles"
+        if not root.is_dir():
+            raise BadInput("no bundles/ directory: offline runs read a campaign's recorded bundles", str(self.dir))
+        self.by_key: dict[str, Any] = {}
+        self.yardstick_bundle = None
+        self.reference_bundle = None
+        for path in sorted(root.glob("*.bundle")):
+            b = load_bundle(path)
+            meta = b.manifest.get("mosaic_run")
+            if not isinstance(meta, Mapping) or "key" not in meta:
+                continue
+            b.manifest["mosaic_run"] = {**meta, "build": _build_of(b.manifest, meta)}
+            if meta.get("role") == "yardstick":
+                self.yardstick_bundle = b
+                continue
+            if meta.get("role") == "reference":
+                self.reference_bundle = b
+            self.by_key[meta["key"]] = b
+        if self.reference_bundle is None:
+            raise BadInput("no reference bundle (manifest mosaic_run.role = 'reference') among the bundles",
+                           str(root))
+        self._inputs = None
+
+    def _timings(self, b) -> dict:
+        data = b.read_json("timings") or {}
+        if not isinstance(data, Mapping):
+            raise BundleError("timings must be a JSON object", str(b.root))
+        return {**data, "blocks": blocks_of(data.get("blocks"))}
+
+    def bundle_path(self, key: str) -> str | None:
+        b = self.by_key.get(key)
+        return str(b.root) if b is not None else None
+
+    def capture_reference(self, spec: KernelSpec) -> ReferenceCapture:
+        b = self.reference_bundle
+        blocks = self._timings(b).get("blocks") or []
+        cost = float(b.manifest["mosaic_run"].get("cost_s", 0.0))
+        return ReferenceCapture(Kernel(REFERENCE, b.kernel, None, str(b.root)), blocks, cost)
+
+    def build(self, kernel: Kernel) -> Built:
+        b = self.by_key.get(kernel.key)
+        if b is None:
+            return Built(kernel.key, False, f"not recorded in {self.dir / 'bundles'} (offline: nothing is built)",
+                         "unrecorded")
+        meta = b.manifest["mosaic_run"]
+        build = meta.get("build") or {}
+        ok = bool(build.get("ok", True))
+        return Built(kernel.key, ok, str(build.get("reason", "")), "" if ok else "unbuildable", str(b.root),
+                     float(meta.get("cost_s", 0.0)))
+
+    def inputs(self) -> dict:
+        if self._inputs is None:
+            self._inputs = self.reference_bundle.arrays("inputs")
+        return self._inputs
+
+    def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked:
+        b = self.by_key[kernel.key]
+        outputs = b.arrays("outputs")
+        if not outputs or not self.inputs():
+            summary = (b.manifest.get("capture") or {}).get("summary") or {}
+            if "numerics_pass" in summary:  # outputs too large to keep: the capture's own verdict, said so
+                return Checked(kernel.key, bool(summary["numerics_pass"]),
+                               "recorded verdict of the capture (outputs kept by SHA-256 only)"
+                               + ("" if summary["numerics_pass"] else ": failed the oracle"))
+            return Checked(kernel.key, False, "no outputs recorded in the bundle")
+        return gate(self.family, self.inputs(), outputs, self.dtype, self.out_dtype, kernel.key)
+
+    def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:
+        b = self.by_key[kernel.key]
+        t = self._timings(b)
+        for s in t.get("sessions") or []:
+            if s.get("against") == incumbent.key:
+                return Timed(kernel.key, incumbent.key, s["incumbent_blocks"], s["candidate_blocks"],
+                             s.get("order", "ABAB"), "same-session", 0.0)
+        inc = self.by_key.get(incumbent.key)
+        a = self._timings(inc).get("blocks") if inc is not None else None
+        c = t.get("blocks")
+        if not a or not c:
+            raise BundleError(f"no recorded timing of {kernel.key} against {incumbent.key}", str(b.root))
+        n = min(rounds, len(a), len(c))
+        return Timed(kernel.key, incumbent.key, a[:n], c[:n], "ABAB", "recorded-blocks", 0.0)
+
+    def yardstick(self, spec: KernelSpec, rounds: int):
+        if self.yardstick_bundle is None:
+            return None
+        return tuple(self._timings(self.yardstick_bundle).get("blocks") or ()) or None
+
+
+def blocks_of(blocks) -> list:
+    """Blocks as lists of per-run ns: plain lists, or the capture's TimedRuns objects (``times_ns``)."""
+    out = []
+    for b in blocks or []:
+        out.append(list(b["times_ns"]) if isinstance(b, Mapping) else list(b))
+    return out
+
+
+def _build_of(manifest: Mapping, meta: Mapping) -> dict:
+    if "build" in meta:
+        return dict(meta["build"])
+    cap = manifest.get("capture") or {}
+    status = cap.get("status", "ok")
+    ok = status not in ("unbuildable", "crashed", "timeout", "failed")
+    return {"ok": ok, "reason": "" if ok else f"{status}: {(cap.get('summary') or {}).get('error', '')}"}
+
+
+def gate(family: str, inputs: Mapping, outputs: Mapping, dtype: str, out_dtype: str | None, key: str) -> Checked:
+    """The numerics gate: the float64 oracle's verdict on one kernel's outputs."""
+    from mosaic.oracle import check, numerics_pass
+
+    try:
+        verdict = check(family, inputs, outputs, dtype, out_dtype)
+    except BadInput as exc:
+        return Checked(key, False, f"oracle refused the outputs: {exc.what}")
+    return Checked(key, numerics_pass(verdict), verdict.reason)

@@ -188,6 +188,10 @@ from mosaic.check_command import check as _check_command  # noqa: E402  (issue 4
 cli.add_command(_check_command)
 cli.add_command(_capture_command)
 
+from mosaic.run_command import run as _run_command  # noqa: E402 - the convergence loop (issue 6)
+
+cli.add_command(_run_command)
+
 
 def _add_plugin_commands() -> None:
     from mosaic.plugins import host

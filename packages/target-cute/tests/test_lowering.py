@@ -9,6 +9,9 @@ from mosaic.records import KernelSpec
 from mosaic_target_cute.backend import CuteBackend
 from mosaic_target_cute.lowering import find_tool
 
+pytest.importorskip("cutlass.cute",
+                    reason="needs nvidia-cutlass-dsl (Python >= 3.12): run in .venv312 (make test does)")
+
 
 @pytest.fixture(scope="module")
 def h200():

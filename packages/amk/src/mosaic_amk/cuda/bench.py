@@ -1,0 +1,181 @@
+"""``mosaic amk bench``: AMK ms/token against HF eager, HF static cache + CUDA graph and the
+weight-bandwidth floor, in one process, interleaved round by round (so clock drift hits every contender
+alike), medians reported.
+
+Every AMK candidate config passes a correctness gate before it is timed: its greedy tokens for a short
+prompt must equal transformers' bf16 eager tokens (a candidate that fails is reported, never timed).
+"Where the time goes" variants re-time the first passing candidate with stages left out: no weight
+prefetch, every op skipped (the synchronisation skeleton: waits, signals, launch) and the GEMV family
+skipped (everything but the weight streaming). Skipped variants compute garbage; they are timing probes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+from mosaic.records import GpuTarget
+
+from mosaic_amk.config import ScheduleConfig
+from mosaic_amk.cuda import encode as E
+from mosaic_amk.cuda.launcher import SKIPPABLE
+
+GEMV_OPS = ("gemv", "gemv_silu_mul")
+
+
+def floor_bytes(enc: E.Encoded) -> int:
+    """Weight bytes one decode step must read: every weight a non-embed task reads, whole, plus the one
+    embedding row the embed task gathers (the KV cache and activations are not counted)."""
+    t = enc.tasks
+    read_whole, embed_tables = set(), set()
+    for i in range(t.shape[0]):
+        op = E.OPS[t[i, E.W_OP]]
+        for k in range(t[i, E.W_NIN]):
+            b = int(t[i, E.W_IN + k])
+            if enc.buffers[b].kind != "weight":
+                continue
+            (embed_tables if op == "embed" else read_whole).add(b)
+    total = sum(enc.buffers[b].nbytes for b in read_whole)
+    total += sum(enc.buffers[b].row * E.ITEMSIZE[enc.buffers[b].dtype] for b in embed_tables - read_whole)
+    return total
+
+
+def measure_copy_gbs(nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth (bytes read + written) with cupy, median of 5."""
+    import cupy as cp
+
+    a = cp.empty(nbytes // 2, cp.uint8)
+    b = cp.empty_like(a)
+    times = []
+    for _ in range(6):
+        s, e = cp.cuda.Event(), cp.cuda.Event()
+        s.record()
+        b[...] = a
+        e.record()
+        e.synchronize()
+        times.append(cp.cuda.get_elapsed_time(s, e))
+    del a, b
+    return nbytes / (statistics.median(times[1:]) * 1e-3) / 1e9
+
+
+@attrs.define
+class Contender:
+    name: str
+    run: Any  # () -> ms per token
+    samples: list = attrs.field(factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "ms_per_token": statistics.median(self.samples) if self.samples else None,
+                "samples": [round(s, 4) for s in self.samples], "error": self.error}
+
+
+def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
+    """A few schedule configs: the default and two finer splits (more tasks than SMs per GEMV stage)."""
+    lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
+    return [("default", ScheduleConfig()),
+            ("rows16-lm", ScheduleConfig(gemv_rows_per_task=16, lm_head_rows_per_task=lm_rows, prefetch_depth=2)),
+            ("rows32-lm", ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=1))]
+
+
+def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, ScheduleConfig]] | None = None, *,
+              rounds: int = 5, steps: int = 64, hf_steps: int = 16, gate_tokens: int = 16, variants: bool = True,
+              graph: bool = True, eager: bool = True, log=print, deadline: float | None = None) -> dict:
+    """Bench one HF model (on the GPU, bf16) against the CUDA VM. Returns a JSON-able dict."""
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
+
+    candidates = list(candidates or default_candidates(spec))
+    weights = weights_from_torch(model, spec)
+    rng = np.random.default_rng(0)
+    gate_prompt = [int(v) for v in rng.integers(0, spec.vocab_size, 8)]
+    hf_tokens, _ = hf_gpu.greedy(model, [gate_prompt], gate_tokens)
+    result: dict[str, Any] = {"model": spec.family, "layers": spec.num_layers, "hidden": spec.hidden_size,
+                              "vocab": spec.vocab_size, "params": spec.num_params(), "gpu": gpu.name,
+                              "steps": steps, "rounds": rounds, "candidates": [], "contenders": []}
+    contenders: list[Contender] = []
+    first_vm = None
+    for name, cfg in candidates:
+        entry: dict[str, Any] = {"name": name, "config": cfg.to_json()}
+        try:
+            vm = CudaVM(spec, cfg, gpu, weights=weights, max_positions=max(512, steps + 64))
+            toks, _ = vm.generate(gate_prompt, gate_tokens, logits=False)
+            entry.update(tasks=int(vm.enc.tasks.shape[0]), gate_tokens_equal=toks == hf_tokens[0])
+            if toks != hf_tokens[0]:
+                first = next(i for i, (a, b) in enumerate(zip(toks, hf_tokens[0], strict=True)) if a != b)
+                entry["gate"] = f"tokens differ from HF eager bf16 at generated token {first}: not timed"
+            else:
+                contenders.append(Contender(f"amk[{name}]", lambda vm=vm: vm.time_decode(steps)))
+                first_vm = first_vm or vm
+                if "floor_bytes" not in result:
+                    result["floor_bytes"] = floor_bytes(vm.enc)
+        except Exception as exc:  # noqa: BLE001 - a failing candidate is reported, the bench goes on
+            entry["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        result["candidates"].append(entry)
+        log(f"  candidate {name}: {entry.get('gate') or entry.get('error') or 'gate passed'}")
+    if first_vm is not None and variants:
+        all_ops = sum(SKIPPABLE.values())
+        gemv = sum(SKIPPABLE[o] for o in GEMV_OPS)
+        contenders += [
+            Contender("amk probe: no prefetch", lambda: first_vm.time_decode(steps, prefetch_depth=0)),
+            Contender("amk probe: skip all ops (sync skeleton)", lambda: first_vm.time_decode(steps, skip_ops=all_ops)),
+            Contender("amk probe: skip gemv ops", lambda: first_vm.time_decode(steps, skip_ops=gemv)),
+        ]
+    if eager:
+        contenders.append(Contender("hf eager", lambda: hf_gpu.time_eager(model, hf_steps)))
+    if graph:
+        try:
+            dec = hf_gpu.StaticGraphDecoder(model, max_cache_len=max(256, steps + 16))
+            contenders.append(Contender("hf static cache + cuda graph", lambda: dec.time(steps)))
+        except Exception as exc:  # noqa: BLE001
+            c = Contender("hf static cache + cuda graph")
+            c.error = f"capture failed: {type(exc).__name__}: {exc}"[:500]
+            contenders.append(c)
+    for r in range(rounds):
+        if deadline is not None and time.time() > deadline:
+            result["rounds_run"] = r
+            break
+        for c in contenders:
+            if c.error and not c.samples:
+                continue
+            try:
+                c.samples.append(float(c.run()))
+            except Exception as exc:  # noqa: BLE001
+                c.error = f"{type(exc).__name__}: {exc}"[:500]
+    else:
+        result["rounds_run"] = rounds
+    result["contenders"] = [c.to_json() for c in contenders]
+    fb = result.get("floor_bytes")
+    if fb:
+        result["floor_ms_datasheet"] = fb / (gpu.hbm_bandwidth_gbs * 1e9) * 1e3
+        try:
+            gbs = measure_copy_gbs()
+            result["copy_gbs"] = gbs
+            result["floor_ms_measured_copy"] = fb / (gbs * 1e9) * 1e3
+        except Exception as exc:  # noqa: BLE001
+            result["copy_error"] = str(exc)[:200]
+    return result
+
+
+def format_table(result: dict) -> str:
+    lines = [f"bench: {result.get('model')} {result.get('layers')} layers, hidden {result.get('hidden')}, vocab "
+             f"{result.get('vocab')}, {result.get('params', 0) / 1e6:.0f}M params on {result.get('gpu')}"]
+    fd, fm = result.get("floor_ms_datasheet"), result.get("floor_ms_measured_copy")
+    if fd:
+        lines.append(f"  weight-bandwidth floor: {fd:.3f} ms/token at the GpuTarget's HBM bandwidth"
+                     + (f", {fm:.3f} ms at the measured copy bandwidth ({result['copy_gbs']:.0f} GB/s)" if fm else ""))
+    lines.append(f"  {'contender':44s} {'ms/token':>10s} {'x floor':>8s}  samples")
+    for c in result.get("contenders", []):
+        ms = c.get("ms_per_token")
+        ratio = f"{ms / fd:8.2f}" if ms and fd else " " * 8
+        shown = f"{ms:10.3f}" if ms is not None else f"{'-':>10s}"
+        extra = c["error"] if c.get("error") else " ".join(f"{s:.3f}" for s in c["samples"])
+        lines.append(f"  {c['name']:44s} {shown} {ratio}  {extra}")
+    for cand in result.get("candidates", []):
+        if cand.get("gate") or cand.get("error"):
+            lines.append(f"  candidate {cand['name']}: {cand.get('gate') or cand.get('error')}")
+    return "\n".join(lines)

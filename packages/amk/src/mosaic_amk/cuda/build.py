@@ -1,0 +1,132 @@
+"""Build the AMK VM (vm.cu + microkernels.cuh + abi.h) for sm_90a with nvcc, cached by source hash.
+
+``build(threads=512)`` returns a :class:`VmBuild`: the cubin path and what ptxas reported (registers,
+spill stores/loads, stack frame, static shared memory). The cache key is the SHA-256 of the three source
+files, the nvcc version line and the flags, so an edited source or another toolchain rebuilds; the cache
+lives in ``$MOSAIC_AMK_CACHE`` (default ``~/.cache/mosaic/amk-cuda``). No GPU is needed to build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import attrs
+from mosaic.errors import MosaicError
+
+SOURCE_DIR = Path(__file__).parent
+SOURCES = ("vm.cu", "microkernels.cuh", "abi.h")
+ARCH = "sm_90a"
+KERNEL = "amk_vm"
+
+
+class BuildError(MosaicError):
+    """nvcc is missing or failed."""
+
+
+@attrs.frozen
+class VmBuild:
+    cubin: Path
+    ptxas_log: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    smem_bytes: int
+    threads: int
+    key: str
+    cached: bool
+
+    def to_json(self) -> dict:
+        return {"cubin": str(self.cubin), "registers": self.registers, "spill_stores": self.spill_stores,
+                "spill_loads": self.spill_loads, "stack_bytes": self.stack_bytes, "smem_bytes": self.smem_bytes,
+                "threads": self.threads, "key": self.key[:16], "cached": self.cached}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MOSAIC_AMK_CACHE") or Path.home() / ".cache" / "mosaic" / "amk-cuda")
+
+
+def nvcc_path() -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        for cand in ("/usr/local/cuda/bin/nvcc",):
+            if Path(cand).is_file():
+                return cand
+        raise BuildError("nvcc not found on PATH (needed to build the AMK CUDA VM)")
+    return nvcc
+
+
+def flags(threads: int) -> list[str]:
+    return ["-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3", "-lineinfo", "-Xptxas", "-v",
+            f"-DAMK_THREADS={threads}", "-std=c++17"]
+
+
+def source_key(threads: int, nvcc_version: str) -> str:
+    h = hashlib.sha256()
+    for name in SOURCES:
+        h.update(name.encode() + b"\0" + (SOURCE_DIR / name).read_bytes() + b"\0")
+    h.update(nvcc_version.encode() + b"\0" + " ".join(flags(threads)).encode())
+    return h.hexdigest()
+
+
+_PTXAS = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+    "smem_bytes": re.compile(r"(\d+) bytes smem"),
+}
+
+
+def parse_ptxas(log: str, kernel: str = KERNEL) -> dict[str, int]:
+    """The resource figures ptxas -v reported for ``kernel`` (the section after its 'Compiling entry')."""
+    start = log.find(f"Compiling entry function '{kernel}'")
+    if start < 0:
+        raise BuildError(f"ptxas output has no entry for {kernel}")
+    section = log[start:]
+    nxt = section.find("Compiling entry function", 10)
+    section = section[:nxt] if nxt > 0 else section
+    out = {}
+    for name, rx in _PTXAS.items():
+        m = rx.search(section)
+        out[name] = int(m.group(1)) if m else 0
+    if not _PTXAS["registers"].search(section):
+        raise BuildError(f"ptxas output for {kernel} has no register count")
+    return out
+
+
+def build(threads: int = 512, *, force: bool = False) -> VmBuild:
+    """Compile (or reuse the cached) cubin of the VM for ``threads`` threads per block."""
+    if threads % 32 or not 32 <= threads <= 1024:
+        raise BuildError(f"threads per block must be a multiple of 32 in 32..1024, got {threads}")
+    nvcc = nvcc_path()
+    try:
+        version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"could not run nvcc --version: {exc}") from None
+    version_line = next((ln for ln in version.splitlines() if "release" in ln), version.strip()[-80:])
+    key = source_key(threads, version_line)
+    out_dir = cache_dir() / key[:24]
+    cubin, log_path = out_dir / "amk_vm.cubin", out_dir / "ptxas.log"
+    cached = cubin.is_file() and log_path.is_file() and not force
+    if not cached:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = out_dir / f"amk_vm.{os.getpid()}.cubin"
+        cmd = [nvcc, *flags(threads), "-I", str(SOURCE_DIR), "-o", str(tmp), str(SOURCE_DIR / "vm.cu")]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BuildError(f"nvcc failed to run: {exc}") from None
+        if proc.returncode != 0:
+            raise BuildError("nvcc failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1][:400],
+                             " ".join(cmd))
+        log_path.write_text(proc.stdout + proc.stderr)
+        tmp.replace(cubin)
+    log = log_path.read_text()
+    res = parse_ptxas(log)
+    return VmBuild(cubin=cubin, ptxas_log=log, threads=threads, key=key, cached=cached, **res)

@@ -1,0 +1,160 @@
+"""CudaVM: greedy generation with the persistent megakernel, one launch per decode step.
+
+``CudaVM(model, config, gpu, weights=...)`` lowers the decode step, gates it through the validator
+(refused unless ``unsafe``), encodes it once (position is a launch argument), binds the weights by
+pointer and keeps the KV cache on the device between launches. Prefill runs the decode-step schedule
+once per prompt token, as the ReferenceVM does. The token of step k feeds step k+1 on the device (no
+host round trip between launches): step k reads ``seq[k]`` and, from the last prompt position on,
+writes its argmax to ``seq[k + 1]``.
+
+Position coverage: the schedule is lowered and validated at position 0 and at the last position a
+generation reaches; both must have the same ``structure_key`` (everything but the position parameter
+and the KV-slot/attention ranges), which is what lets one encoding serve every step. Positions in
+between are not lowered one by one (docs/amk-cuda.md says why that is sound for this lowering and what
+it assumes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+from mosaic.errors import BadInput
+from mosaic.records import GpuTarget
+
+from mosaic_amk.config import ScheduleConfig
+from mosaic_amk.cuda import encode as E
+from mosaic_amk.cuda.build import build as build_vm
+from mosaic_amk.cuda.launcher import Launcher, gate
+from mosaic_amk.lowering import LOGITS, kv_capacity, lower
+from mosaic_amk.model import ModelSpec
+
+
+def cuda_config(config: ScheduleConfig, max_positions: int) -> ScheduleConfig:
+    """The config with a KV capacity the VM can hold: kv_max_tokens = max_positions rounded up to a page
+    when the config leaves it at 0 (the model's max_position_embeddings, e.g. 131072, would not fit the
+    attention micro-kernel's score buffer)."""
+    if config.kv_max_tokens:
+        return config
+    page = config.kv_page_tokens
+    return attrs.evolve(config, kv_max_tokens=-(-max_positions // page) * page)
+
+
+@attrs.define
+class CudaVM:
+    model: ModelSpec
+    config: ScheduleConfig
+    gpu: GpuTarget
+    weights: Mapping[str, Any] | None = None
+    mode: str = "hf-bf16"
+    unsafe: bool = False
+    timeout_s: float = 1.0
+    max_positions: int = 1024
+    launcher: Launcher | None = None
+    enc: E.Encoded | None = None
+    validations: dict = attrs.field(factory=dict)  # position -> ValidationResult
+    build_info: Any = None
+
+    def __attrs_post_init__(self) -> None:
+        self.config = cuda_config(self.config, self.max_positions)
+        self.capacity = kv_capacity(self.model, self.config)
+        s0 = lower(self.model, self.config, self.gpu, 0)
+        self.validations[0] = gate(s0, self.unsafe)
+        self.enc = E.encode(s0)
+        self.build_info = build_vm(self.config.threads_per_block)
+        self.launcher = Launcher(self.enc, str(self.build_info.cubin), threads=self.config.threads_per_block,
+                                 smem_bytes=self.config.smem_bytes, mode=self.mode, timeout_s=self.timeout_s,
+                                 prefetch_depth=self.config.prefetch_depth)
+        self.launcher.bind(self.weights if self.weights is not None else self.model.weights)
+        self._seq = None
+        self._dummy = self.launcher.cp.zeros(4, self.launcher.cp.int32)
+
+    # ----------------------------------------------------------------------------------- positions
+    def cover(self, last_position: int) -> None:
+        """Lower and gate the schedule at ``last_position``; its structure must equal position 0's."""
+        if last_position >= self.capacity:
+            raise BadInput(f"position {last_position} outside the KV cache (capacity {self.capacity}; raise "
+                           "kv_max_tokens)")
+        if last_position in self.validations:
+            return
+        s = lower(self.model, self.config, self.gpu, last_position)
+        self.validations[last_position] = gate(s, self.unsafe)
+        if E.structure_key(s) != self.enc.structure_key:
+            raise E.EncodeError(f"the schedule at position {last_position} differs from position 0 beyond the "
+                                "position parameter (e.g. sm_policy least_loaded places attention by context "
+                                "length); the CUDA VM needs a position-invariant structure (round_robin)")
+
+    # ----------------------------------------------------------------------------------- generation
+    def _steps(self, prompt: Sequence[int], n_tokens: int):
+        cp = self.launcher.cp
+        if not prompt:
+            raise BadInput("the prompt needs at least one token")
+        bad = [t for t in prompt if not 0 <= int(t) < self.model.vocab_size]
+        if bad:
+            raise BadInput(f"token ids outside the vocabulary (0 .. {self.model.vocab_size - 1}): {bad[:5]}")
+        n = len(prompt)
+        self.cover(n + n_tokens - 2 if n_tokens > 0 else n - 1)
+        seq = cp.zeros(n + n_tokens + 1, cp.int32)
+        seq[:n] = cp.asarray(np.asarray(prompt, np.int32))
+        self._seq = seq
+        base = seq.data.ptr
+        for k in range(n + n_tokens - 1):
+            out = base + 4 * (k + 1) if k >= n - 1 else self._dummy.data.ptr
+            yield k, base + 4 * k, out
+
+    def generate(self, prompt: Sequence[int], n_tokens: int, *, logits: bool = True
+                 ) -> tuple[list[int], list[np.ndarray]]:
+        """Greedy decode ``n_tokens`` tokens after ``prompt``; returns them and (if ``logits``) the logits
+        each was chosen from (float32 numpy arrays)."""
+        cp, lz = self.launcher.cp, self.launcher
+        n = len(prompt)
+        lz.reset_kv()
+        lz.clear_abort()
+        hist = cp.empty((n_tokens, self.model.vocab_size), cp.float32) if logits else None
+        for k, tin, tout in self._steps(prompt, n_tokens):
+            lz.launch(position=k, token_in=tin, token_out=tout)
+            if logits and k >= n - 1:
+                hist[k - (n - 1)] = lz.array(LOGITS)
+        lz.check()
+        tokens = [int(t) for t in cp.asnumpy(self._seq[n:n + n_tokens])]
+        return tokens, ([row for row in cp.asnumpy(hist)] if logits else [])
+
+    def time_decode(self, n_steps: int = 64, *, warmup: int = 4, skip_ops: int = 0,
+                    prefetch_depth: int | None = None, prompt_token: int = 1) -> float:
+        """Milliseconds per decode step, CUDA events around ``n_steps`` back-to-back launches at positions
+        ``warmup .. warmup + n_steps - 1`` (each step's token feeds the next on the device)."""
+        cp, lz = self.launcher.cp, self.launcher
+        lz.reset_kv()
+        lz.clear_abort()
+        steps = list(self._steps([prompt_token], warmup + n_steps))
+        for k, tin, tout in steps[:warmup]:
+            lz.launch(position=k, token_in=tin, token_out=tout, skip_ops=skip_ops, prefetch_depth=prefetch_depth)
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for k, tin, tout in steps[warmup:warmup + n_steps]:
+            lz.launch(position=k, token_in=tin, token_out=tout, skip_ops=skip_ops, prefetch_depth=prefetch_depth)
+        stop.record()
+        stop.synchronize()
+        lz.check()
+        return cp.cuda.get_elapsed_time(start, stop) / n_steps
+
+
+def weights_from_torch(model, spec: ModelSpec) -> dict[str, Any]:
+    """The VM's weight arrays straight from a transformers model on the GPU (no copy): every state-dict
+    tensor of the ModelSpec by name, plus ``rope.inv_freq`` (float32, from the ModelSpec, which took it
+    from the model)."""
+    from mosaic_amk.model import INV_FREQ
+
+    state = dict(model.state_dict())
+    out: dict[str, Any] = {}
+    for name in spec.weights:
+        if name == INV_FREQ:
+            out[name] = spec.weights[name]
+            continue
+        t = state.get(name)
+        if t is None:
+            raise BadInput(f"the model has no tensor {name}")
+        out[name] = t.detach().contiguous()
+    return out

@@ -1,0 +1,185 @@
+"""transformers on the GPU in bf16: the reference the CUDA VM is held to, and the baselines it races.
+
+- :func:`load_bf16` loads a checkpoint directory (safetensors, eager attention) onto the GPU in bf16;
+  :func:`random_model` builds a seeded random-init model of a named shape directly on the GPU (the same
+  recipe as ``tiny_models.make_checkpoint``: HF init, then norms ``1 + 0.2 * randn``, biases ``0.5 * randn``).
+- :func:`greedy` is transformers' own ``generate`` (greedy, exactly n tokens, raw logits).
+- :func:`time_eager` times HF eager decode steps (model forward with a DynamicCache, one token a step);
+  :func:`time_static_graph` captures one decode step with a StaticCache in a CUDA graph and replays it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from mosaic.errors import BadInput
+
+# Real model dimensions (random weights). SmolLM2-135M's entry is tiny_models.SMOLLM2_135M.
+SHAPES: dict[str, tuple[str, dict]] = {
+    "smollm2-135m": ("LlamaConfig", dict(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+        num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="default", rope_theta=100000.0), initializer_range=0.041666666666666664)),
+    "smollm2-360m": ("LlamaConfig", dict(
+        vocab_size=49152, hidden_size=960, intermediate_size=2560, num_hidden_layers=32, num_attention_heads=15,
+        num_key_value_heads=5, max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="default", rope_theta=100000.0), initializer_range=0.02)),
+    "tinyllama-1.1b": ("LlamaConfig", dict(
+        vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+        num_key_value_heads=4, max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0), initializer_range=0.02)),
+    "llama-3.2-1b": ("LlamaConfig", dict(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        tie_word_embeddings=True, rope_parameters=dict(
+            rope_type="llama3", rope_theta=500000.0, factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+            original_max_position_embeddings=8192), initializer_range=0.02)),
+}
+
+
+def _quiet():
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def random_model(shape: str, seed: int = 0, **overrides):
+    """A seeded random-init model of ``shape`` (a SHAPES key), built on the GPU in bf16, eager attention."""
+    import torch
+    import transformers
+
+    _quiet()
+    if shape not in SHAPES:
+        raise BadInput(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    cls_name, kwargs = SHAPES[shape]
+    cfg = getattr(transformers, cls_name)(**{**kwargs, **overrides})
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16,
+                                                              attn_implementation="eager")
+    with torch.no_grad():
+        gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+        for pname, p in model.named_parameters():
+            if pname.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=gen, device="cuda") * 0.5)
+            elif "norm" in pname:
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen, device="cuda"))
+    return model.eval()
+
+
+def load_bf16(path: str | Path):
+    """A checkpoint directory on the GPU in bf16 with eager attention (safetensors only, no remote code)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    _quiet()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16, local_files_only=True,
+                                                     use_safetensors=True, trust_remote_code=False,
+                                                     attn_implementation="eager")
+    except Exception as exc:  # transformers raises many types for broken files
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BadInput(f"transformers could not load the checkpoint: {first[:300]}", str(path)) from None
+    return model.to("cuda").eval()
+
+
+def spec_of(model):
+    """The ModelSpec of a loaded model (the importer's own checks: support rules, every tensor used)."""
+    from mosaic_amk.importer import spec_from_hf
+
+    return spec_from_hf(model, None, getattr(model.config, "_name_or_path", "") or "<gpu model>")
+
+
+def greedy(model, prompts: Sequence[Sequence[int]], n_tokens: int) -> tuple[list[list[int]], list[np.ndarray]]:
+    """transformers' greedy ``generate`` in bf16 on the GPU, all prompts in one batch (they must have one
+    length: no padding, so every row's attention mask is the batch-1 mask). Returns per prompt the
+    ``n_tokens`` new tokens and a float32 array [n_tokens, vocab] of the logits they were chosen from."""
+    import torch
+
+    lens = {len(p) for p in prompts}
+    if len(lens) != 1:
+        raise BadInput("greedy(): the prompts of one batch must have one length")
+    gen = model.generation_config
+    gen.eos_token_id = None
+    gen.pad_token_id = 0
+    ids = torch.tensor([list(p) for p in prompts], dtype=torch.long, device="cuda")
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_tokens,
+                             min_new_tokens=n_tokens, do_sample=False, num_beams=1, output_logits=True,
+                             return_dict_in_generate=True, generation_config=gen)
+    n = ids.shape[1]
+    tokens = out.sequences[:, n:].tolist()
+    logits = torch.stack(out.logits, dim=1).float().cpu().numpy()  # [batch, steps, vocab]
+    return tokens, [logits[b] for b in range(len(prompts))]
+
+
+def time_eager(model, n_steps: int = 32, warmup: int = 4, prompt_token: int = 1) -> float:
+    """ms per decode step of HF eager (forward of one token with a DynamicCache), CUDA events around
+    ``n_steps`` steps after ``warmup``; the next token is the argmax, kept on the GPU."""
+    import torch
+    from transformers import DynamicCache
+
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        tok = torch.tensor([[prompt_token]], device="cuda")
+        for _ in range(warmup):
+            tok = model(input_ids=tok, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n_steps):
+            tok = model(input_ids=tok, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        stop.record()
+        stop.synchronize()
+    return start.elapsed_time(stop) / n_steps
+
+
+class StaticGraphDecoder:
+    """One decode step of HF (StaticCache, eager attention) captured in a CUDA graph."""
+
+    def __init__(self, model, max_cache_len: int = 512):
+        import torch
+        from transformers import StaticCache
+
+        self.model = model
+        self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
+        self.tok = torch.ones((1, 1), dtype=torch.long, device="cuda")
+        self.pos = torch.zeros((1,), dtype=torch.long, device="cuda")
+        self.max_cache_len = max_cache_len
+        with torch.no_grad():
+            for _ in range(3):  # warm up on a side stream (lazy cache allocation, cuBLAS handles)
+                self._step()
+            torch.cuda.synchronize()
+            self.pos.zero_()
+            self.graph = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s), torch.cuda.graph(self.graph, stream=s):
+                self.out = self._step()
+            torch.cuda.current_stream().wait_stream(s)
+
+    def _step(self):
+        logits = self.model(input_ids=self.tok, position_ids=self.pos[None], cache_position=self.pos,
+                            past_key_values=self.cache, use_cache=True).logits
+        return logits[:, -1].argmax(-1)
+
+    def time(self, n_steps: int = 64, warmup: int = 4) -> float:
+        import torch
+
+        self.pos.zero_()
+        for _ in range(warmup):
+            self.graph.replay()
+            self.tok.copy_(self.out[:, None])
+            self.pos.add_(1)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n_steps):
+            self.graph.replay()
+            self.tok.copy_(self.out[:, None])  # feed the argmax back (a tiny kernel per step, as a real loop)
+            self.pos.add_(1)
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / n_steps

@@ -1,0 +1,280 @@
+"""Launch the AMK VM: one cooperative block per (logical) SM, through cupy (``cupy.RawModule`` with
+``enable_cooperative_groups``, i.e. ``cuLaunchCooperativeKernel``).
+
+- :func:`gate` is the launch policy: a schedule the validator rejects is never launched unless
+  ``unsafe=True`` (tests and the planted-deadlock demonstration).
+- :class:`Launcher` owns the device tables (task table, queues, buffer table), the counters (zeroed by
+  the VM itself before its entry grid sync, i.e. before every launch), the control block (sticky abort
+  flag, error bits, per-block dump) and the buffers it allocates (activations, outputs, the KV cache,
+  which persists between launches). Weights are bound by pointer (zero copy from torch/cupy arrays).
+- The watchdog: a wait longer than ``timeout_s`` sets the sticky abort flag; every block then leaves its
+  queue and reaches the exit grid sync, so the kernel ends normally and the context stays usable.
+  :meth:`Launcher.check` raises :class:`WatchdogAbort` carrying the per-block dump (which task, which
+  counter, its value, the threshold); :meth:`Launcher.clear_abort` re-arms it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+from mosaic.errors import CheckFailed, MosaicError
+
+from mosaic_amk.cuda import encode as E
+from mosaic_amk.schedule import Schedule
+from mosaic_amk.validator import ValidationResult, validate
+
+CTRL_HEAD, DUMP_WORDS = 16, 8
+C_ABORT, C_ERROR, C_ABORTED = 0, 1, 2
+STATES = {0: "idle", 1: "running", 2: "done", 3: "timeout", 4: "peer-abort", 5: "skipped"}
+ERRORS = {1: "embed token outside the table", 2: "position outside the KV cache / RoPE table",
+          4: "attention context longer than the score buffer in shared memory"}
+MODES = {"f32": 0, "hf-bf16": 1}
+SKIPPABLE = {name: 1 << code for name, code in E.OP_CODE.items()}
+
+
+class DeviceError(MosaicError):
+    """The GPU side failed: no CUDA device or cupy, a launch error, or an error bit the VM raised."""
+
+
+class WatchdogAbort(MosaicError):
+    """A wait exceeded the watchdog timeout; the launch was aborted. ``dump`` has one entry per block."""
+
+    exit_code = 1
+
+    def __init__(self, dump: list[dict], timeout_s: float):
+        self.dump = dump
+        origin = [d for d in dump if d["state"] == "timeout"]
+        first = origin[0] if origin else (dump[0] if dump else {})
+        what = (f"watchdog: block {first.get('block')} (SM {first.get('smid')}) waited > {timeout_s:g} s on task "
+                f"{first.get('task')}: counter {first.get('counter')} = {first.get('value')}, needs >= "
+                f"{first.get('threshold')}; {sum(d['state'] == 'peer-abort' for d in dump)} other block(s) "
+                f"aborted, {sum(d['state'] == 'done' for d in dump)} had finished")
+        super().__init__(what)
+
+
+def gate(schedule: Schedule, unsafe: bool = False) -> ValidationResult:
+    """Validate; refuse (CheckFailed, exit 1) a rejected schedule unless ``unsafe``."""
+    result = validate(schedule)
+    if not result.ok and not unsafe:
+        raise CheckFailed("the validator rejects this schedule; the CUDA VM does not launch it "
+                          "(--unsafe forces a launch, for tests)", list(result.diagnostics))
+    return result
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise DeviceError(f"the CUDA VM needs cupy ({exc})") from None
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise DeviceError("no CUDA device")
+    except cupy.cuda.runtime.CUDARuntimeError as exc:
+        raise DeviceError(f"no usable CUDA device: {exc}") from None
+    return cupy
+
+
+def rope_table(inv_freq: np.ndarray, head_dim: int, attention_scaling: float, positions: int) -> np.ndarray:
+    """[positions, 2 * head_dim] float32: cos then sin of every position, exactly ops.rope_tables."""
+    from mosaic_amk.ops import rope_tables
+
+    out = np.empty((positions, 2 * head_dim), np.float32)
+    for p in range(positions):
+        cos, sin = rope_tables(inv_freq, p, attention_scaling)
+        out[p, :head_dim], out[p, head_dim:] = cos, sin
+    return out
+
+
+def bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns (uint16), round to nearest even (NaN stays NaN)."""
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(a)
+    if nan.any():
+        r[nan] = 0x7FC0
+    return r
+
+
+def bf16_round(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bf16 and back (what the device stores for a weight)."""
+    return (bf16_bits(a).astype(np.uint32) << 16).view(np.float32).reshape(np.shape(a))
+
+
+def _ptr(arr: Any) -> int:
+    if hasattr(arr, "data_ptr"):  # torch
+        return int(arr.data_ptr())
+    if hasattr(arr, "data") and hasattr(arr.data, "ptr"):  # cupy
+        return int(arr.data.ptr)
+    if isinstance(arr, int):
+        return arr
+    raise DeviceError(f"cannot take a device pointer of {type(arr).__name__}")
+
+
+def _nbytes(arr: Any) -> int:
+    if hasattr(arr, "element_size"):
+        return int(arr.numel() * arr.element_size())
+    return int(arr.nbytes)
+
+
+@attrs.define
+class Launcher:
+    """Device state for one encoded schedule. ``bind`` weights, then ``launch`` (asynchronous) and
+    ``check`` (synchronises; raises on a watchdog abort or a VM error bit)."""
+
+    enc: E.Encoded
+    cubin: str
+    threads: int = 512
+    smem_bytes: int = 0
+    mode: str = "hf-bf16"
+    timeout_s: float = 1.0
+    prefetch_depth: int = 1
+    cp: Any = None
+    fn: Any = None
+    dev: dict = attrs.field(factory=dict)  # name -> owned cupy array
+    ptrs: np.ndarray | None = None
+    keep: list = attrs.field(factory=list)  # external arrays kept alive
+    tables: dict = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise DeviceError(f"precision mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        cp = self.cp = _cupy()
+        dev = cp.cuda.Device()
+        sms = dev.attributes["MultiProcessorCount"]
+        optin = dev.attributes["MaxSharedMemoryPerBlockOptin"]
+        per_sm = dev.attributes["MaxSharedMemoryPerMultiprocessor"]
+        if self.enc.num_sms > sms:
+            raise DeviceError(f"the schedule uses {self.enc.num_sms} SMs, this GPU has {sms}")
+        # one block per SM: ask for more than half of an SM's shared memory so two blocks never share one
+        want = max(self.smem_bytes, per_sm // 2 + 1024)
+        self.smem_bytes = min(want, optin) // 16 * 16
+        need = 4 * (self.enc.max_attention_tokens + self.threads + 512)
+        if need > self.smem_bytes:
+            raise DeviceError(f"attention over {self.enc.max_attention_tokens} cached tokens needs {need} bytes of "
+                              f"shared memory for scores; the block has {self.smem_bytes} (lower kv_max_tokens)")
+        mod = cp.RawModule(path=self.cubin, enable_cooperative_groups=True)
+        self.fn = mod.get_function("amk_vm")
+        self.fn.max_dynamic_shared_size_bytes = self.smem_bytes
+        e = self.enc
+        self.tables = {"tasks": cp.asarray(e.tasks), "qoff": cp.asarray(e.queue_offsets),
+                       "queue": cp.asarray(e.queue), "meta": cp.asarray(e.buf_meta),
+                       "counters": cp.zeros(max(1, e.num_counters), cp.int32),
+                       "control": cp.zeros(CTRL_HEAD + DUMP_WORDS * e.num_sms, cp.int32),
+                       "rope": cp.zeros(2, cp.float32)}
+        self.ptrs = np.zeros(max(1, len(e.buffers)), np.uint64)
+        self.rope_positions = 0
+
+    # ------------------------------------------------------------------------------------ buffers
+    def bind(self, weights: Mapping[str, Any], inputs: Mapping[str, np.ndarray] | None = None) -> None:
+        """Bind every weight buffer to a device array of the right dtype and size (torch tensor or cupy
+        array; a numpy float32 array is converted: bf16 for bf16 buffers) and allocate the rest (KV cache
+        zeroed, activations NaN-filled so a read of an unwritten value poisons the result)."""
+        cp = self.cp
+        inputs = inputs or {}
+        for i, b in enumerate(self.enc.buffers):
+            if b.kind == "weight":
+                arr = weights.get(b.name)
+                if arr is None:
+                    raise DeviceError(f"no array for weight buffer {b.name}")
+                if isinstance(arr, np.ndarray):
+                    host = bf16_bits(arr) if b.dtype == E.DT_BF16 else np.ascontiguousarray(arr, np.float32)
+                    arr = cp.asarray(host)
+                    self.dev[b.name] = arr
+                else:
+                    self.keep.append(arr)
+                    dt = str(getattr(arr, "dtype", ""))
+                    want = {E.DT_BF16: "bfloat16", E.DT_F32: "float32", E.DT_I32: "int32"}[b.dtype]
+                    if want not in dt and not (b.dtype == E.DT_BF16 and dt == "uint16"):
+                        raise DeviceError(f"weight {b.name} is {dt} on the device, the VM reads {want}")
+                    if hasattr(arr, "is_contiguous") and not arr.is_contiguous():
+                        raise DeviceError(f"weight {b.name} is not contiguous")
+                if _nbytes(arr) != b.nbytes:
+                    raise DeviceError(f"weight {b.name}: {_nbytes(arr)} bytes on the device, the schedule needs "
+                                      f"{b.nbytes} ({list(b.shape)} {E.DTYPE_NAMES[b.dtype]})")
+                self.ptrs[i] = _ptr(arr)
+            else:
+                dtype = {E.DT_F32: cp.float32, E.DT_I32: cp.int32, E.DT_BF16: cp.uint16}[b.dtype]
+                if b.kind == "input" and b.name in inputs:
+                    arr = cp.asarray(np.ascontiguousarray(inputs[b.name]).astype(dtype).reshape(b.shape))
+                elif b.kind == "kv_cache":
+                    arr = cp.zeros(b.shape, dtype)
+                elif dtype == cp.float32:
+                    arr = cp.full(b.shape, np.nan, dtype)
+                else:
+                    arr = cp.full(b.shape, -1, dtype)
+                self.dev[b.name] = arr
+                self.ptrs[i] = _ptr(arr)
+        self.tables["bptr"] = cp.asarray(self.ptrs)
+        if self.enc.rope is not None:
+            name, hd, ascale = self.enc.rope
+            inv = weights.get(name)
+            inv = inv.detach().float().cpu().numpy() if hasattr(inv, "detach") else (
+                cp.asnumpy(inv) if not isinstance(inv, np.ndarray) else inv)
+            positions = max(self.enc.max_attention_tokens, int(self.enc.tasks[:, E.W_POS].max()) + 1, 1)
+            self.tables["rope"] = cp.asarray(rope_table(np.asarray(inv, np.float32), hd, ascale, positions))
+            self.rope_positions = positions
+
+    def reset_kv(self) -> None:
+        for b in self.enc.buffers:
+            if b.kind == "kv_cache":
+                self.dev[b.name].fill(0)
+
+    def array(self, name: str):
+        return self.dev[name]
+
+    # ------------------------------------------------------------------------------------ launching
+    def launch(self, position: int | None = None, token_in: int = 0, token_out: int = 0, *,
+               skip_ops: int = 0, prefetch_depth: int | None = None) -> None:
+        """Enqueue one launch (asynchronous). ``token_in``/``token_out`` are device pointers that replace
+        the ``token``/``next_token`` buffers (0: use the bound buffers)."""
+        e, t = self.enc, self.tables
+        pos = e.position if position is None else position
+        tok_b = e.token_buf if token_in else -1
+        nxt_b = e.next_buf if token_out else -1
+        args = (np.uint64(_ptr(t["tasks"])), np.uint64(_ptr(t["qoff"])), np.uint64(_ptr(t["queue"])),
+                np.uint64(_ptr(t["bptr"])), np.uint64(_ptr(t["meta"])), np.uint64(_ptr(t["counters"])),
+                np.int32(e.num_counters), np.uint64(_ptr(t["control"])), np.uint64(token_in), np.uint64(token_out),
+                np.int32(tok_b), np.int32(nxt_b), np.uint64(_ptr(t["rope"])), np.int32(self.rope_positions),
+                np.int32(pos if pos is not None else 0), np.int32(MODES[self.mode]),
+                np.int64(int(self.timeout_s * 1e9)),
+                np.int32(self.prefetch_depth if prefetch_depth is None else prefetch_depth),
+                np.int32(skip_ops), np.int32(self.smem_bytes))
+        try:
+            self.fn((e.num_sms,), (self.threads,), args, shared_mem=self.smem_bytes)
+        except Exception as exc:  # cupy raises CUDADriverError / CUDARuntimeError
+            raise DeviceError(f"VM launch failed: {exc}") from None
+
+    def control(self) -> np.ndarray:
+        return self.cp.asnumpy(self.tables["control"])
+
+    def dump(self, ctrl: np.ndarray | None = None) -> list[dict]:
+        ctrl = self.control() if ctrl is None else ctrl
+        out = []
+        for b in range(self.enc.num_sms):
+            d = [int(v) for v in ctrl[CTRL_HEAD + DUMP_WORDS * b: CTRL_HEAD + DUMP_WORDS * (b + 1)]]
+            out.append({"block": b, "state": STATES.get(d[0], str(d[0])), "task": d[1], "counter": d[2],
+                        "value": d[3], "threshold": d[4], "queue_pos": d[5], "smid": d[6], "elapsed_us": d[7]})
+        return out
+
+    def check(self) -> None:
+        """Synchronise; raise WatchdogAbort (with the dump) or DeviceError (VM error bits)."""
+        try:
+            self.cp.cuda.Device().synchronize()
+        except Exception as exc:
+            raise DeviceError(f"the VM kernel failed: {exc}") from None
+        ctrl = self.control()
+        if ctrl[C_ABORT]:
+            raise WatchdogAbort(self.dump(ctrl), self.timeout_s)
+        if ctrl[C_ERROR]:
+            bits = [msg for bit, msg in ERRORS.items() if ctrl[C_ERROR] & bit]
+            raise DeviceError("the VM reported: " + "; ".join(bits))
+
+    def clear_abort(self) -> None:
+        self.tables["control"].fill(0)
+
+    def sm_ids(self) -> list[int]:
+        """%smid of every block at its last launch (distinct when each block had an SM to itself)."""
+        return [d["smid"] for d in self.dump()]

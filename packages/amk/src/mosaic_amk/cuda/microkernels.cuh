@@ -1,0 +1,437 @@
+// AMK micro-kernels: one fixed ABI. Each is block-cooperative (all AMK_THREADS threads enter), reads its
+// task record from shared memory (t), resolves buffers through the context, and writes only the region
+// ops.py says it writes. Semantics: mosaic_amk/ops.py (float32); MODE_HF_BF16 additionally rounds to bf16
+// where transformers' bf16 eager rounds (docs/amk-cuda.md, "precision contract").
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include "abi.h"
+
+#ifndef AMK_THREADS
+#define AMK_THREADS 512
+#endif
+#define AMK_WARPS (AMK_THREADS / 32)
+
+struct Ctx {
+  const unsigned long long* bptr;
+  const int* bmeta;
+  unsigned long long token_in, token_out;
+  int token_buf, next_buf;
+  int position;
+  int mode;
+  int smem_floats;      // dynamic shared memory, in floats
+  int* control;
+  const float* rope_table;  // [rope_positions][2 * head_dim]: cos then sin (x attention_scaling), ops.rope_tables
+  int rope_positions;
+  float* smem;          // dynamic shared memory
+  float* red;           // 64 floats of static shared memory for reductions
+  int* ired;            // 32 ints of static shared memory
+};
+
+__device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float rnd(const Ctx& c, float x) { return c.mode == MODE_HF_BF16 ? bf16r(x) : x; }
+__device__ __forceinline__ float fbits(int v) { return __int_as_float(v); }
+
+__device__ __forceinline__ void* buf(const Ctx& c, int b) {
+  if (b == c.token_buf) return (void*)c.token_in;
+  if (b == c.next_buf) return (void*)c.token_out;
+  return (void*)c.bptr[b];
+}
+__device__ __forceinline__ int bmeta(const Ctx& c, int b, int w) { return c.bmeta[b * AMK_BUF_META + w]; }
+__device__ __forceinline__ int task_pos(const Ctx& c, const int* t) {
+  return (t[W_FLAGS] & F_RUNTIME_POS) ? c.position : t[W_POS];
+}
+
+// activations are produced by other SMs in this launch: read them at L2 (never a stale L1 line)
+__device__ __forceinline__ float ld_act(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ float4 ld_act4(const float4* p) { return __ldcg(p); }
+// weights are immutable during a launch: 16-byte loads through the non-coherent path, no L1 allocation
+__device__ __forceinline__ uint4 ld_w16(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ float ld_bf16(const __nv_bfloat16* p) { return __bfloat162float(p[0]); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// block-wide reductions: every thread gets the result
+__device__ float block_sum(const Ctx& c, float v) {
+  v = warp_sum(v);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  __syncthreads();
+  if (l == 0) c.red[w] = v;
+  __syncthreads();
+  float s = l < AMK_WARPS ? c.red[l] : 0.f;
+  s = warp_sum(s);
+  return s;
+}
+__device__ float block_max(const Ctx& c, float v) {
+  v = warp_max(v);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  __syncthreads();
+  if (l == 0) c.red[w] = v;
+  __syncthreads();
+  float s = l < AMK_WARPS ? c.red[l] : -INFINITY;
+  return warp_max(s);
+}
+
+// load n floats of an activation into shared memory
+__device__ void load_act(float* dst, const float* src, int n) {
+  if ((n & 3) == 0 && (((uintptr_t)src) & 15) == 0) {
+    const float4* s4 = (const float4*)src;
+    float4* d4 = (float4*)dst;
+    for (int i = threadIdx.x; i < (n >> 2); i += AMK_THREADS) d4[i] = ld_act4(s4 + i);
+  } else {
+    for (int i = threadIdx.x; i < n; i += AMK_THREADS) dst[i] = ld_act(src + i);
+  }
+}
+
+__device__ __forceinline__ float dot8(uint4 w, const float* x) {
+  const float4 a = *(const float4*)x, b = *(const float4*)(x + 4);
+  float2 w0 = __bfloat1622float2(*(const __nv_bfloat162*)&w.x);
+  float2 w1 = __bfloat1622float2(*(const __nv_bfloat162*)&w.y);
+  float2 w2 = __bfloat1622float2(*(const __nv_bfloat162*)&w.z);
+  float2 w3 = __bfloat1622float2(*(const __nv_bfloat162*)&w.w);
+  float s = w0.x * a.x;
+  s = fmaf(w0.y, a.y, s); s = fmaf(w1.x, a.z, s); s = fmaf(w1.y, a.w, s);
+  s = fmaf(w2.x, b.x, s); s = fmaf(w2.y, b.y, s); s = fmaf(w3.x, b.z, s); s = fmaf(w3.y, b.w, s);
+  return s;
+}
+
+// one warp: dot of bf16 row (K elements, K % 8 == 0, 16-byte aligned) with x in shared memory
+#define GEMV_UNROLL 8
+__device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* xs, int K) {
+  const int lane = threadIdx.x & 31;
+  const int nch = K >> 3;
+  const uint4* r = (const uint4*)row;
+  float acc = 0.f;
+  int ch = lane;
+  for (; ch + 32 * (GEMV_UNROLL - 1) < nch; ch += 32 * GEMV_UNROLL) {
+    uint4 w[GEMV_UNROLL];
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; ++u) w[u] = ld_w16(r + ch + 32 * u);
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; ++u) acc += dot8(w[u], xs + 8 * (ch + 32 * u));
+  }
+  for (; ch < nch; ch += 32) acc += dot8(ld_w16(r + ch), xs + 8 * ch);
+  return warp_sum(acc);
+}
+// two rows at once (gate and up): twice the loads in flight
+__device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const float* xs, int K) {
+  const int lane = threadIdx.x & 31;
+  const int nch = K >> 3;
+  const uint4* a = (const uint4*)ra;
+  const uint4* b = (const uint4*)rb;
+  float sa = 0.f, sb = 0.f;
+  int ch = lane;
+  for (; ch + 32 * 3 < nch; ch += 32 * 4) {
+    uint4 wa[4], wb[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) { wa[u] = ld_w16(a + ch + 32 * u); wb[u] = ld_w16(b + ch + 32 * u); }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      sa += dot8(wa[u], xs + 8 * (ch + 32 * u));
+      sb += dot8(wb[u], xs + 8 * (ch + 32 * u));
+    }
+  }
+  for (; ch < nch; ch += 32) { sa += dot8(ld_w16(a + ch), xs + 8 * ch); sb += dot8(ld_w16(b + ch), xs + 8 * ch); }
+  return make_float2(warp_sum(sa), warp_sum(sb));
+}
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+// ------------------------------------------------------------------------------------------ embed
+// x = table[token[0]]
+__device__ void mk_embed(const Ctx& c, const int* t) {
+  const int tb = t[W_IN + 0], kb = t[W_IN + 1], yb = t[W_OUT + 0];
+  const __nv_bfloat16* table = (const __nv_bfloat16*)buf(c, tb);
+  const int V = bmeta(c, tb, B_D0), H = bmeta(c, tb, B_ROW);
+  const int tok = __ldcg((const int*)buf(c, kb));
+  float* y = (float*)buf(c, yb);
+  if (tok < 0 || tok >= V) {
+    if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_TOKEN);
+    for (int i = threadIdx.x; i < H; i += AMK_THREADS) y[i] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const __nv_bfloat16* row = table + (size_t)tok * H;
+  for (int i = threadIdx.x; i < H; i += AMK_THREADS) y[i] = ld_bf16(row + i);
+}
+
+// ---------------------------------------------------------------------------------------- rmsnorm
+// y = weight * (x * rsqrt(mean(x^2) + eps)); HF: y = bf16(w * bf16(x * rsqrt(var + eps)))
+__device__ void mk_rmsnorm(const Ctx& c, const int* t) {
+  const int xb = t[W_IN + 0], wb = t[W_IN + 1], yb = t[W_OUT + 0];
+  const int n = bmeta(c, xb, B_D0);
+  const float* x = (const float*)buf(c, xb);
+  const __nv_bfloat16* w = (const __nv_bfloat16*)buf(c, wb);
+  float* y = (float*)buf(c, yb);
+  float* xs = c.smem;
+  load_act(xs, x, n);
+  __syncthreads();
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += AMK_THREADS) ss = fmaf(xs[i], xs[i], ss);
+  ss = block_sum(c, ss);
+  const float var = ss / (float)n;
+  const float eps = fbits(t[W_EPS]);
+  const bool hf = c.mode == MODE_HF_BF16;
+  const float inv = hf ? rsqrtf(var + eps) : 1.0f / sqrtf(var + eps);
+  for (int i = threadIdx.x; i < n; i += AMK_THREADS) {
+    const float wi = ld_bf16(w + i);
+    y[i] = hf ? bf16r(wi * bf16r(xs[i] * inv)) : wi * (xs[i] * inv);
+  }
+}
+
+// ------------------------------------------------------------------------------------------- gemv
+// y[r] = res[r] + (w[r] @ x + b[r]) for r in [row_start, row_end)
+__device__ void mk_gemv(const Ctx& c, const int* t) {
+  const int xb = t[W_IN + 0], wb = t[W_IN + 1], yb = t[W_OUT + 0];
+  const int flags = t[W_FLAGS];
+  int k = 2;
+  const int bb = (flags & F_BIAS) ? t[W_IN + k++] : -1;
+  const int rb = (flags & F_RESID) ? t[W_IN + k++] : -1;
+  const int K = bmeta(c, wb, B_ROW);
+  const float* x = (const float*)buf(c, xb);
+  const __nv_bfloat16* W = (const __nv_bfloat16*)buf(c, wb);
+  const __nv_bfloat16* bias = bb >= 0 ? (const __nv_bfloat16*)buf(c, bb) : nullptr;
+  const float* res = rb >= 0 ? (const float*)buf(c, rb) : nullptr;
+  float* y = (float*)buf(c, yb);
+  float* xs = c.smem;
+  load_act(xs, x, K);
+  __syncthreads();
+  const int r0 = t[W_ROW0], r1 = t[W_ROW1];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool hf = c.mode == MODE_HF_BF16;
+  for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
+    float acc = row_dot(W + (size_t)r * K, xs, K);
+    if (lane == 0) {
+      float v = bias ? acc + ld_bf16(bias + r) : acc;
+      if (hf) v = bf16r(v);
+      if (res) v = hf ? bf16r(ld_act(res + r) + v) : ld_act(res + r) + v;
+      y[r] = v;
+    }
+  }
+}
+
+// y[r] = silu(w_gate[r] @ x + b_gate[r]) * (w_up[r] @ x + b_up[r])
+__device__ void mk_gemv_silu_mul(const Ctx& c, const int* t) {
+  const int xb = t[W_IN + 0], gb = t[W_IN + 1], ub = t[W_IN + 2], yb = t[W_OUT + 0];
+  const bool has_bias = t[W_FLAGS] & F_BIAS;
+  const int K = bmeta(c, gb, B_ROW);
+  const float* x = (const float*)buf(c, xb);
+  const __nv_bfloat16* Wg = (const __nv_bfloat16*)buf(c, gb);
+  const __nv_bfloat16* Wu = (const __nv_bfloat16*)buf(c, ub);
+  const __nv_bfloat16* bg = has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + 3]) : nullptr;
+  const __nv_bfloat16* bu = has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + 4]) : nullptr;
+  float* y = (float*)buf(c, yb);
+  float* xs = c.smem;
+  load_act(xs, x, K);
+  __syncthreads();
+  const int r0 = t[W_ROW0], r1 = t[W_ROW1];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool hf = c.mode == MODE_HF_BF16;
+  for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
+    float2 gu = row_dot2(Wg + (size_t)r * K, Wu + (size_t)r * K, xs, K);
+    if (lane == 0) {
+      float g = bg ? gu.x + ld_bf16(bg + r) : gu.x;
+      float u = bu ? gu.y + ld_bf16(bu + r) : gu.y;
+      y[r] = hf ? bf16r(bf16r(silu(bf16r(g))) * bf16r(u)) : silu(g) * u;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------- silu_mul / add
+__device__ void mk_silu_mul(const Ctx& c, const int* t) {
+  const int gb = t[W_IN + 0], ub = t[W_IN + 1], yb = t[W_OUT + 0];
+  const int n = bmeta(c, yb, B_D0) * bmeta(c, yb, B_ROW);
+  const float* g = (const float*)buf(c, gb);
+  const float* u = (const float*)buf(c, ub);
+  float* y = (float*)buf(c, yb);
+  const bool hf = c.mode == MODE_HF_BF16;
+  for (int i = threadIdx.x; i < n; i += AMK_THREADS) {
+    const float gi = ld_act(g + i), ui = ld_act(u + i);
+    y[i] = hf ? bf16r(bf16r(silu(gi)) * ui) : silu(gi) * ui;
+  }
+}
+
+__device__ void mk_add(const Ctx& c, const int* t) {
+  const int ab = t[W_IN + 0], bb = t[W_IN + 1], yb = t[W_OUT + 0];
+  const int n = bmeta(c, yb, B_D0) * bmeta(c, yb, B_ROW);
+  const float* a = (const float*)buf(c, ab);
+  const float* b = (const float*)buf(c, bb);
+  float* y = (float*)buf(c, yb);
+  for (int i = threadIdx.x; i < n; i += AMK_THREADS) y[i] = rnd(c, ld_act(a + i) + ld_act(b + i));
+}
+
+// ------------------------------------------------------------------------------------------- rope
+// rotate-half RoPE of each head of x at `position`; cos/sin as ops.rope_tables (HF: rounded to bf16)
+__device__ void rope_into(const Ctx& c, const int* t, float* y) {
+  const int xb = t[W_IN + 0];
+  const int nh = t[W_NH], hd = t[W_HD], half = hd >> 1;
+  const float* x = (const float*)buf(c, xb);
+  const int pos = task_pos(c, t);
+  const bool hf = c.mode == MODE_HF_BF16;
+  float* cs = c.smem;        // [hd] cos
+  float* sn = c.smem + hd;   // [hd] sin
+  // cos/sin come from the host-built table (ops.rope_tables: float64 trig rounded to float32, times
+  // attention_scaling); the table was built from this task's inv_freq buffer (encode.py checks that)
+  const bool in_range = pos >= 0 && pos < c.rope_positions;
+  if (!in_range && threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_POSITION);
+  const float* row = c.rope_table + (size_t)(in_range ? pos : 0) * 2 * hd;
+  for (int i = threadIdx.x; i < hd; i += AMK_THREADS) {
+    const float co = __ldg(row + i), si = __ldg(row + hd + i);
+    cs[i] = hf ? bf16r(co) : co;
+    sn[i] = hf ? bf16r(si) : si;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < nh * hd; e += AMK_THREADS) {
+    const int h = e / hd, j = e - h * hd;
+    const float xv = ld_act(x + e);
+    const float rot = j < half ? -ld_act(x + h * hd + j + half) : ld_act(x + h * hd + j - half);
+    y[e] = hf ? bf16r(bf16r(xv * cs[j]) + bf16r(rot * sn[j])) : xv * cs[j] + rot * sn[j];
+  }
+}
+
+__device__ void mk_rope(const Ctx& c, const int* t) { rope_into(c, t, (float*)buf(c, t[W_OUT + 0])); }
+
+__device__ float* kv_slot(const Ctx& c, const int* t, int cache_b) {
+  const int pos = task_pos(c, t);
+  const int capacity = bmeta(c, cache_b, B_D0) * bmeta(c, cache_b, B_D0 + 1);
+  const int kvd = bmeta(c, cache_b, B_D0 + 2);
+  if (pos < 0 || pos >= capacity) {
+    if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_POSITION);
+    return nullptr;
+  }
+  return (float*)buf(c, cache_b) + (size_t)pos * kvd;
+}
+
+__device__ void mk_rope_append(const Ctx& c, const int* t) {
+  float* slot = kv_slot(c, t, t[W_OUT + 0]);
+  if (slot) rope_into(c, t, slot);
+}
+
+__device__ void mk_kv_append(const Ctx& c, const int* t) {
+  const int cb = t[W_OUT + 0];
+  float* slot = kv_slot(c, t, cb);
+  if (!slot) return;
+  const float* x = (const float*)buf(c, t[W_IN + 0]);
+  const int kvd = bmeta(c, cb, B_D0 + 2);
+  for (int i = threadIdx.x; i < kvd; i += AMK_THREADS) slot[i] = ld_act(x + i);
+}
+
+// -------------------------------------------------------------------------------------- attention
+// decode attention of heads row_start/hd .. row_end/hd over cached tokens [first, position] (GQA)
+// HF eager: s = bf16(bf16(q.k) * scale); p = bf16(softmax_f32(s)); y = bf16(p @ v)
+__device__ void mk_attention(const Ctx& c, const int* t) {
+  const int qb = t[W_IN + 0], kb = t[W_IN + 1], vb = t[W_IN + 2], yb = t[W_OUT + 0];
+  const int nh = t[W_NH], nkv = t[W_NKV], hd = t[W_HD], window = t[W_WINDOW];
+  const int rep = nh / nkv;
+  const int kvd = bmeta(c, kb, B_D0 + 2);
+  const int pos = task_pos(c, t);
+  const int first = window > 0 ? max(0, pos - window + 1) : 0;
+  const int n = pos + 1 - first;
+  const float scale = fbits(t[W_SCALE]);
+  const bool hf = c.mode == MODE_HF_BF16;
+  const float* q = (const float*)buf(c, qb);
+  const float* K = (const float*)buf(c, kb);
+  const float* V = (const float*)buf(c, vb);
+  float* y = (float*)buf(c, yb);
+  float* qs = c.smem;                      // [hd]
+  float* part = c.smem + hd;               // [AMK_THREADS] partial sums of p @ v
+  float* sc = c.smem + hd + AMK_THREADS;   // [n] scores
+  if (n > c.smem_floats - hd - AMK_THREADS) {
+    if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_SCORES);
+    return;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int h = t[W_ROW0] / hd; h < t[W_ROW1] / hd; ++h) {
+    const int g = h / rep;
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += AMK_THREADS) qs[d] = ld_act(q + h * hd + d);
+    __syncthreads();
+    for (int j = warp; j < n; j += AMK_WARPS) {
+      const float* kr = K + (size_t)(first + j) * kvd + g * hd;
+      float s = 0.f;
+      for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], ld_act(kr + d), s);
+      s = warp_sum(s);
+      if (lane == 0) sc[j] = hf ? bf16r(bf16r(s) * scale) : s * scale;
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += AMK_THREADS) m = fmaxf(m, sc[j]);
+    m = block_max(c, m);
+    float sum = 0.f;
+    for (int j = threadIdx.x; j < n; j += AMK_THREADS) {
+      const float e = expf(sc[j] - m);
+      sc[j] = e;
+      sum += e;
+    }
+    sum = block_sum(c, sum);  // (its barriers order the sc writes above before the reads below)
+    for (int j = threadIdx.x; j < n; j += AMK_THREADS) sc[j] = rnd(c, sc[j] / sum);
+    __syncthreads();
+    // p @ v: thread (grp, d) sums tokens grp, grp + groups, ...
+    const int groups = AMK_THREADS / hd;
+    if (groups >= 1) {
+      const int d = threadIdx.x % hd, grp = threadIdx.x / hd;
+      float acc = 0.f;
+      if (grp < groups)
+        for (int j = grp; j < n; j += groups) acc = fmaf(sc[j], ld_act(V + (size_t)(first + j) * kvd + g * hd + d), acc);
+      part[threadIdx.x] = acc;
+      __syncthreads();
+      if (threadIdx.x < hd) {
+        float s = 0.f;
+        for (int k = 0; k < groups; ++k) s += part[k * hd + threadIdx.x];
+        y[h * hd + threadIdx.x] = rnd(c, s);
+      }
+    } else {  // head_dim > threads: each thread owns dims d, d + AMK_THREADS, ...
+      for (int d = threadIdx.x; d < hd; d += AMK_THREADS) {
+        float acc = 0.f;
+        for (int j = 0; j < n; ++j) acc = fmaf(sc[j], ld_act(V + (size_t)(first + j) * kvd + g * hd + d), acc);
+        y[h * hd + d] = rnd(c, acc);
+      }
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------------------- argmax
+// token[0] = first index of max(logits) (NaN counts as the maximum, as numpy and torch do)
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+  if (isnan(v)) return !isnan(bv) || i < bi;
+  if (isnan(bv)) return false;
+  return v > bv || (v == bv && i < bi);
+}
+__device__ void mk_argmax(const Ctx& c, const int* t) {
+  const int lb = t[W_IN + 0], yb = t[W_OUT + 0];
+  const int n = bmeta(c, lb, B_D0);
+  const float* l = (const float*)buf(c, lb);
+  float bv = -INFINITY;
+  int bi = 0x7fffffff;
+  for (int i = threadIdx.x; i < n; i += AMK_THREADS) {
+    const float v = ld_act(l + i);
+    if (better(v, i, bv, bi)) { bv = v; bi = i; }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+  }
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) { c.red[w] = bv; c.ired[w] = bi; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < AMK_WARPS; ++k)
+      if (better(c.red[k], c.ired[k], bv, bi)) { bv = c.red[k]; bi = c.ired[k]; }
+    *(int*)buf(c, yb) = bi == 0x7fffffff ? 0 : bi;
+  }
+}

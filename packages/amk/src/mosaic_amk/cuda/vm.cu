@@ -1,0 +1,178 @@
+// The AMK persistent megakernel VM: one cooperative block per SM, each walking its queue of tasks.
+//
+//   grid sync (after zeroing the counters) ->
+//   for each task of this block's queue:
+//       prefetch the weight tiles of the next tasks into L2 (cp.async.bulk.prefetch; prefetch_depth ahead)
+//       wait: acquire-load every (counter, threshold) until it holds; the watchdog aborts the whole grid
+//             (sticky flag + per-block dump) when a wait exceeds timeout_ns or another block aborted
+//       dispatch to the micro-kernel of the op (microkernels.cuh)
+//       signal: block barrier, release fence, ONE atomic increment of the task's counter
+//   grid sync at exit.
+// An aborted launch still reaches the exit sync (no trap), so the context stays usable.
+#include <cooperative_groups.h>
+#include "microkernels.cuh"
+
+namespace cg = cooperative_groups;
+
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ int ld_relaxed(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned smid() {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+#define PF_CHUNK 16384u
+
+// issue the L2 prefetches of one task's weight regions (a whole block shares the work)
+__device__ void prefetch_task(const Ctx& c, const int* tg) {
+  for (int r = 0; r < AMK_MAX_PF; ++r) {
+    const int b = __ldg(tg + W_PF + 3 * r);
+    if (b < 0) continue;
+    const unsigned long long off = (unsigned long long)__ldg(tg + W_PF + 3 * r + 1) * 16ull;
+    const unsigned long long size = (unsigned long long)__ldg(tg + W_PF + 3 * r + 2) * 16ull;
+    const char* base = (const char*)c.bptr[b] + off;
+    const unsigned long long chunks = (size + PF_CHUNK - 1) / PF_CHUNK;
+    for (unsigned long long k = threadIdx.x; k < chunks; k += AMK_THREADS) {
+      const unsigned long long lo = k * PF_CHUNK;
+      const unsigned long long n = size - lo < PF_CHUNK ? size - lo : PF_CHUNK;
+      prefetch_l2(base + lo, (unsigned)n);
+    }
+  }
+}
+
+__device__ void dump(int* control, int state, int task, int counter, int value, int threshold, int qpos,
+                     unsigned long long t0) {
+  int* d = control + AMK_CTRL_HEAD + blockIdx.x * AMK_DUMP_WORDS;
+  d[0] = state; d[1] = task; d[2] = counter; d[3] = value; d[4] = threshold; d[5] = qpos;
+  d[6] = (int)smid();
+  d[7] = (int)((globaltimer() - t0) / 1000ull);
+}
+
+// thread 0 only. Returns false when the launch is aborted (by this block's watchdog or another's).
+__device__ bool wait_all(const int* t, const int* counters, int* control, long long timeout_ns, int qpos,
+                         unsigned long long t_launch) {
+  const int n = t[W_NWAIT];
+  for (int i = 0; i < n; ++i) {
+    const int cnt = t[W_WAIT + 2 * i], thr = t[W_WAIT + 2 * i + 1];
+    int v = ld_acquire(counters + cnt);
+    if (v >= thr) continue;
+    const unsigned long long t0 = globaltimer();
+    for (unsigned spins = 1;; ++spins) {
+      v = ld_acquire(counters + cnt);
+      if (v >= thr) break;
+      if ((spins & 63u) == 0) {
+        if (ld_relaxed(control + C_ABORT)) {
+          dump(control, S_PEER_ABORT, t[W_ID], cnt, v, thr, qpos, t_launch);
+          atomicAdd(control + C_ABORTED, 1);
+          return false;
+        }
+        if ((long long)(globaltimer() - t0) > timeout_ns) {
+          atomicExch(control + C_ABORT, 1);
+          __threadfence();
+          dump(control, S_TIMEOUT, t[W_ID], cnt, v, thr, qpos, t_launch);
+          atomicAdd(control + C_ABORTED, 1);
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+__device__ void dispatch(const Ctx& c, const int* t, int op) {
+  switch (op) {
+    case OP_EMBED: mk_embed(c, t); break;
+    case OP_RMSNORM: mk_rmsnorm(c, t); break;
+    case OP_GEMV: mk_gemv(c, t); break;
+    case OP_GEMV_SILU_MUL: mk_gemv_silu_mul(c, t); break;
+    case OP_SILU_MUL: mk_silu_mul(c, t); break;
+    case OP_ADD: mk_add(c, t); break;
+    case OP_ROPE: mk_rope(c, t); break;
+    case OP_KV_APPEND: mk_kv_append(c, t); break;
+    case OP_ROPE_APPEND: mk_rope_append(c, t); break;
+    case OP_ATTENTION: mk_attention(c, t); break;
+    case OP_ARGMAX: mk_argmax(c, t); break;
+    default: break;  // the encoder never emits another code
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(AMK_THREADS, 1)
+amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* __restrict__ queue,
+       const unsigned long long* __restrict__ bptr, const int* __restrict__ bmeta_,
+       int* counters, int num_counters, int* control,
+       unsigned long long token_in, unsigned long long token_out, int token_buf, int next_buf,
+       const float* __restrict__ rope_table, int rope_positions,
+       int position, int mode, long long timeout_ns, int prefetch_depth, int skip_ops, int smem_bytes) {
+  extern __shared__ __align__(16) float dyn_smem[];
+  __shared__ int task_s[AMK_TASK_WORDS];
+  __shared__ float red[64];
+  __shared__ int ired[32];
+  __shared__ int go;
+  cg::grid_group grid = cg::this_grid();
+  const unsigned long long t_launch = globaltimer();
+
+  for (int i = blockIdx.x * AMK_THREADS + threadIdx.x; i < num_counters; i += gridDim.x * AMK_THREADS) counters[i] = 0;
+  const bool aborted_before = ld_relaxed(control + C_ABORT) != 0;  // sticky abort of an earlier launch
+  if (threadIdx.x == 0 && !aborted_before) dump(control, S_RUNNING, -1, -1, 0, 0, -1, t_launch);
+  __threadfence();
+  grid.sync();
+
+  Ctx c;
+  c.bptr = bptr; c.bmeta = bmeta_; c.token_in = token_in; c.token_out = token_out;
+  c.token_buf = token_buf; c.next_buf = next_buf; c.position = position; c.mode = mode;
+  c.smem_floats = smem_bytes / 4; c.rope_table = rope_table; c.rope_positions = rope_positions; c.control = control; c.smem = dyn_smem; c.red = red; c.ired = ired;
+
+  const int q0 = qoff[blockIdx.x], q1 = qoff[blockIdx.x + 1];
+  int prefetched = q0;  // queue entries [q0, prefetched) have had their weights prefetched
+  bool ok = !aborted_before;
+  int last = -1;
+  for (int q = q0; ok && q < q1; ++q) {
+    const int* tg = tasks + (size_t)queue[q] * AMK_TASK_WORDS;
+    if (prefetch_depth > 0) {
+      const int upto = min(q1, q + prefetch_depth);
+      for (; prefetched < upto; ++prefetched) prefetch_task(c, tasks + (size_t)queue[prefetched] * AMK_TASK_WORDS);
+    }
+    __syncthreads();  // the previous task is done with task_s
+    if (threadIdx.x < AMK_TASK_WORDS) task_s[threadIdx.x] = tg[threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0) go = wait_all(task_s, counters, control, timeout_ns, q - q0, t_launch) ? 1 : 0;
+    __syncthreads();
+    if (!go) { ok = false; break; }
+    const int op = task_s[W_OP];
+    if (!((skip_ops >> op) & 1)) dispatch(c, task_s, op);
+    __syncthreads();  // every thread's output stores precede the signal
+    if (threadIdx.x == 0) {
+      __threadfence();  // release: the outputs are visible at gpu scope before the increment
+      atomicAdd(counters + task_s[W_SIGNAL], 1);
+    }
+    last = task_s[W_ID];
+  }
+  if (threadIdx.x == 0) {
+    if (aborted_before) {
+      // leave the dump of the launch that aborted untouched
+    } else if (ok) {
+      dump(control, S_DONE, last, -1, 0, 0, q1 - q0, t_launch);
+    }
+  }
+  __threadfence();
+  grid.sync();
+}

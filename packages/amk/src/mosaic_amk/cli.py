@@ -54,8 +54,9 @@ def lower_cmd(model_dir: str, config_path: str | None, gpu_name: str, position: 
               show_default=True, help="Task order: list order, or seeded legal interleavings of the SM queues.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of --interleave.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--unsafe", is_flag=True, help="--vm cuda: launch even a schedule the validator rejects (tests only).")
 def generate_cmd(model_dir: str, prompt: str, n_tokens: int, vm: str, check_hf: bool, config_path: str | None,
-                 gpu_name: str, interleave: str, seed: int, as_json: bool) -> None:
+                 gpu_name: str, interleave: str, seed: int, as_json: bool, unsafe: bool = False) -> None:
     """Greedy-decode token ids with the ReferenceVM (prefill token by token through the decode schedule)."""
     import json
 
@@ -64,8 +65,10 @@ def generate_cmd(model_dir: str, prompt: str, n_tokens: int, vm: str, check_hf: 
     from mosaic_amk.importer import import_checkpoint
     from mosaic_amk.reference_vm import ReferenceVM
 
-    if vm == "cuda":
-        raise BadInput("--vm cuda: the CUDA megakernel VM is not built yet (a later issue); use --vm reference")
+    if vm == "cuda":  # the CUDA megakernel VM (mosaic_amk/cuda/commands.py); --check-hf: HF eager bf16 on the GPU
+        from mosaic_amk.cuda.commands import generate_cuda
+
+        return generate_cuda(model_dir, prompt, n_tokens, check_hf, config_path, gpu_name, as_json, unsafe)
     try:
         ids = [int(t) for t in prompt.replace(" ", "").split(",") if t != ""]
     except ValueError:
@@ -145,3 +148,9 @@ def audit_cmd(n: int, seed: int, workers: int, runs: int, as_json: bool) -> None
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else table(report))
     if report.false_accepts or report.real.rejected:
         raise click.exceptions.Exit(1)
+
+
+# ---- bench (the CUDA VM: mosaic_amk/cuda/commands.py) --------------------------------------------------
+from mosaic_amk.cuda.commands import bench_cmd  # noqa: E402
+
+amk.add_command(bench_cmd)

@@ -1,0 +1,113 @@
+"""The CUDA VM's commands: ``mosaic amk generate --vm cuda`` (called from cli.generate_cmd) and
+``mosaic amk bench``. Only click is imported at module level: the CLI assembles without a GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+def _ids(prompt: str) -> list[int]:
+    from mosaic.errors import BadInput
+
+    try:
+        ids = [int(t) for t in prompt.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise BadInput(f"--prompt must be comma-separated token ids, got {prompt!r}") from None
+    if not ids:
+        raise BadInput("--prompt needs at least one token id")
+    return ids
+
+
+def _gpu_config(gpu_name: str, config_path: str | None):
+    from mosaic.plugins import host
+
+    from mosaic_amk.config import load_config
+
+    gpu = host().get("gpus", gpu_name)
+    return gpu, load_config(config_path).for_gpu(gpu)
+
+
+def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, config_path: str | None,
+                  gpu_name: str, as_json: bool, unsafe: bool) -> None:
+    """Greedy decode with the CUDA VM; --check-hf compares with transformers' eager bf16 generate on the GPU."""
+    from mosaic.errors import BadInput, CheckFailed, Diagnostic
+
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
+    from mosaic_amk.cuda.launcher import _cupy
+    from mosaic_amk.parity import compare
+
+    ids = _ids(prompt)
+    gpu, config = _gpu_config(gpu_name, config_path)
+    if not Path(model_dir).is_dir():
+        raise BadInput("not a checkpoint directory", model_dir)
+    _cupy()  # one clear line when there is no GPU, before loading anything
+    model = hf_gpu.load_bf16(model_dir)
+    spec = hf_gpu.spec_of(model)
+    bad = [t for t in ids if not 0 <= t < spec.vocab_size]
+    if bad:
+        raise BadInput(f"--prompt needs token ids in 0 .. {spec.vocab_size - 1}, got {prompt!r}")
+    vm = CudaVM(spec, config, gpu, weights=weights_from_torch(model, spec), unsafe=unsafe,
+                max_positions=len(ids) + n_tokens)
+    tokens, logits = vm.generate(ids, n_tokens)
+    result = None
+    if check_hf:
+        hf_tokens, hf_logits = hf_gpu.greedy(model, [ids], n_tokens)
+        result = compare(tokens, logits, hf_tokens[0], list(hf_logits[0]))
+    if as_json:
+        click.echo(json.dumps({"tokens": tokens, "vm": "cuda", **({"check_hf": result.to_json()} if result else {})}))
+    else:
+        click.echo(",".join(map(str, tokens)))
+        if result:
+            verdict = "match" if result.ok else f"MISMATCH at generated token {result.first_mismatch}"
+            click.echo(f"hf eager bf16 (GPU): {','.join(map(str, result.hf_tokens))}")
+            click.echo(f"check-hf: {verdict}; max logit error {result.max_logit_error:.3g}")
+    if result and not result.ok:
+        k = result.first_mismatch
+        raise CheckFailed("CUDA VM disagrees with HF eager bf16 greedy decoding", [Diagnostic(
+            "token-mismatch", f"generated token {k}", result.hf_tokens[k] if k < len(result.hf_tokens) else None,
+            result.vm_tokens[k] if k < len(result.vm_tokens) else None,
+            f"max logit error {result.max_logit_error:.3g}")])
+
+
+@click.command("bench")
+@click.option("--model", "model_dir", type=click.Path(path_type=str), help="HF checkpoint dir.")
+@click.option("--shape", type=click.Choice(["smollm2-135m", "smollm2-360m", "tinyllama-1.1b", "llama-3.2-1b"]),
+              help="Instead of --model: a seeded random-init model of this shape, built on the GPU.")
+@click.option("--config", "config_path", type=click.Path(path_type=str),
+              help="ScheduleConfig TOML (default: a default and two finer-split candidates).")
+@click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
+@click.option("--rounds", default=5, show_default=True, type=click.IntRange(min=1), help="Interleaved rounds.")
+@click.option("--steps", default=64, show_default=True, type=click.IntRange(min=1), help="Decode steps per sample.")
+@click.option("--no-graph", is_flag=True, help="Skip the HF static cache + CUDA graph contender.")
+@click.option("-o", "--output", type=click.Path(path_type=str), help="Also write the result JSON here.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+def bench_cmd(model_dir: str | None, shape: str | None, config_path: str | None, gpu_name: str, rounds: int,
+              steps: int, no_graph: bool, output: str | None, as_json: bool) -> None:
+    """AMK ms/token vs HF eager, HF static cache + CUDA graph and the weight-bandwidth floor (interleaved)."""
+    from mosaic.errors import BadInput
+
+    from mosaic_amk.config import load_config
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.bench import format_table, run_bench
+    from mosaic_amk.cuda.launcher import _cupy
+
+    if bool(model_dir) == bool(shape):
+        raise BadInput("give exactly one of --model DIR or --shape NAME")
+    if model_dir and not Path(model_dir).is_dir():
+        raise BadInput("not a checkpoint directory", model_dir)
+    gpu, _ = _gpu_config(gpu_name, config_path)
+    candidates = [("config", load_config(config_path).for_gpu(gpu))] if config_path else None
+    _cupy()
+    model = hf_gpu.load_bf16(model_dir) if model_dir else hf_gpu.random_model(shape)
+    spec = hf_gpu.spec_of(model)
+    result = run_bench(model, spec, gpu, candidates, rounds=rounds, steps=steps, graph=not no_graph,
+                       log=lambda m: click.echo(m, err=True))
+    result["source"] = model_dir or f"random-init {shape}"
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(json.dumps(result, indent=1) + "\n")
+    click.echo(json.dumps(result, indent=1) if as_json else format_table(result))

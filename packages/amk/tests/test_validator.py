@@ -304,3 +304,21 @@ def test_cli_structurally_broken_schedule_is_unsafe_not_a_crash(tmp_path, capsys
 def test_cli_missing_file(tmp_path, capsys):
     code, _, err = run_cli([str(tmp_path / "nope.json")], capsys)
     assert code == 2 and err.startswith("error:")
+
+
+def test_declared_rows_wider_than_the_write_do_not_count_as_written():
+    """A GEMV that writes rows 0..4 but declares 0..8: rows 4..8 are still unwritten for its readers."""
+    s = base()
+    one = tuple(attrs.evolve(t, waits=tuple(Wait(1, 1) if w.counter == 1 else w for w in t.waits))
+                for t in s.tasks if t.id != 2)
+    s = attrs.evolve(s, tasks=one)
+    assert codes(s) == {"unordered-read"}  # rows 4..8 of y: nothing writes them
+    wide = task(s, 1, ranges={"w": (0, 8), "y": (0, 8)})
+    assert codes(wide) == {"unordered-read"}
+    assert explore(wide, runs=4).kinds() == {"uninitialized"}
+
+
+def test_kv_append_must_write_a_kv_cache():
+    bufs = list(base().buffers)
+    bufs[6] = Buffer("kc", "f32", (4, 2, 8), "scratch")
+    assert "malformed" in codes(attrs.evolve(base(), buffers=tuple(bufs)))

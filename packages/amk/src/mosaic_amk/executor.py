@@ -177,6 +177,8 @@ class _Loaded:
                 d = cache.shape[2]
                 start = (page * cache.shape[1] + slot) * d
                 region[(cache.name, True)] = (start, start + d)
+            elif t.op == "argmax":
+                region[(t.outputs[0], True)] = (0, 1)
             elif t.op == "attention":
                 pos, hd = int(p["position"]), int(p["head_dim"])
                 window = int(p["window"])

@@ -64,6 +64,8 @@ CODES: dict[str, str] = {
 }
 
 _INIT_KINDS = frozenset(("weight", "input", "kv_cache"))  # valid before the launch starts
+# ops whose every operand is read or written whole (ops.py: `outs[0][...] = ...`)
+_WHOLE_OPS = frozenset(("embed", "rmsnorm", "silu_mul", "add", "rope"))
 _UNINIT, _LAUNCH = -2, -1  # segment writer markers: never written / written before the launch
 
 
@@ -220,20 +222,25 @@ class Facts:
                     add(Diagnostic("malformed", _where(tid), f"{len(roles)} inputs, {len(spec.outputs)} outputs",
                                    f"{len(t.inputs)} inputs, {len(t.outputs)} outputs", f"{t.op}: bad arity"))
                     ok = False
-        # weights are valid at launch and never written (a write is malformed): no race can involve them
+        # Footprints: the rows the op's semantics touch (exact at row granularity for writes, which the
+        # must-write analyses need), checked against the declared ranges; weights are valid at launch and
+        # never written (a write is malformed), so no race can involve them and they are not tracked.
         track = self.tracked
-        reads = tuple((n, *(ranges[n] if n in ranges else (0, track[n]))) for n in t.inputs if n in track)
-        writes = tuple((n, *(ranges[n] if n in ranges else (0, track[n]))) for n in t.outputs if n in track)
-        if ok and (ranges or spec.writes != "all"):  # whole-buffer ops without ranges touch what they name
+        if ok and (ranges or t.op not in _WHOLE_OPS):
             need = _op_rows(t, bufs)
             if isinstance(need, str):
                 add(Diagnostic("malformed", _where(tid), "op parameters within the buffers", need, f"{t.op}: {need}"))
-            elif ranges:
-                for name, lo, hi in need:
-                    got = ranges.get(name)
-                    if got is not None and (lo < got[0] or hi > got[1]):
-                        add(Diagnostic("malformed", _where(tid), f"ranges[{name}] covering rows [{lo}, {hi})",
-                                       list(got), "declared rows narrower than what the op touches"))
+            else:
+                if ranges:
+                    for name, lo, hi in need:
+                        got = ranges.get(name)
+                        if got is not None and (lo < got[0] or hi > got[1]):
+                            add(Diagnostic("malformed", _where(tid), f"ranges[{name}] covering rows [{lo}, {hi})",
+                                           list(got), "declared rows narrower than what the op touches"))
+                k = len(t.inputs)
+                return (tuple(x for x in need[:k] if x[0] in track), tuple(x for x in need[k:] if x[0] in track))
+        reads = tuple((n, *(ranges[n] if n in ranges else (0, track[n]))) for n in t.inputs if n in track)
+        writes = tuple((n, *(ranges[n] if n in ranges else (0, track[n]))) for n in t.outputs if n in track)
         return reads, writes
 
     # 2. ordering --------------------------------------------------------------------------------------
@@ -326,6 +333,8 @@ def _op_rows(t: Task, bufs: Mapping[str, Buffer]) -> list[tuple[str, int, int]] 
         cache = bufs[t.outputs[0]]
         if not (_is_int(pos) and _is_int(pt)) or pos < 0 or pt < 1:
             return f"position/page_tokens {pos!r}/{pt!r} invalid"
+        if cache.kind != "kv_cache":
+            return f"appends into {cache.name}, which is not a kv_cache buffer"
         if len(cache.shape) != 3 or cache.shape[1] != pt:
             return f"cache {cache.name} shape {list(cache.shape)} is not [pages, {pt}, kv_dim]"
         if pos // pt >= cache.shape[0]:
@@ -342,6 +351,8 @@ def _op_rows(t: Task, bufs: Mapping[str, Buffer]) -> list[tuple[str, int, int]] 
         if pos < 0 or hd < 1 or window < 0 or not 0 <= rs < re or nkv < 1 or nh % nkv:
             return "attention parameters out of range"
         h0, h1 = rs // hd, re // hd
+        if h1 <= h0:
+            return f"rows [{rs}, {re}) hold no whole head of {hd}"
         if h1 * hd > min(q.shape[0], y.shape[0]) or h1 > nh:
             return f"heads [{h0}, {h1}) beyond q/y"
         for k, cache in ((1, kc), (2, vc)):
@@ -352,8 +363,9 @@ def _op_rows(t: Task, bufs: Mapping[str, Buffer]) -> list[tuple[str, int, int]] 
                 return f"cache {cache.name} does not hold position {pos} of {nkv} kv heads"
             first = max(0, pos - window + 1) if window > 0 else 0
             ins[k] = (first // per, pos // per + 1)
-        if h1 > h0:
-            ins[0] = outs[0] = (h0 * hd, h1 * hd)
+        ins[0] = outs[0] = (h0 * hd, h1 * hd)
+    elif op == "argmax":
+        outs[0] = (0, 1)  # token[0] only
     return [(n, lo, hi) for n, (lo, hi) in zip((*t.inputs, *t.outputs), (*ins, *outs), strict=True)]
 
 

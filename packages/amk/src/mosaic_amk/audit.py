@@ -426,7 +426,7 @@ class ClassRow:
     rejected: int = 0
     false_accepts: int = 0
     stricter: int = 0  # rejected although the oracle saw nothing
-    not_applicable: int = 0  # mutator found nothing to mutate in the drawn base
+    not_applicable: int = 0  # draws of a base with nothing to mutate (another base is drawn instead)
 
     def add(self, other: ClassRow) -> None:
         for f in ("schedules", "oracle_unsafe", "rejected", "false_accepts", "stricter", "not_applicable"):
@@ -475,9 +475,13 @@ def _job(args: tuple) -> tuple[list[ClassRow], list[dict]]:
         if name == "random-dag":
             s = random_dag(rng)
         else:
-            s = MUTATORS[name](_BASES[rng.randrange(len(_BASES))], rng)
-            if s is None:
+            s = None
+            for _ in range(20):  # a base with nothing to mutate (e.g. no SM with two tasks): draw another
+                s = MUTATORS[name](_BASES[rng.randrange(len(_BASES))], rng)
+                if s is not None:
+                    break
                 row.not_applicable += 1
+            if s is None:
                 continue
         row.schedules += 1
         verdict = explore(s, runs=runs, seed=k)

@@ -197,11 +197,14 @@ class PallasBackend:
 
 def collect_dump(dump: Path):
     """Pick the newest PTX, SASS and ptxas log from a MOSAIC_GPU_DUMP_TO directory and read the resources."""
-    def newest(suffix: str) -> Path | None:
-        found = sorted((p for p in dump.glob(f"*{suffix}") if p.is_file()), key=lambda p: p.stat().st_mtime)
+    def newest(match) -> Path | None:
+        found = sorted((p for p in dump.iterdir() if p.is_file() and match(p.name)), key=lambda p: p.stat().st_mtime)
         return found[-1] if found else None
 
-    ptx, sass, ptxas = newest(".ptx"), newest(".sass"), newest(".ptxas")
+    # jaxlib names dumps <module basename>.<kind>: .ptx, .sass (and .sass_ctrl), and a ptxas log
+    ptx = newest(lambda n: n.endswith(".ptx"))
+    sass = newest(lambda n: n.endswith(".sass"))
+    ptxas = newest(lambda n: "ptxas" in n)
     resources = None
     if ptxas is not None:
         text = ptxas.read_text(errors="replace")

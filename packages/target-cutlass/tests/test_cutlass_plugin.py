@@ -120,7 +120,7 @@ def test_compile_error_is_unbuildable_and_cached(tmp_path, monkeypatch):
         build.build("this is not C++;\n")
 
 
-def _check_lowered(bundle_path, tile_n):
+def _check_lowered(bundle_path, tile):
     from mosaic.bundle import load_bundle
 
     b = load_bundle(bundle_path)
@@ -129,7 +129,7 @@ def _check_lowered(bundle_path, tile_n):
     assert ".target sm_90a" in ptx and ".entry _ZN7cutlass13device_kernel" in ptx
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx  # WGMMA fed by TMA
     assert "HGMMA" in sass and "UTMALDG" in sass
-    assert f"Shape<_{128 if tile_n == 128 else 64}, _{tile_n}, _64>" in b.read_text("source")
+    assert f"Shape<_{tile[0]}, _{tile[1]}, _{tile[2]}>" in b.read_text("source")
     low = b.read_json("metrics")
     assert 0 < low["resources"]["registers"] <= 255 and low["resources"]["spill_stores"] == 0
     notes = dict(n.split(" ", 1) for n in low["notes"] if n.split(" ")[0] in ("smem_bytes", "threads_per_block"))
@@ -146,7 +146,7 @@ def test_lower_only_capture_cooperative(tmp_path):
              tile_k=64, cluster_m=1, cluster_n=2)
     r = capture(s, "h200", tmp_path / "coop.bundle", CaptureOptions(lower_only=True, timeout=1500))
     assert r.status == "lowered", r.message
-    _check_lowered(r.bundle, 128)
+    _check_lowered(r.bundle, (128, 128, 64))
 
 
 @pytest.mark.slow
@@ -163,7 +163,7 @@ def test_lower_only_capture_pingpong_through_the_cli(tmp_path):
                        capture_output=True, text=True, env=env, timeout=1600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.startswith("lowered: ")
-    _check_lowered(out, 128)
+    _check_lowered(out, (64, 128, 64))
     from mosaic.bundle import load_bundle
 
     assert "StageCount<4>" in load_bundle(out).read_text("source")

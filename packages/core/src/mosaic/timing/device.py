@@ -66,7 +66,7 @@ def gpu_clocks() -> dict:
     exe = shutil.which("nvidia-smi")
     if not exe:
         return {"error": "nvidia-smi not found"}
-    fields = "clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,clocks_throttle_reasons.active"
+    fields = "clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw"
     try:
         out = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "0"],
                              capture_output=True, text=True, timeout=15)
@@ -75,5 +75,5 @@ def gpu_clocks() -> dict:
     if out.returncode != 0:
         return {"error": out.stderr.strip()[:200]}
     values = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
-    return dict(zip(["sm_mhz", "mem_mhz", "max_sm_mhz", "temperature_c", "power_w", "throttle_reasons"],
+    return dict(zip(["sm_mhz", "mem_mhz", "max_sm_mhz", "temperature_c", "power_w"],
                     values, strict=False))

@@ -124,7 +124,7 @@ def _resume(directory: Path, quiet: bool) -> int:
     from mosaic.workbench import OfflineWorkbench
 
     journal, torn = Journal.resume(directory)
-    if torn and not quiet:
+    if torn:  # always said, even with --quiet
         click.echo(f"resume: {torn}", err=True)
     head = journal.replay[0]
     if any(e["event"] == "stop" for e in journal.replay):
@@ -158,8 +158,11 @@ def _live_bench(campaign, out: Path):
     if not detection.devices:
         raise NoGpu(f"no GPU here ({detection.reason}); a live run captures and times kernels on a CUDA device. "
                     "Re-decide recorded bundles with: mosaic run --offline DIR", "mosaic run")
-    from mosaic.live import LiveWorkbench
-
+    try:
+        from mosaic.live import LiveWorkbench  # type: ignore[import-not-found]
+    except ImportError:
+        raise NoGpu("the live workbench (mosaic.live: capture + interleaved A/B timing on the GPU) is not built "
+                    "yet; only --offline and --resume of offline runs work in this version", "mosaic run") from None
     return LiveWorkbench(campaign, out)
 
 

@@ -91,7 +91,14 @@ def spec_of(model):
     """The ModelSpec of a loaded model (the importer's own checks: support rules, every tensor used)."""
     from mosaic_amk.importer import spec_from_hf
 
-    return spec_from_hf(model, None, getattr(model.config, "_name_or_path", "") or "<gpu model>")
+    # spec_from_hf reads rotary_emb.inv_freq with .numpy(): lend it the rotary module on the CPU
+    rotary = model.model.rotary_emb
+    device = rotary.inv_freq.device
+    rotary.to("cpu")
+    try:
+        return spec_from_hf(model, None, getattr(model.config, "_name_or_path", "") or "<gpu model>")
+    finally:
+        rotary.to(device)
 
 
 def greedy(model, prompts: Sequence[Sequence[int]], n_tokens: int) -> tuple[list[list[int]], list[np.ndarray]]:

@@ -143,9 +143,12 @@ class Launcher:
             raise DeviceError(f"precision mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         cp = self.cp = _cupy()
         dev = cp.cuda.Device()
-        sms = dev.attributes["MultiProcessorCount"]
-        optin = dev.attributes["MaxSharedMemoryPerBlockOptin"]
-        per_sm = dev.attributes["MaxSharedMemoryPerMultiprocessor"]
+        attr = lambda code: int(cp.cuda.runtime.deviceGetAttribute(code, dev.id))  # noqa: E731
+        # cudaDevAttrMultiProcessorCount 16, MaxSharedMemoryPerBlockOptin 97, MaxSharedMemoryPerMultiprocessor 81,
+        # CooperativeLaunch 95
+        sms, optin, per_sm = attr(16), attr(97), attr(81)
+        if not attr(95):
+            raise DeviceError("this GPU does not support cooperative launches")
         if self.enc.num_sms > sms:
             raise DeviceError(f"the schedule uses {self.enc.num_sms} SMs, this GPU has {sms}")
         # one block per SM: ask for more than half of an SM's shared memory so two blocks never share one
@@ -191,6 +194,8 @@ class Launcher:
                         raise DeviceError(f"weight {b.name} is {dt} on the device, the VM reads {want}")
                     if hasattr(arr, "is_contiguous") and not arr.is_contiguous():
                         raise DeviceError(f"weight {b.name} is not contiguous")
+                if _ptr(arr) % 16:
+                    raise DeviceError(f"weight {b.name} is not 16-byte aligned (the GEMV reads 16-byte vectors)")
                 if _nbytes(arr) != b.nbytes:
                     raise DeviceError(f"weight {b.name}: {_nbytes(arr)} bytes on the device, the schedule needs "
                                       f"{b.nbytes} ({list(b.shape)} {E.DTYPE_NAMES[b.dtype]})")

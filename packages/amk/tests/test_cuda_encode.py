@@ -1,0 +1,131 @@
+"""Schedule -> the CUDA VM's packed tables: the ABI matches abi.h, encodings round-trip, device dtypes
+follow the precision contract, positions become launch arguments, and memory-unsafe schedules are
+refused by the encoder even though it never judges synchronisation."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+from mosaic.plugins import host
+from mosaic_amk.config import ScheduleConfig
+from mosaic_amk.cuda import encode as E
+from mosaic_amk.cuda.microbench import deadlock, handoff_chain, op_schedule, split_rows
+from mosaic_amk.lowering import lower
+from mosaic_amk.model import INV_FREQ
+from mosaic_amk.schedule import Buffer, Wait
+from mosaic_amk.tiny_models import tiny_model
+
+GPU = host().get("gpus", "h200")
+CFGS = {"fused": ScheduleConfig(gemv_rows_per_task=16, kv_max_tokens=64),
+        "unfused": ScheduleConfig(gemv_rows_per_task=24, fusion=(), num_sms=7, kv_page_tokens=8, kv_max_tokens=64,
+                                  attention_kv_heads_per_task=2)}
+
+
+def test_abi_matches_header():
+    header = E.abi_constants()
+    for name, value in E.expected_abi().items():
+        assert header.get(name) == value, (name, header.get(name), value)
+
+
+def _normalise(s):
+    """What decode(encode(s)) must give back: no ranges, float32-rounded floats, device dtypes."""
+    dts = E.device_dtypes(s)
+    tasks = []
+    for t in s.tasks:
+        params = {k: (float(np.float32(v)) if isinstance(v, float) else v) for k, v in t.params.items()}
+        tasks.append(attrs.evolve(t, params=params, ranges={}))
+    bufs = tuple(attrs.evolve(b, dtype=E.DTYPE_NAMES[dts[b.name]]) for b in s.buffers)
+    return attrs.evolve(s, tasks=tuple(tasks), buffers=bufs, meta={"position": s.meta["position"]})
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("cfg", sorted(CFGS))
+def test_round_trip(family, cfg):
+    s = lower(tiny_model(family), CFGS[cfg], GPU, 5)
+    enc = E.encode(s)
+    back = E.decode(enc)
+    assert back.to_json() == _normalise(s).to_json()
+    # the encoded task table is what the VM walks: one record per task, queues in list order per SM
+    assert enc.tasks.shape == (len(s.tasks), E.TASK_WORDS)
+    for sm in range(s.num_sms):
+        q = enc.queue[enc.queue_offsets[sm]:enc.queue_offsets[sm + 1]].tolist()
+        assert q == [i for i, t in enumerate(s.tasks) if t.sm == sm]
+
+
+def test_device_dtypes_and_flags():
+    s = lower(tiny_model("qwen2"), CFGS["fused"], GPU, 3)
+    enc = E.encode(s)
+    by = {b.name: b for b in enc.buffers}
+    assert by[INV_FREQ].dtype == E.DT_F32
+    assert by["model.layers.0.self_attn.q_proj.weight"].dtype == E.DT_BF16
+    assert by["model.layers.0.self_attn.q_proj.bias"].dtype == E.DT_BF16
+    assert by["h.0"].dtype == E.DT_F32 and by["kv.0.k"].dtype == E.DT_F32 and by["token"].dtype == E.DT_I32
+    assert enc.token_buf == enc.buffer_id("token") and enc.next_buf == enc.buffer_id("next_token")
+    assert enc.rope == (INV_FREQ, 16, 1.0) and enc.max_attention_tokens == 64
+    ops = [E.OPS[c] for c in enc.tasks[:, E.W_OP]]
+    for i, t in enumerate(s.tasks):
+        rec = enc.tasks[i]
+        assert ops[i] == t.op and rec[E.W_ID] == t.id and rec[E.W_SIGNAL] == t.signal
+        if "position" in t.params:  # a launch argument, and the baked value kept
+            assert rec[E.W_FLAGS] & E.F_RUNTIME_POS and rec[E.W_POS] == 3
+        if t.op == "gemv" and t.params["bias"]:
+            assert rec[E.W_FLAGS] & E.F_BIAS
+    # one qkv gemv: its prefetch region is exactly its weight rows (in 16-byte units)
+    i = next(i for i, t in enumerate(s.tasks) if t.op == "gemv" and t.params["row_start"] == 16)
+    t = s.tasks[i]
+    w = by[t.inputs[1]]
+    rec = enc.tasks[i]
+    regions = {int(rec[E.W_PF + 3 * k]): (int(rec[E.W_PF + 3 * k + 1]), int(rec[E.W_PF + 3 * k + 2]))
+               for k in range(E.MAX_PF) if rec[E.W_PF + 3 * k] >= 0}
+    k_in = w.shape[1]
+    assert regions[enc.buffer_id(w.name)] == (16 * k_in * 2 // 16, (t.params["row_end"] - 16) * k_in * 2 // 16)
+
+
+def test_structure_is_position_invariant():
+    m = tiny_model("llama")
+    keys = {E.structure_key(lower(m, CFGS["fused"], GPU, p)) for p in (0, 1, 17, 63)}
+    assert len(keys) == 1
+    other = E.structure_key(lower(m, attrs.evolve(CFGS["fused"], gemv_rows_per_task=8), GPU, 0))
+    assert other not in keys
+
+
+def _refuses(s, words):
+    with pytest.raises(E.EncodeError) as exc:
+        E.encode(s)
+    assert all(w in str(exc.value) for w in words), str(exc.value)
+
+
+def test_memory_unsafe_schedules_are_refused():
+    s = lower(tiny_model("llama"), CFGS["fused"], GPU, 0)
+    i = next(i for i, t in enumerate(s.tasks) if t.op == "gemv")
+    t = s.tasks[i]
+
+    def with_task(new):
+        tasks = list(s.tasks)
+        tasks[i] = new
+        return attrs.evolve(s, tasks=tuple(tasks))
+
+    _refuses(with_task(attrs.evolve(t, waits=(Wait(10_000, 1),))), ["counter 10000"])
+    _refuses(with_task(attrs.evolve(t, signal=-1)), ["signal counter -1"])
+    _refuses(with_task(attrs.evolve(t, sm=999)), ["sm 999"])
+    _refuses(with_task(attrs.evolve(t, params={**t.params, "row_end": 10_000})), ["rows", "outside"])
+    _refuses(with_task(attrs.evolve(t, waits=tuple(Wait(0, 1) for _ in range(9)))), ["8 waits"])
+    _refuses(with_task(attrs.evolve(t, inputs=(t.inputs[0], "nope"))), ["unknown buffer"])
+    _refuses(with_task(attrs.evolve(t, outputs=(t.inputs[1],))), [t.inputs[1]])  # a weight as output
+    bf16_act = attrs.evolve(s, buffers=tuple(attrs.evolve(b, dtype="bf16") if b.name == "h.0" else b
+                                             for b in s.buffers))
+    _refuses(bf16_act, ["h.0", "f32"])
+    # a GEMV whose in-features are not a multiple of 8 cannot use 16-byte loads
+    bufs = [Buffer("x", "f32", (12,), "input"), Buffer("w", "f32", (16, 12), "weight"),
+            Buffer("y", "f32", (16,), "output")]
+    _refuses(op_schedule("gemv", bufs, ["x", "w"], ["y"], {"bias": False, "residual": False}, 4,
+                         split_rows(16, 4), ["w", "y"]), ["multiple of 8"])
+
+
+def test_synchronisation_is_not_the_encoders_business():
+    """A deadlocking schedule is memory-safe: the encoder packs it (the launcher's gate refuses it)."""
+    enc = E.encode(deadlock(132))
+    assert enc.tasks[0, E.W_NWAIT] == 1 and enc.tasks[0, E.W_WAIT] == 1 and enc.tasks[1, E.W_WAIT] == 0
+    chain = E.encode(handoff_chain(50, [0, 1], 132))
+    assert chain.queue_offsets[1] - chain.queue_offsets[0] == 25 and chain.queue_offsets[2] == 50

@@ -1,0 +1,91 @@
+"""The CUDA VM on a GPU (marked ``gpu``; skipped without cupy and a CUDA device). The full evidence run
+is scripts/device/issue8.py; these are the same checks at tiny scale for ``pytest -m gpu`` on the device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _gpu_or_skip():
+    try:
+        import cupy
+        import torch
+
+        if cupy.cuda.runtime.getDeviceCount() < 1 or not torch.cuda.is_available():
+            raise RuntimeError("no device")
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"needs cupy, torch with CUDA and a CUDA device ({type(exc).__name__}: {exc})")
+
+
+@pytest.mark.parametrize("family", ["llama", "smollm2", "qwen2", "mistral"])
+def test_tiny_greedy_matches_hf_bf16(family, tmp_path):
+    _gpu_or_skip()
+    from mosaic.plugins import host
+    from mosaic_amk.config import ScheduleConfig
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
+    from mosaic_amk.parity import compare
+    from mosaic_amk.tiny_models import make_checkpoint
+
+    model = hf_gpu.load_bf16(make_checkpoint(tmp_path / family, family))
+    spec = hf_gpu.spec_of(model)
+    vm = CudaVM(spec, ScheduleConfig(gemv_rows_per_task=16), host().get("gpus", "h200"),
+                weights=weights_from_torch(model, spec), max_positions=64)
+    prompt = [3, 17, 42, 5, 11]
+    toks, logits = vm.generate(prompt, 24)
+    hf_toks, hf_logits = hf_gpu.greedy(model, [prompt], 24)
+    r = compare(toks, logits, hf_toks[0], list(hf_logits[0]))
+    assert r.ok, r.to_json()
+    assert r.max_logit_error < 0.1
+
+
+def test_gemv_f32_mode_is_ops_py():
+    _gpu_or_skip()
+    import cupy as cp
+    from mosaic_amk import ops
+    from mosaic_amk.cuda.build import build
+    from mosaic_amk.cuda.encode import encode
+    from mosaic_amk.cuda.launcher import Launcher, bf16_round
+    from mosaic_amk.cuda.microbench import op_schedule, split_rows
+    from mosaic_amk.schedule import Buffer
+
+    rng = np.random.default_rng(0)
+    n, k = 1000, 512
+    x, w = bf16_round(rng.standard_normal(k).astype(np.float32)), bf16_round(rng.standard_normal((n, k)).astype(np.float32))
+    bufs = [Buffer("x", "f32", (k,), "input"), Buffer("w", "f32", (n, k), "weight"), Buffer("y", "f32", (n,), "output")]
+    s = op_schedule("gemv", bufs, ["x", "w"], ["y"], {"bias": False, "residual": False}, 132, split_rows(n, 132),
+                    ["w", "y"])
+    lz = Launcher(encode(s), str(build(512).cubin), mode="f32")
+    lz.bind({"w": w}, {"x": x})
+    lz.launch()
+    lz.check()
+    ref = np.empty(n, np.float32)
+    ops.op_gemv([x, w], [ref], {"row_start": 0, "row_end": n, "bias": False, "residual": False})
+    assert np.abs(cp.asnumpy(lz.dev["y"]) - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_watchdog_aborts_and_gpu_stays_usable():
+    _gpu_or_skip()
+    import cupy as cp
+    from mosaic_amk.cuda.build import build
+    from mosaic_amk.cuda.encode import encode
+    from mosaic_amk.cuda.launcher import Launcher, WatchdogAbort
+    from mosaic_amk.cuda.microbench import deadlock, handoff_chain
+
+    lz = Launcher(encode(deadlock(132)), str(build(512).cubin), timeout_s=0.2)
+    lz.bind({}, {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)})
+    lz.launch()
+    with pytest.raises(WatchdogAbort) as exc:
+        lz.check()
+    states = {d["block"]: d for d in exc.value.dump}
+    assert {states[0]["state"], states[1]["state"]} <= {"timeout", "peer-abort"}
+    assert "timeout" in {states[0]["state"], states[1]["state"]}
+    assert states[0]["counter"] == 1 and states[0]["value"] == 0 and states[0]["threshold"] == 1
+    ok = Launcher(encode(handoff_chain(10, [0, 1], 132)), str(build(512).cubin))
+    ok.bind({}, {"a": np.ones(1, np.float32), "b": np.ones(1, np.float32)})
+    ok.launch()
+    ok.check()
+    assert float(cp.asnumpy(ok.dev["y9"])[0]) == 11.0

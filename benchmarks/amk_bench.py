@@ -1,0 +1,57 @@
+"""AMK CUDA VM speed race (needs the H200): ms/token of the persistent megakernel against HF eager, HF
+static cache + CUDA graph and the weight-bandwidth floor, interleaved in one process, for random-init
+Llama-3.2-1B- and SmolLM2-135M-shaped models. Prints a table and writes benchmarks/results/amk_bench.json.
+
+Baselines (issue 8): goals <= 0.72 ms/token (Llama-3.2-1B shape) and <= 0.15 ms/token (SmolLM2-135M shape);
+the named baseline each is compared with is the HF static cache + CUDA graph row of the same run.
+
+    python3 benchmarks/amk_bench.py [--shapes llama-3.2-1b,smollm2-135m] [--rounds 5] [--steps 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+GOALS_MS = {"llama-3.2-1b": 0.72, "smollm2-135m": 0.15}
+BASELINE = "hf static cache + cuda graph"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="llama-3.2-1b,smollm2-135m")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "amk_bench.json"))
+    a = p.parse_args(argv)
+    from mosaic.plugins import host
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.bench import format_table, run_bench
+
+    gpu = host().get("gpus", "h200")
+    results = {}
+    for shape in [s for s in a.shapes.split(",") if s]:
+        model = hf_gpu.random_model(shape)
+        spec = hf_gpu.spec_of(model)
+        res = run_bench(model, spec, gpu, rounds=a.rounds, steps=a.steps)
+        amk = [c["ms_per_token"] for c in res["contenders"] if c["name"].startswith("amk[") and c["ms_per_token"]]
+        base = next((c["ms_per_token"] for c in res["contenders"] if c["name"] == BASELINE), None)
+        best = min(amk) if amk else None
+        res["verdict"] = {"best_amk_ms": best, "goal_ms": GOALS_MS.get(shape), "baseline": BASELINE,
+                          "baseline_ms": base, "meets_goal": bool(best and best <= GOALS_MS.get(shape, 0)),
+                          "speedup_vs_baseline": (base / best) if best and base else None}
+        results[shape] = res
+        print(format_table(res))
+        print(f"  verdict: {res['verdict']}")
+        del model
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -129,3 +129,18 @@ def test_synchronisation_is_not_the_encoders_business():
     assert enc.tasks[0, E.W_NWAIT] == 1 and enc.tasks[0, E.W_WAIT] == 1 and enc.tasks[1, E.W_WAIT] == 0
     chain = E.encode(handoff_chain(50, [0, 1], 132))
     assert chain.queue_offsets[1] - chain.queue_offsets[0] == 25 and chain.queue_offsets[2] == 50
+
+
+def test_micro_schedules_validate_and_encode():
+    """The device script's one-op schedules pass the gate (a rejected one would cost a GPU stage)."""
+    from mosaic_amk.validator import validate
+
+    n = 64
+    bufs = [Buffer("x", "f32", (n,), "input"), Buffer("w", "f32", (n,), "weight"), Buffer("y", "f32", (n,), "output")]
+    s = op_schedule("rmsnorm", bufs, ["x", "w"], ["y"], {"eps": 1e-5}, 4)
+    assert validate(s).ok and E.encode(s).tasks.shape[0] == 1
+    bufs = [Buffer("x", "f32", (16,), "input"), Buffer("w", "f32", (100, 16), "weight"),
+            Buffer("logits", "f32", (100,), "output"), Buffer("next_token", "i32", (1,), "output")]
+    s = op_schedule("gemv", bufs, ["x", "w"], ["logits"], {"bias": False, "residual": False}, 4,
+                    split_rows(100, 4), ["w", "logits"], argmax_of="logits")
+    assert validate(s).ok and s.tasks[-1].waits == (Wait(0, 4),)

@@ -23,7 +23,7 @@ def op_schedule(op: str, buffers: Sequence[Buffer], inputs: Sequence[str], outpu
     """One op, optionally split into row tasks (one per SM, round robin) that all signal counter 0;
     with ``argmax_of`` an argmax task on SM 0 waits for them all (an all-join) and signals counter 1."""
     tasks = []
-    for i, (lo, hi) in enumerate(rows or [None]):
+    for i, (lo, hi) in enumerate(rows or [(None, None)]):
         p = dict(params)
         ranges = dict(extra_ranges or {})
         if lo is not None:

@@ -91,21 +91,34 @@ def child_cublas(shape: dict, values: str, out: str, result: str) -> int:
 
     r = capture_in_process(spec("cublas", shape, name="torch.matmul"), "h200", Path(out),
                            CaptureOptions(values=values), runnable_factory=torch_factory)
-    Path(result).write_text(json.dumps(r.to_json()))
+    Path(result).write_text(json.dumps(r.to_json(), default=_plain))
     return 0
 
 
-def run_decisions(ref, slow, fast, measure, noise_blocks=20, decisions=100, planted=20) -> dict:
-    """Calibrate noise on ``ref``, then A/A and the planted variants. ``measure(r)`` -> one block's times."""
+def run_decisions(ref, slow, fast, measure_pair, noise_pairs=20, decisions=100, planted=20) -> dict:
+    """Calibrate noise on ``ref`` against itself (interleaved), then A/A and the planted variants.
+    ``measure_pair(a, b)`` -> (runs of a, runs of b) from one block timed a b a b ... run by run."""
     from mosaic.timing.aa import decide_many
     from mosaic.timing.noise import measure_noise
 
-    noise = measure_noise([measure(ref) for _ in range(noise_blocks)])
-    aa = decide_many("A/A", lambda: measure(ref), lambda: measure(ref), noise, decisions)
+    blocks = []
+    for _ in range(noise_pairs):
+        blocks += list(measure_pair(ref, ref))
+    noise = measure_noise(blocks)
+
+    def pair_of(cand):
+        def measure(candidate_first: bool):
+            if candidate_first:
+                c, b = measure_pair(cand, ref)
+                return b, c
+            return measure_pair(ref, cand)
+        return measure
+
+    aa = decide_many("A/A", pair_of(ref), noise, decisions)
     out = {"noise": noise.to_json(), "aa": aa.to_json()}
     for name, cand in (("planted_slower", slow), ("planted_faster", fast)):
         if cand is not None:
-            out[name] = decide_many(name, lambda: measure(ref), lambda c=cand: measure(c), noise, planted).to_json()
+            out[name] = decide_many(name, pair_of(cand), noise, planted).to_json()
     return out
 
 
@@ -127,14 +140,22 @@ def child_aa(kernel: str, result: str, runs: int) -> int:
         else:
             made[label] = h.get("languages", "cutlass").backend.prepare(sp, gpu, Path("/tmp"), inputs)
     flush = L2Flush(gpu.l2_bytes)
-    measure = lambda r: timer.time(r, runs, warmup=2, flush=flush, clocks=False).times_ns  # noqa: E731
+    def measure_pair(a, b):
+        ta, tb = timer.time_interleaved([a, b], runs, warmup=2, flush=flush, clocks=False)
+        return ta.times_ns, tb.times_ns
+
     t0 = time.time()
-    res = run_decisions(made["ref"], made["slow"], made["fast"], measure)
+    res = run_decisions(made["ref"], made["slow"], made["fast"], measure_pair)
     res.update({"kernel": kernel, "timer": timer.source, "fallback_reason": getattr(timer, "reason", ""),
                 "runs_per_block": runs, "seconds": round(time.time() - t0, 1),
                 "planted_k": PLANTED_K, "shape": BIG})
-    Path(result).write_text(json.dumps(res, indent=1))
+    Path(result).write_text(json.dumps(res, indent=1, default=_plain))
     return 0
+
+
+def _plain(o):
+    """numpy scalars and arrays in results -> JSON numbers and lists."""
+    return o.tolist() if hasattr(o, "tolist") else str(o)
 
 
 def isolated(args: list[str], timeout: float, result: Path) -> dict:
@@ -273,7 +294,7 @@ def main(out: Path, quick: bool) -> int:
 
     # write everything back
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    (out / "issue4.json").write_text(json.dumps(summary, indent=1))
+    (out / "issue4.json").write_text(json.dumps(summary, indent=1, default=_plain))
     with tarfile.open(out / "bundles.tar.gz", "w:gz") as tar:
         for b in sorted(bundles.glob("*.bundle")):
             tar.add(b, arcname=b.name)

@@ -54,8 +54,12 @@ def test_torch_runnable_contract_on_cpu(script):
 def test_decision_harness_on_synthetic_samples(script):
     rng = np.random.default_rng(1)
     ref, slow, fast = 170_000.0, 170_000.0 * 1.031, 170_000.0 * 0.969
-    measure = lambda mean: list(mean * (1 + 0.003 * rng.standard_normal(30)))  # noqa: E731
-    res = script.run_decisions(ref, slow, fast, measure, noise_blocks=20, decisions=100, planted=10)
+
+    def measure_pair(a, b):  # one interleaved block: a clock step of up to a few % hits both alike
+        clock = 1 + 0.02 * rng.standard_normal()
+        return tuple(list(m * clock * (1 + 0.003 * rng.standard_normal(30))) for m in (a, b))
+
+    res = script.run_decisions(ref, slow, fast, measure_pair, noise_pairs=20, decisions=100, planted=10)
     assert res["aa"]["decisions"] == 100 and res["aa"]["accept_rate"] <= 0.01
     assert res["planted_slower"]["accepted"] == 0 and res["planted_slower"]["classified_slower"] == 10
     assert res["planted_faster"]["accepted"] == 10

@@ -125,8 +125,9 @@ class Campaign:
             _fail(self, f.command, self.command, "a program to run (proposer 'command' needs command = [...])")
         if not all(isinstance(a, str) for a in self.command):
             _fail(self, f.command, self.command, "a list of strings")
-        if self.noise_blocks < 5:
-            _fail(self, f.noise_blocks, self.noise_blocks, ">= 5 (the noise is the range of >= 5 block medians)")
+        if self.noise_blocks < 10 or self.noise_blocks % 2:
+            _fail(self, f.noise_blocks, self.noise_blocks,
+                  "even and >= 10 (the noise comes from >= 5 interleaved self-pairs of blocks)")
         if self.runs_per_block < 3:
             _fail(self, f.runs_per_block, self.runs_per_block, ">= 3")
 

@@ -43,7 +43,7 @@ class CaptureOptions:
     values: str = attrs.field(default="normal", validator=attrs.validators.in_(("normal", "int")))
     warmup: int = 10
     runs: int = 50  # timed runs per block
-    blocks: int = 20  # blocks of runs: their medians' range is the noise
+    blocks: int = 20  # interleaved self-pairs (A A' A A' ... per block); noise from their differences
     timer: str = "cupti"
     flush: bool = True
     max_array_bytes: int = 8 * 2**20  # larger outputs/inputs are recorded by SHA-256
@@ -168,17 +168,22 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
     timer = timer or make_timer(opts.timer)
     flush = L2Flush(gpu.l2_bytes) if opts.flush else None
     try:
-        blocks = [timer.time(runnable, opts.runs, warmup=opts.warmup if i == 0 else 2, flush=flush,
-                             flush_name=flush.description if flush else "none",
-                             clocks=i in (0, opts.blocks - 1)) for i in range(opts.blocks)]
+        # the reference against itself, interleaved run by run: blocks (2i, 2i+1) = (A_i, A'_i)
+        blocks = []
+        for i in range(opts.blocks):
+            blocks += timer.time_interleaved([runnable, runnable], opts.runs,
+                                             warmup=opts.warmup if i == 0 else 2, flush=flush,
+                                             flush_name=flush.description if flush else "none",
+                                             clocks=i in (0, opts.blocks - 1))
     finally:
         if flush:
             flush.close()
     all_times = [t for b in blocks for t in b.times_ns]
     timings = {"source": timer.source, "fallback_reason": getattr(timer, "reason", ""),
-               "unit": "ns", "statistic": "median of a block's runs; noise = t(0.995, S-1) * sqrt(2) * sd(block medians)",
+               "unit": "ns", "interleaved": "blocks (2i, 2i+1) are the kernel against itself, run by run",
+               "statistic": "median of a block's runs; noise = t(0.995, P-1) * sd(median(A_i) - median(A'_i))",
                "summary": summarize(all_times).to_json(), "blocks": [b.to_json() for b in blocks]}
-    if len(blocks) >= 5:
+    if len(blocks) >= 10:
         noise = measure_noise([b.times_ns for b in blocks])
         timings["noise"] = noise.to_json()
         timings["time_ns"] = noise.reference_time
@@ -192,7 +197,7 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
     runnable.launch()
     again = runnable.output()
     same = all(np.array_equal(again[k], outputs[k], equal_nan=True) for k in outputs)
-    log.append(f"timed {opts.blocks} x {opts.runs} runs by {timer.source}: median {timings['time_ns'] / 1e3:.2f} us; "
+    log.append(f"timed {opts.blocks} interleaved self-pairs x {opts.runs} runs by {timer.source}: median {timings['time_ns'] / 1e3:.2f} us; "
                f"output after timing identical: {same}")
     summary.update({"time_ns": timings["time_ns"], "timer": timer.source,
                     "noise_ns": timings.get("noise", {}).get("value_ns"), "deterministic": same,

@@ -1,7 +1,7 @@
 """The convergence loop (seeds/mosaicist.txt): capture, propose, verify, converge.
 
 1. Capture the reference once (the workbench does it in its own process) and measure its noise from its own
-   repeated runs (``mosaic.timing.measure_noise``: the range of >= 5 block medians).
+   repeated runs (``mosaic.timing.measure_noise``: >= 5 interleaved self-pairs of blocks).
 2. The naive translation in the target language (``start_knobs``) must build and pass the numerics gate;
    it is the first incumbent.
 3. Loop: diff the beam member against the reference -> ranked rows -> the proposer gives ONE edit (knobs

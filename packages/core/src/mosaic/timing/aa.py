@@ -1,7 +1,8 @@
 """Device evidence for the timer and the rule: the A/A test and a planted slower variant.
 
-Each decision measures the incumbent and the candidate in one block each (alternating which goes first,
-so drift does not favour either) and applies :func:`accept` with equal distances, so only time decides.
+Each decision times the incumbent and the candidate in one block, interleaved run by run (alternating
+which leads, so a clock step cannot favour either), and applies :func:`accept` with equal distances, so
+only time decides.
 A/A: the candidate is the incumbent itself; every acceptance is a false win (goal: rate <= 1%).
 Planted: the candidate is known slower; it must be rejected and classified slower (t(c) > t(best) + noise).
 """
@@ -15,7 +16,7 @@ import attrs
 from mosaic.timing.accept import Scored, accept
 from mosaic.timing.noise import Noise, measurement
 
-Measure = Callable[[], Sequence[float]]
+MeasurePair = Callable[[bool], tuple[Sequence[float], Sequence[float]]]
 
 
 @attrs.frozen
@@ -53,15 +54,15 @@ class Decisions:
                 "best_ns": list(self.best_ns), "candidate_ns": list(self.candidate_ns)}
 
 
-def decide_many(name: str, measure_best: Measure, measure_candidate: Measure, noise: Noise | float,
-                decisions: int = 100) -> Decisions:
+def decide_many(name: str, measure_pair: MeasurePair, noise: Noise | float, decisions: int = 100) -> Decisions:
+    """``decisions`` independent accept() calls of a candidate against the incumbent, each on one block
+    timed interleaved run by run. ``measure_pair(candidate_first)`` -> (incumbent runs, candidate runs);
+    which kernel leads alternates between decisions."""
     value = noise.value if isinstance(noise, Noise) else float(noise)
     best, cand, acc = [], [], []
     for i in range(decisions):
-        if i % 2 == 0:
-            tb, tc = measurement(measure_best()), measurement(measure_candidate())
-        else:
-            tc, tb = measurement(measure_candidate()), measurement(measure_best())
+        runs_b, runs_c = measure_pair(i % 2 == 1)
+        tb, tc = measurement(runs_b), measurement(runs_c)
         best.append(tb)
         cand.append(tc)
         acc.append(accept(Scored(True, tc, 0.0), Scored(True, tb, 0.0), value))

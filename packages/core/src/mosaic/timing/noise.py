@@ -3,17 +3,20 @@
 A *measurement* of a kernel is one block of R timed runs (after warm-up, each run preceded by an L2
 flush); its time is the median of the R per-run device times (robust to the odd preempted run).
 
-The *noise* is measured, never assumed: the reference is measured in S independent blocks, s is the
-sample standard deviation of the S block medians, and
+GPU clocks drift under sustained load: on the lent H200 the block medians of one CUTLASS GEMM measured
+one after another walked from 171 us to 185 us within a few seconds (power/thermal clock steps), so any
+statistic over blocks timed one after another measures the drift, not the kernel. Kernels are therefore
+compared *interleaved run by run* (A B A B ... inside one block, each run after its own L2 flush) and the
+noise is measured the same way, the reference against itself:
 
-    noise = t_{0.995, S-1} * sqrt(2) * s
+    blocks come in pairs (2i, 2i+1) = (A_i, A'_i), both the reference, timed alternately run by run;
+    d_i   = median(A_i) - median(A'_i)                               (P >= 5 pairs)
+    noise = t(0.995, P-1) * sd(d_1 .. d_P)
 
-the one-sided 99.5% prediction bound for the difference of two fresh measurements of the very same
-kernel. If block medians are normal, (t(c) - t(best)) / (sqrt(2) s) follows Student's t with S-1 degrees
-of freedom *including* the uncertainty of s, so an A/A decision is a false win (t(c) < t(best) - noise)
-with probability 0.5%, whatever S. (The range of the block medians, a first choice, is too noisy an
-estimate of the spread: in synthetic A/A runs it let 3.5% false wins through on unlucky calibrations.)
-The A/A test measures the rate on the device instead of trusting the assumption.
+``noise`` is a two-sided 99% prediction bound for the difference of the next paired comparison of two
+identical kernels, so one A/A decision ``t(c) < t(best) - noise`` is a false win with probability ~0.5%
+(assuming roughly normal d_i; the A/A test measures the rate on the device instead of trusting it).
+A clock step inside a block shifts A and A' alike and cancels in d_i.
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ class Noise:
     blocks: int
     runs_per_block: int
     block_medians: tuple
-    statistic: str = "t(0.995, S-1) * sqrt(2) * sd(block medians)"
+    differences: tuple = ()
+    statistic: str = "t(0.995, P-1) * sd(d), d = median(A) - median(A') of P interleaved self-pairs"
 
     @property
     def reference_time(self) -> float:
@@ -101,20 +105,26 @@ class Noise:
 
     def to_json(self) -> dict:
         return {"value_ns": self.value, "relative": self.relative, "statistic": self.statistic,
-                "range_ns": max(self.block_medians) - min(self.block_medians),
+                "pairs": len(self.differences), "differences_ns": list(self.differences),
+                "sequential_range_ns": max(self.block_medians) - min(self.block_medians),
                 "blocks": self.blocks, "runs_per_block": self.runs_per_block,
                 "block_medians_ns": list(self.block_medians), "reference_time_ns": self.reference_time}
 
 
 def measure_noise(blocks: Sequence[Sequence[float]]) -> Noise:
-    """Noise from S >= 5 blocks of the reference's own repeated runs (each >= 3 runs)."""
-    if len(blocks) < MIN_BLOCKS:
-        raise BadInput(f"noise needs at least {MIN_BLOCKS} blocks of the reference's runs, got {len(blocks)}")
+    """Noise from P >= 5 interleaved self-pairs of the reference: blocks (2i, 2i+1), each >= 3 runs.
+
+    Pass blocks as the capture records them: A_0, A'_0, A_1, A'_1, ... (see the module docstring).
+    """
+    if len(blocks) < 2 * MIN_BLOCKS or len(blocks) % 2:
+        raise BadInput(f"noise needs an even number of at least {2 * MIN_BLOCKS} blocks (>= {MIN_BLOCKS} "
+                       f"interleaved pairs of the reference against itself), got {len(blocks)}")
     arrays = [_times(b, f"noise block {i}") for i, b in enumerate(blocks)]
     short = [i for i, b in enumerate(arrays) if b.size < MIN_RUNS]
     if short:
         raise BadInput(f"noise blocks {short} have fewer than {MIN_RUNS} runs")
     medians = tuple(float(np.median(b)) for b in arrays)
-    sd = float(np.std(medians, ddof=1))
-    return Noise(value=t_quantile(len(medians) - 1) * np.sqrt(2.0) * sd, blocks=len(arrays),
-                 runs_per_block=int(min(b.size for b in arrays)), block_medians=medians)
+    diffs = tuple(medians[2 * i] - medians[2 * i + 1] for i in range(len(medians) // 2))
+    sd = float(np.std(diffs, ddof=1))
+    return Noise(value=t_quantile(len(diffs) - 1) * sd, blocks=len(arrays),
+                 runs_per_block=int(min(b.size for b in arrays)), block_medians=medians, differences=diffs)

@@ -129,24 +129,38 @@ class CuptiTimer:
 
     def time(self, runnable, runs: int, warmup: int = 10, flush: Callable[[], None] | None = None,
              flush_name: str = "", clocks: bool = True) -> TimedRuns:
+        return self.time_interleaved([runnable], runs, warmup, flush, flush_name, clocks)[0]
+
+    def time_interleaved(self, runnables, runs: int, warmup: int = 10, flush: Callable[[], None] | None = None,
+                         flush_name: str = "", clocks: bool = True) -> list[TimedRuns]:
+        """Time several kernels alternately, run by run (A B A B ...), each run after its own flush, so a
+        clock step during the block affects all of them alike. One TimedRuns per runnable."""
         flush = flush or (lambda: None)
+        n = len(runnables)
         synchronize()
         for _ in range(warmup):
-            flush()
-            runnable.launch()
+            for r in runnables:
+                flush()
+                r.launch()
         synchronize()
         self._drain()
         before = gpu_clocks() if clocks else {}
         for _ in range(runs):
-            flush()
-            runnable.launch()
+            for r in runnables:
+                flush()
+                r.launch()
         synchronize()
         recs = self._drain()
         after = gpu_clocks() if clocks else {}
-        times, starts, ends, k, launch = runs_from_records(recs, runs)
-        names = tuple(dict.fromkeys(r["name"] for r in recs))
-        return TimedRuns("cupti", tuple(times), tuple(starts), tuple(ends), k, names, launch, warmup, flush_name,
-                         before, after)
+        groups, k = group_runs(recs, runs * n)
+        out = []
+        for j in range(n):
+            mine = [rec for g in groups[j::n] for rec in g]
+            times, starts, ends, _, launch = runs_from_records(mine, runs)
+            names = tuple(dict.fromkeys(r["name"] for r in mine))
+            out.append(TimedRuns("cupti", tuple(times), tuple(starts), tuple(ends), k, names, launch, warmup,
+                                 flush_name, before, after))
+        return out
 
 
 class EventTimer:
@@ -160,33 +174,43 @@ class EventTimer:
 
     def time(self, runnable, runs: int, warmup: int = 10, flush: Callable[[], None] | None = None,
              flush_name: str = "", clocks: bool = True) -> TimedRuns:
+        return self.time_interleaved([runnable], runs, warmup, flush, flush_name, clocks)[0]
+
+    def time_interleaved(self, runnables, runs: int, warmup: int = 10, flush: Callable[[], None] | None = None,
+                         flush_name: str = "", clocks: bool = True) -> list[TimedRuns]:
         rt = self._rt
         flush = flush or (lambda: None)
         for _ in range(warmup):
-            flush()
-            runnable.launch()
+            for r in runnables:
+                flush()
+                r.launch()
         synchronize()
         before = gpu_clocks() if clocks else {}
-        pairs = []
+        pairs: list[list] = [[] for _ in runnables]
         for _ in range(runs):
-            start = rt.cudaEventCreate()[1]
-            end = rt.cudaEventCreate()[1]
-            flush()
-            rt.cudaEventRecord(start, 0)
-            runnable.launch()
-            rt.cudaEventRecord(end, 0)
-            pairs.append((start, end))
+            for j, r in enumerate(runnables):
+                start = rt.cudaEventCreate()[1]
+                end = rt.cudaEventCreate()[1]
+                flush()
+                rt.cudaEventRecord(start, 0)
+                r.launch()
+                rt.cudaEventRecord(end, 0)
+                pairs[j].append((start, end))
         synchronize()
-        times = []
-        for start, end in pairs:
-            err, ms = rt.cudaEventElapsedTime(start, end)
-            if int(err) != 0:
-                raise TimingError(f"cudaEventElapsedTime failed: {err!s}")
-            times.append(int(round(ms * 1e6)))
-            rt.cudaEventDestroy(start)
-            rt.cudaEventDestroy(end)
-        return TimedRuns("cuda-events", tuple(times), (), (), 1, (), None, warmup, flush_name, before,
-                         gpu_clocks() if clocks else {}, fallback_reason=self.reason)
+        after = gpu_clocks() if clocks else {}
+        out = []
+        for mine in pairs:
+            times = []
+            for start, end in mine:
+                err, ms = rt.cudaEventElapsedTime(start, end)
+                if int(err) != 0:
+                    raise TimingError(f"cudaEventElapsedTime failed: {err!s}")
+                times.append(int(round(ms * 1e6)))
+                rt.cudaEventDestroy(start)
+                rt.cudaEventDestroy(end)
+            out.append(TimedRuns("cuda-events", tuple(times), (), (), 1, (), None, warmup, flush_name, before,
+                                 after, fallback_reason=self.reason))
+        return out
 
 
 def make_timer(prefer: str = "cupti"):

@@ -12,8 +12,9 @@ class Instruction:
     ``opcode`` is the base mnemonic (``HGMMA``, ``cp``), ``mods`` the dot-separated modifiers
     (``("64x8x16", "F32")``, ``("async", "cg", "shared", "global")``), ``operands`` the comma-separated
     operands as written, ``targets`` the labels a branch may jump to, ``opclass`` the operation class
-    (``opclass.py``; ``other`` for an unknown mnemonic). ``control`` holds decoded scheduling bits
-    (stall cycles, yield, barriers) when the SASS listing carries encodings.
+    (``opclass.py``; ``other`` for an unknown mnemonic). ``control`` holds the upper 64 bits of the
+    encoding (scheduling bits: stall cycles, yield, barriers; ``sass.decode_control``) when the SASS listing
+    carries encodings.
     """
 
     index: int
@@ -25,7 +26,7 @@ class Instruction:
     address: int | None = None
     line: int = 0
     opclass: str = "other"
-    control: dict | None = None
+    control: int | None = None  # upper 64 bits of the encoding (sass.decode_control); None without -hex
 
     @property
     def full(self) -> str:

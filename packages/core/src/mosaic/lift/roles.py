@@ -12,6 +12,7 @@ the hottest math -> ``consumer``; otherwise ``role<n>``. No role branch -> one r
 
 from __future__ import annotations
 
+import functools
 import re
 
 import attrs
@@ -32,6 +33,7 @@ class Role:
     setmaxnreg: int | None = None
 
 
+@functools.lru_cache(maxsize=65536)
 def _imm(op: str) -> int | None:
     op = op.strip()
     if op in ("RZ", "URZ"):
@@ -67,8 +69,13 @@ def role_branches(cfg: CFG) -> set[int]:
             taint[dst] = "tid"
             continue
         srcs = ops[1:]
+        if not taint:
+            continue
         kinds = [taint.get(s.lstrip("-!|")) for s in srcs]
         tainted = [k for k in kinds if k]
+        if not tainted:
+            taint.pop(dst, None)
+            continue
         if insn.opcode in _CMP_OPS:
             # SASS: ISETP.<cmp> Pd, Pq, a, b, Pc ; PTX: setp.<cmp> %p, a, b
             regs = [s for s in srcs if taint.get(s)]

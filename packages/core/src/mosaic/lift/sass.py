@@ -12,9 +12,8 @@ import re
 
 from mosaic.errors import BadInput
 from mosaic.lift.instruction import Instruction, Program
-from mosaic.lift.opclass import sass_class
+from mosaic.lift.opclass import SASS_BASE, sass_class
 
-_INSN_RE = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s*(.*?)\s*$")
 _HEX_RE = re.compile(r"/\*\s*0x([0-9a-fA-F]{16})\s*\*/")
 _LABEL_RE = re.compile(r"^\s*([.$A-Za-z_][\w.$]*)\s*:\s*$")
 _KERNEL_NVDISASM_RE = re.compile(r"^\s*\.text\.([\w.$]+)\s*:\s*$")
@@ -31,7 +30,24 @@ def looks_like_sass(text: str) -> bool:
     return bool(re.search(r"/\*[0-9a-fA-F]{4,}\*/\s+\S", text[:200_000]))
 
 
+_OPERAND_RE = re.compile(r"(?:[^,\[\]{}()]|\[[^\[\]]*\]|\{[^{}]*\}|\([^()]*\))+")
+_OPCODE_RE = re.compile(r"[A-Z][A-Z0-9_]*")
+_OK_OPCODES = set(SASS_BASE) | {"SYNCS"}
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return text.strip() == text
+
+
 def _split_operands(text: str) -> list[str]:
+    if "[" not in text and "{" not in text and "(" not in text:
+        return [p.strip() for p in text.split(",") if p.strip()]
+    if "[[" not in text and "{{" not in text and "((" not in text:
+        return [p.strip() for p in _OPERAND_RE.findall(text) if p.strip()]
     out, depth, cur = [], 0, []
     for ch in text:
         if ch in "[{(":
@@ -50,7 +66,9 @@ def _split_operands(text: str) -> list[str]:
 
 
 def decode_control(hi: int) -> dict:
-    """Scheduling bits of a Volta-and-later instruction (upper 64 bits of the 128-bit encoding)."""
+    """Scheduling bits of a Volta-and-later instruction (upper 64 bits of the 128-bit encoding).
+
+    The parser keeps the raw upper word in ``Instruction.control``; this decodes it on demand."""
     return {"stall": (hi >> 41) & 0xF, "yield": (hi >> 45) & 1, "write_barrier": (hi >> 46) & 7,
             "read_barrier": (hi >> 49) & 7, "wait_mask": (hi >> 52) & 0x3F, "reuse": (hi >> 58) & 0xF}
 
@@ -82,33 +100,43 @@ def parse_sass(text: str, *, where: str = "SASS") -> dict[str, Program]:
         line = raw.strip()
         if not line:
             continue
-        m = _INSN_RE.match(raw)
-        if m:
-            if cur is None:
-                cur = kernels.setdefault("kernel", _Kernel("kernel"))
-            body = m.group(2)
-            hexm = _HEX_RE.search(body)
-            lo = None
-            if hexm:
-                lo = int(hexm.group(1), 16)
-                body = body[: hexm.start()].rstrip()
-            insn = _parse_insn(body, len(cur.insns), int(m.group(1), 16), lineno, where, unknown_ops)
-            if insn is None:  # an empty "{ }" pair line or similar
+        if line.startswith("/*"):
+            close = line.find("*/", 2)
+            addr_text = line[2:close] if close > 0 else ""
+            if addr_text.startswith(" 0x") or addr_text.startswith("0x"):
+                # the second (control) half of the previous instruction's encoding
+                word = line[5:21] if len(line) == 24 and line.startswith("/* 0x") and line.endswith(" */") else ""
+                if not (word and _is_hex(word)):
+                    hexm = _HEX_RE.fullmatch(line)
+                    word = hexm.group(1) if hexm else ""
+                if not word:
+                    unknown_lines += 1
+                    first_bad = first_bad or f"line {lineno}: {line[:60]!r}"
+                elif cur is not None and cur.last is not None and cur.last.control == -1:
+                    cur.last.control = int(word, 16)
                 continue
-            for lab in cur.pending_labels:
-                cur.labels[lab] = insn.index
-            cur.pending_labels.clear()
-            cur.addr_index.setdefault(insn.address, insn.index)
-            cur.insns.append(insn)
-            cur.last = insn
-            if lo is not None:
-                insn.control = {"lo": lo}
-            continue
-        hexm = _HEX_RE.fullmatch(line)
-        if hexm:  # the second (control) half of the previous instruction's encoding
-            if cur is not None and cur.last is not None and cur.last.control and "lo" in cur.last.control:
-                cur.last.control = decode_control(int(hexm.group(1), 16))
-            continue
+            if close > 0 and len(addr_text) >= 4 and _is_hex(addr_text):
+                if cur is None:
+                    cur = kernels.setdefault("kernel", _Kernel("kernel"))
+                body = line[close + 2:]
+                semi = body.find(";")
+                has_hex = False
+                if semi >= 0:
+                    has_hex = "/* 0x" in body[semi:] or "/*0x" in body[semi:]
+                    body = body[:semi + 1]
+                insn = _parse_insn(body, len(cur.insns), int(addr_text, 16), lineno, where, unknown_ops)
+                if insn is None:  # an empty "{ }" pair line or similar
+                    continue
+                if cur.pending_labels:
+                    for lab in cur.pending_labels:
+                        cur.labels[lab] = insn.index
+                    cur.pending_labels.clear()
+                cur.addr_index.setdefault(insn.address, insn.index)
+                cur.insns.append(insn)
+                cur.last = insn
+                if has_hex:
+                    insn.control = -1  # filled in by the next line's upper 64 bits
+                continue
         km = _KERNEL_NVDISASM_RE.match(line) or _KERNEL_CUOBJDUMP_RE.match(line)
         if km:
             name = km.group(1)
@@ -119,7 +147,7 @@ def parse_sass(text: str, *, where: str = "SASS") -> dict[str, Program]:
             if cur is not None:
                 cur.pending_labels.append(lm.group(1))
             continue
-        if line.startswith(_BENIGN_PREFIXES) or line in ("{", "}", "........................."):
+        if line.startswith(_BENIGN_PREFIXES) or line in ("{", "}"):
             continue
         if set(line) <= set(".") or line.startswith("...."):
             continue
@@ -141,6 +169,8 @@ def parse_sass(text: str, *, where: str = "SASS") -> dict[str, Program]:
 def _parse_insn(body: str, index: int, address: int, lineno: int, where: str,
                 unknown_ops: dict[str, int]) -> Instruction | None:
     body = body.strip().strip("{}").strip()
+    if body.startswith("/*"):
+        raise BadInput(f"SASS line {lineno} is not an instruction: {body[:60]!r}", where)
     if not body:
         return None
     if not body.endswith(";"):
@@ -154,7 +184,7 @@ def _parse_insn(body: str, index: int, address: int, lineno: int, where: str,
     head, _, rest = body.partition(" ")
     parts = head.split(".")
     opcode = parts[0]
-    if not opcode or not re.fullmatch(r"[A-Z][A-Z0-9_]*", opcode):
+    if opcode not in _OK_OPCODES and not _OPCODE_RE.fullmatch(opcode):
         raise BadInput(f"SASS instruction at line {lineno} has no opcode: {body[:60]!r}", where)
     mods = tuple(parts[1:])
     operands = tuple(_split_operands(rest)) if rest.strip() else ()

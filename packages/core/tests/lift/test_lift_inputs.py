@@ -158,3 +158,13 @@ def test_parsers_reject_what_is_not_theirs():
         parse_ptx(".version 8.0\n.target sm_90a\n.visible .entry k()\n{\n mov.u32 %r1, %tid.x;\n")
     with pytest.raises(BadInput, match="never defined"):
         parse_ptx(".version 8.0\n.target sm_90a\n.visible .entry k()\n{\n bra $L_nowhere;\n ret;\n}\n")
+
+
+def test_lift_pair_in_two_processes_matches_serial(monkeypatch):
+    from mosaic.lift import inputs
+    from mosaic.lift.diff import diff_fingerprints
+
+    serial = diff_fingerprints(*inputs.lift_pair(ARTIFACTS / "stages2.sass", ARTIFACTS / "stages4.sass"))
+    monkeypatch.setattr(inputs, "PARALLEL_MIN_BYTES", 1)
+    parallel = diff_fingerprints(*inputs.lift_pair(ARTIFACTS / "stages2.sass", ARTIFACTS / "stages4.sass"))
+    assert parallel.to_json() == serial.to_json() and serial.rows

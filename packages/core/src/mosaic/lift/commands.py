@@ -88,12 +88,11 @@ def diff(reference: str, candidate: str, kernel: str | None, gpu_name: str | Non
     """Ranked structural differences between two kernels (.cubin, SASS, PTX or bundle), by layer."""
     from mosaic.cli import _table
     from mosaic.lift.diff import diff_fingerprints
-    from mosaic.lift.inputs import lift_path
+    from mosaic.lift.inputs import lift_pair
     from mosaic.records import LAYERS
 
     gpu = _gpu(gpu_name)
-    ref = lift_path(reference, kernel=kernel, gpu=gpu)
-    cand = lift_path(candidate, kernel=kernel, gpu=gpu)
+    ref, cand = lift_pair(reference, candidate, kernel=kernel, gpu=gpu)
     _warn(ref)
     _warn(cand)
     result = diff_fingerprints(ref, cand)

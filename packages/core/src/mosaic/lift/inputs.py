@@ -124,3 +124,38 @@ def _pick_in_bundle(programs, kernel, ctx, where) -> Program:
     if kernel and kernel not in programs:
         kernel = None  # the spec's display name need not be the symbol
     return choose_kernel(programs, kernel, where)
+
+
+PARALLEL_MIN_BYTES = 4 * 2**20
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+    return path.stat().st_size if path.exists() else 0
+
+
+def _lift_one(args):
+    path, kernel, gpu = args
+    return lift_path(path, kernel=kernel, gpu=gpu)
+
+
+def lift_pair(reference, candidate, *, kernel: str | None = None, gpu=None) -> tuple[Fingerprint, Fingerprint]:
+    """Lift both sides; large inputs are lifted in two forked worker processes at once (one per core).
+
+    The workers return fingerprints that this process's own code built (pickled between our own processes
+    by multiprocessing; nothing user-supplied is ever unpickled). Errors come back as the same BadInput.
+    """
+    ref, cand = Path(reference), Path(candidate)
+    if min(_size(ref), _size(cand)) < PARALLEL_MIN_BYTES or (os.cpu_count() or 1) < 2:
+        return lift_path(ref, kernel=kernel, gpu=gpu), lift_path(cand, kernel=kernel, gpu=gpu)
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        ctx = mp.get_context("fork")
+    except ValueError:  # no fork on this platform
+        return lift_path(ref, kernel=kernel, gpu=gpu), lift_path(cand, kernel=kernel, gpu=gpu)
+    with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
+        a, b = pool.map(_lift_one, [(ref, kernel, gpu), (cand, kernel, gpu)])
+    return a, b

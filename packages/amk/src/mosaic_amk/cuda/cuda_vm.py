@@ -56,6 +56,9 @@ class CudaVM:
     enc: E.Encoded | None = None
     validations: dict = attrs.field(factory=dict)  # position -> ValidationResult
     build_info: Any = None
+    capacity: int = attrs.field(default=0, init=False)
+    _seq: Any = attrs.field(default=None, init=False)
+    _dummy: Any = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.config = cuda_config(self.config, self.max_positions)

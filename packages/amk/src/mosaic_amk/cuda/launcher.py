@@ -137,6 +137,7 @@ class Launcher:
     ptrs: np.ndarray | None = None
     keep: list = attrs.field(factory=list)  # external arrays kept alive
     tables: dict = attrs.field(factory=dict)
+    rope_positions: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:

@@ -132,9 +132,8 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
             dec = hf_gpu.StaticGraphDecoder(model, max_cache_len=max(256, steps + 16))
             contenders.append(Contender("hf static cache + cuda graph", lambda: dec.time(steps)))
         except Exception as exc:  # noqa: BLE001
-            c = Contender("hf static cache + cuda graph")
-            c.error = f"capture failed: {type(exc).__name__}: {exc}"[:500]
-            contenders.append(c)
+            contenders.append(Contender("hf static cache + cuda graph", None,
+                                        error=f"capture failed: {type(exc).__name__}: {exc}"[:500]))
     for r in range(rounds):
         if deadline is not None and time.time() > deadline:
             result["rounds_run"] = r

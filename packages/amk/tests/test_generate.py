@@ -69,7 +69,7 @@ def test_generate_cli_reports_a_mismatch_with_exit_1(tiny_checkpoint, capsys, mo
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--vm", "cuda"], "CUDA megakernel VM is not built yet"),
+    (["--vm", "cuda"], "the CUDA VM needs cupy"),  # no GPU stack here: one line, exit 2
     (["--prompt", "1,x"], "comma-separated token ids"),
     (["--prompt", "1,100000"], "token ids in 0 .."),
 ])

@@ -7,7 +7,7 @@ from mosaic.timing import Scored, accept, measure_noise, measurement, summarize
 from mosaic.timing.aa import decide_many
 from mosaic.timing.device import TimingError
 from mosaic.timing.noise import t_quantile
-from mosaic.timing.timer import group_runs, make_timer, runs_from_records
+from mosaic.timing.timer import group_runs, make_timer, run_order, runs_from_records, split_interleaved
 
 
 def test_accept_truth_table():
@@ -120,3 +120,16 @@ def test_timer_falls_back_to_events_and_says_why():
         assert "cuda-python" in exc.what
         return
     assert timer.source == "cuda-events" and "CUPTI unavailable" in timer.reason
+
+
+def test_interleaved_runs_alternate_the_lead_and_are_attributed_to_their_kernel():
+    assert [run_order(i, 2) for i in range(4)] == [[0, 1], [1, 0], [0, 1], [1, 0]]
+    assert run_order(1, 3) == [2, 1, 0] and run_order(5, 1) == [0]
+    recs, t = [], 0
+    for i in range(3):  # A B, B A, A B with distinct durations per kernel
+        for j in run_order(i, 2):
+            recs.append(_rec("A" if j == 0 else "B", t, t + (100 if j == 0 else 250)))
+            t += 1000
+    per, k = split_interleaved(recs[::-1], 3, 2)
+    assert k == 1 and [r["name"] for r in per[0]] == ["A"] * 3 and [r["name"] for r in per[1]] == ["B"] * 3
+    assert runs_from_records(per[1], 3)[0] == [250, 250, 250]

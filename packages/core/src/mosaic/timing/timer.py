@@ -170,7 +170,7 @@ class CuptiTimer:
         after = gpu_clocks() if clocks else {}
         per_kernel, k = split_interleaved(recs, runs, n)
         out = []
-        for j, mine in enumerate(per_kernel):
+        for mine in per_kernel:
             times, starts, ends, _, launch = runs_from_records(mine, runs)
             names = tuple(dict.fromkeys(r["name"] for r in mine))
             out.append(TimedRuns("cupti", tuple(times), tuple(starts), tuple(ends), k, names, launch, warmup,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import attrs
 
 
@@ -62,3 +64,29 @@ class Program:
 
     def __len__(self) -> int:
         return len(self.instructions)
+
+
+_OPERAND_RE = re.compile(r"(?:[^,\[\]{}()]|\[[^\[\]]*\]|\{[^{}]*\}|\([^()]*\))+")
+
+
+def split_operands(text: str) -> list[str]:
+    """Split an operand list at top-level commas (not inside [], {} or ()); SASS and PTX alike."""
+    if "[" not in text and "{" not in text and "(" not in text:
+        return [p.strip() for p in text.split(",") if p.strip()]
+    if "[[" not in text and "{{" not in text and "((" not in text:
+        return [p.strip() for p in _OPERAND_RE.findall(text) if p.strip()]
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        if ch == "," and depth <= 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    last = "".join(cur).strip()
+    if last:
+        out.append(last)
+    return out

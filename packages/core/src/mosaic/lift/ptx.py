@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from mosaic.errors import BadInput
-from mosaic.lift.instruction import Instruction, Program
+from mosaic.lift.instruction import Instruction, Program, split_operands
 from mosaic.lift.opclass import ptx_class
 
 _COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -27,24 +27,6 @@ _DIRECTIVES = {"maxntid": 3, "reqntid": 3, "reqnctapercluster": 3, "maxnreg": 1,
 def looks_like_ptx(text: str) -> bool:
     head = _COMMENT_RE.sub("", text[:50_000])
     return bool(re.search(r"^\s*\.(version|target|entry|visible\s+\.entry)\b", head, re.M))
-
-
-def _split_operands(text: str) -> list[str]:
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        if ch == "," and depth <= 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    last = "".join(cur).strip()
-    if last:
-        out.append(last)
-    return out
 
 
 def _shared_bytes(decl_text: str) -> int:
@@ -142,7 +124,7 @@ def _parse_body(name: str, header: str, body: str, arch: str | None, where: str,
         if not _OPCODE_RE.match(opcode):
             raise BadInput(f"not a PTX statement in kernel {name}: {stmt[:60]!r}", where)
         mods = tuple(p for p in parts[1:] if p)
-        operands = tuple(_split_operands(rest)) if rest.strip() else ()
+        operands = tuple(split_operands(rest)) if rest.strip() else ()
         cls = ptx_class(opcode, mods)
         if cls is None:
             unknown[opcode] = unknown.get(opcode, 0) + 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from mosaic.errors import BadInput
-from mosaic.lift.instruction import Instruction, Program
+from mosaic.lift.instruction import Instruction, Program, split_operands
 from mosaic.lift.opclass import SASS_BASE, sass_class
 
 _HEX_RE = re.compile(r"/\*\s*0x([0-9a-fA-F]{16})\s*\*/")
@@ -30,7 +30,6 @@ def looks_like_sass(text: str) -> bool:
     return bool(re.search(r"/\*[0-9a-fA-F]{4,}\*/\s+\S", text[:200_000]))
 
 
-_OPERAND_RE = re.compile(r"(?:[^,\[\]{}()]|\[[^\[\]]*\]|\{[^{}]*\}|\([^()]*\))+")
 _OPCODE_RE = re.compile(r"[A-Z][A-Z0-9_]*")
 _OK_OPCODES = set(SASS_BASE) | {"SYNCS"}
 
@@ -41,28 +40,6 @@ def _is_hex(text: str) -> bool:
     except ValueError:
         return False
     return text.strip() == text
-
-
-def _split_operands(text: str) -> list[str]:
-    if "[" not in text and "{" not in text and "(" not in text:
-        return [p.strip() for p in text.split(",") if p.strip()]
-    if "[[" not in text and "{{" not in text and "((" not in text:
-        return [p.strip() for p in _OPERAND_RE.findall(text) if p.strip()]
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "[{(":
-            depth += 1
-        elif ch in "]})":
-            depth -= 1
-        if ch == "," and depth <= 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    last = "".join(cur).strip()
-    if last:
-        out.append(last)
-    return out
 
 
 def decode_control(hi: int) -> dict:
@@ -187,7 +164,7 @@ def _parse_insn(body: str, index: int, address: int, lineno: int, where: str,
     if opcode not in _OK_OPCODES and not _OPCODE_RE.fullmatch(opcode):
         raise BadInput(f"SASS instruction at line {lineno} has no opcode: {body[:60]!r}", where)
     mods = tuple(parts[1:])
-    operands = tuple(_split_operands(rest)) if rest.strip() else ()
+    operands = tuple(split_operands(rest)) if rest.strip() else ()
     targets = ()
     if opcode in _BRANCHES or opcode in ("BSSY", "BREAK"):
         labs = _TARGET_RE.findall(rest)

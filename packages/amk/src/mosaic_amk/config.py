@@ -8,13 +8,13 @@ returns every problem, and ``for_gpu(gpu)`` raises one BadInput line listing the
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import attrs
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget, _fail, non_negative_int, one_of, positive
+from mosaic.tomlfile import read_toml
 
 FUSIONS = ("residual", "gate_up_silu", "rope_append")
 SM_POLICIES = ("round_robin", "least_loaded", "single")
@@ -138,11 +138,4 @@ def load_config(path: str | Path | None) -> ScheduleConfig:
     """Read a ScheduleConfig from TOML (top-level keys or a [schedule] table); defaults when path is None."""
     if path is None:
         return ScheduleConfig()
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"not valid TOML: {exc}", str(p)) from None
-    except UnicodeDecodeError:
-        raise BadInput("not valid TOML: not UTF-8 text", str(p)) from None
-    return ScheduleConfig.from_mapping(data, str(p))
+    return ScheduleConfig.from_mapping(read_toml(path), str(path))

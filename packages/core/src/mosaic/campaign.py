@@ -26,7 +26,6 @@ Every field is validated at construction; an unknown key or a bad value is one e
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ import attrs
 
 from mosaic.errors import BadInput, RecordError
 from mosaic.records import DTYPES, _fail, name_field, one_of, positive
+from mosaic.tomlfile import read_toml
 
 #: dimension names per family, in the order ``--shape AxBxC`` lists them
 FAMILY_DIMS = {
@@ -165,11 +165,4 @@ class Campaign:
 
 
 def load_campaign(path: str | Path) -> Campaign:
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"not valid TOML: {exc}", str(path)) from None
-    except UnicodeDecodeError:
-        raise BadInput("not a text file", str(path)) from None
-    return Campaign.from_json(data, str(path))
+    return Campaign.from_json(read_toml(path), str(path))

@@ -206,11 +206,12 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
 
 
 def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: CaptureOptions,
-                       runnable_factory=None) -> CaptureResult:
+                       runnable_factory=None, extra: dict | None = None) -> CaptureResult:
     """The child's work (also usable directly when the caller already is an isolated process).
 
     ``runnable_factory(spec, gpu, inputs)`` replaces the language backend (for a library reference such as
-    cuBLAS that has no lowering); then the bundle holds no PTX/SASS.
+    cuBLAS that has no lowering); then the bundle holds no PTX/SASS. ``extra``: more top-level manifest
+    keys (the convergence loop's ``mosaic_run``), written with the bundle.
     """
     from mosaic.backend import Unbuildable
     from mosaic.bundle import save_bundle
@@ -279,7 +280,8 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
         files["capture.log"] = ("log", "\n".join(log) + "\n")
         bundle = save_bundle(out, kernel=spec, language=spec.language, files=files, gpu=gpu.name,
                              toolchain=toolchain, overwrite=True,
-                             extra={"capture": {"status": status, "lower_only": opts.lower_only,
+                             extra={**(extra or {}),
+                                    "capture": {"status": status, "lower_only": opts.lower_only,
                                                 "options": attrs.asdict(opts), "summary": summary}})
         return CaptureResult(status, bundle.root, summary.get("error", ""), summary)
     finally:
@@ -290,14 +292,17 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
 
 # -- the parent: one child process per kernel -------------------------------------------------------
 
-def capture(spec: KernelSpec, gpu_name: str, out: str | os.PathLike, opts: CaptureOptions | None = None) -> CaptureResult:
+def capture(spec: KernelSpec, gpu_name: str, out: str | os.PathLike, opts: CaptureOptions | None = None,
+            extra: dict | None = None) -> CaptureResult:
+    """Capture in a child process (``python -m mosaic.capture REQUEST.json``). ``extra``: more top-level
+    manifest keys, written with the bundle (also when the child crashed or timed out)."""
     opts = opts or CaptureOptions()
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="mosaic-capture-req-") as tmp:
         req = Path(tmp) / "request.json"
         res = Path(tmp) / "result.json"
         req.write_text(json.dumps({"spec": spec.to_json(), "gpu": gpu_name, "out": str(out.resolve()),
-                                   "options": attrs.asdict(opts), "result": str(res)}))
+                                   "options": attrs.asdict(opts), "result": str(res), "extra": extra}))
         proc = subprocess.Popen([sys.executable, "-m", "mosaic.capture", str(req)], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
@@ -306,23 +311,23 @@ def capture(spec: KernelSpec, gpu_name: str, out: str | os.PathLike, opts: Captu
             os.killpg(proc.pid, signal.SIGKILL)
             output, _ = proc.communicate()
             return _record_failure(spec, gpu_name, out, opts, "timeout",
-                                   f"killed after {opts.timeout:.0f} s", output)
+                                   f"killed after {opts.timeout:.0f} s", output, extra)
         if res.is_file():
             data = json.loads(res.read_text())
             return CaptureResult(data["status"], Path(data["bundle"]) if data["bundle"] else None,
                                  data["message"], data["summary"])
         rc = proc.returncode
         what = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc} and no result"
-        return _record_failure(spec, gpu_name, out, opts, "crashed" if rc < 0 else "failed", what, output)
+        return _record_failure(spec, gpu_name, out, opts, "crashed" if rc < 0 else "failed", what, output, extra)
 
 
-def _record_failure(spec, gpu_name, out, opts, status, what, output) -> CaptureResult:
+def _record_failure(spec, gpu_name, out, opts, status, what, output, extra=None) -> CaptureResult:
     from mosaic.bundle import save_bundle
 
     log = f"capture {status}: {what}\n--- child output (last 8000 characters) ---\n{(output or '')[-8000:]}"
     bundle = save_bundle(out, kernel=spec, language=spec.language, files={"capture.log": ("log", log)},
                          gpu=gpu_name, overwrite=True,
-                         extra={"capture": {"status": status, "lower_only": opts.lower_only,
+                         extra={**(extra or {}), "capture": {"status": status, "lower_only": opts.lower_only,
                                             "options": attrs.asdict(opts), "summary": {"error": what}}})
     return CaptureResult(status, bundle.root, what, {"error": what})
 
@@ -331,7 +336,7 @@ def _child(request_path: str) -> int:
     req = json.loads(Path(request_path).read_text())
     spec = KernelSpec.from_json(req["spec"])
     opts = CaptureOptions(**req["options"])
-    result = capture_in_process(spec, req["gpu"], Path(req["out"]), opts)
+    result = capture_in_process(spec, req["gpu"], Path(req["out"]), opts, extra=req.get("extra"))
     Path(req["result"]).write_text(json.dumps(result.to_json()))
     return 0
 

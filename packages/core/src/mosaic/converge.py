@@ -48,6 +48,7 @@ from mosaic.workbench import (
 )
 
 MAX_PROPOSER_FAILURES = 3  # consecutive rejected proposals before a beam member counts as exhausted
+PREFETCH_AHEAD = 6  # untried proposals handed to a workbench's prefetch (live: lowered in the background)
 DTYPE_BYTES = {"f64": 8, "f32": 4, "tf32": 4, "f16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "i8": 1,
                "i4": 0.5, "i32": 4}
 
@@ -174,6 +175,12 @@ class ReplayBench:
             return self.rec.yardstick["blocks"]
         return self.inner.yardstick(spec, rounds)
 
+    def prefetch(self, kernels) -> None:
+        """Hand kernels the loop will probably build soon to a workbench that can start early (optional)."""
+        fn = getattr(self.inner, "prefetch", None)
+        if fn is not None:
+            fn([k for k in kernels if not (self.rec and k.key in self.rec.builds)])
+
 
 @attrs.frozen
 class Outcome:
@@ -256,6 +263,7 @@ class Loop:
         self.emit("campaign", format=FORMAT, version=VERSION, campaign=c.to_json(), gpu=self.gpu.to_json(),
                   workbench=self.bench.kind, proposer=c.proposer, **self.header)
         self.floor = physical_floor_ns(c.family, c.shape, c.dtype, self.gpu)
+        self.bench.prefetch([self.naive_kernel()])  # a live workbench lowers it while the reference is captured
         ref = self.bench.capture_reference(self.spec(c.source, c.reference_knobs))
         self.noise: Noise = measure_noise(ref.noise_blocks)
         self.cost_s += ref.cost_s
@@ -275,10 +283,13 @@ class Loop:
             stop = self.iterate()
         return self.finish(stop)
 
+    def naive_kernel(self) -> Kernel:
+        spec = self.spec(self.c.target, _full_knobs(self.knob_cls, self.c.start_knobs))
+        return Kernel(candidate_key(spec), spec)
+
     def start(self) -> str | None:
         knobs = _full_knobs(self.knob_cls, self.c.start_knobs)
-        spec = self.spec(self.c.target, knobs)
-        kernel = Kernel(candidate_key(spec), spec)
+        kernel = self.naive_kernel()
         self.emit("proposal", step=0, key=kernel.key, ok=True, parent=None,
                   edit={"kind": "naive", "why": "the naive first translation"}, knobs=knobs, reason="")
         self.tried.add(kernel.key)
@@ -366,7 +377,21 @@ class Loop:
             return Proposal(rec["ok"], rec["parent"], rec.get("edit"), rec.get("knobs"), rec.get("source"),
                             rec.get("reason") or "", bool(rec.get("done")))
         request = self.request(member)
-        for p in self.proposer.propose(request):
+        proposals = self.proposer.propose(request)
+        ahead: dict[str, Kernel] = {}
+        for p in proposals:
+            if len(ahead) >= PREFETCH_AHEAD:
+                break
+            if p.ok:
+                try:
+                    spec = self.spec(self.c.target, _full_knobs(self.knob_cls, p.knobs or {}))
+                except BadInput:
+                    continue
+                key = candidate_key(spec, p.source)
+                if key not in self.tried:
+                    ahead.setdefault(key, Kernel(key, spec, p.source))
+        self.bench.prefetch(list(ahead.values()))
+        for p in proposals:
             if not p.ok:
                 return p
             key = candidate_key(self.spec(self.c.target, _full_knobs(self.knob_cls, p.knobs)), p.source)

@@ -65,6 +65,9 @@ def _loop(campaign, bench, journal, gpu_record=None, recorded=None, header=None,
         return loop.run()
     finally:
         journal.close()
+        close = getattr(bench, "close", None)  # the live workbench ends its background lowerings
+        if close is not None:
+            close()
 
 
 def _summary(out: Path, outcome) -> None:
@@ -137,7 +140,7 @@ def _resume(directory: Path, quiet: bool) -> int:
     if head.get("workbench") == "offline":
         bench = OfflineWorkbench(Path(head["source_dir"]), campaign.family, campaign.dtype)
     else:
-        bench = _live_bench(campaign, directory)
+        bench = _live_bench(campaign, directory, quiet)
     header = {k: head[k] for k in ("source_dir", "replays_journal") if k in head}
     recorded = Recorded(journal.replay)
     if head.get("replays_journal") and head.get("source_dir"):
@@ -150,20 +153,27 @@ def _resume(directory: Path, quiet: bool) -> int:
     return 0
 
 
-def _live_bench(campaign, out: Path):
+def _live_bench(campaign, out: Path, quiet: bool = False):
+    from mosaic.converge import stderr_progress
     from mosaic.gpus import detect
+    from mosaic.live import LiveWorkbench
     from mosaic.plugins import host
 
     detection = detect(host().items("gpus").values())
     if not detection.devices:
         raise NoGpu(f"no GPU here ({detection.reason}); a live run captures and times kernels on a CUDA device. "
                     "Re-decide recorded bundles with: mosaic run --offline DIR", "mosaic run")
-    try:
-        from mosaic.live import LiveWorkbench  # type: ignore[import-not-found]
-    except ImportError:
-        raise NoGpu("the live workbench (mosaic.live: capture + interleaved A/B timing on the GPU) is not built "
-                    "yet; only --offline and --resume of offline runs work in this version", "mosaic run") from None
-    return LiveWorkbench(campaign, out)
+    matched = [d.target.name for d in detection.devices if d.target is not None]
+    if campaign.gpu not in matched:
+        seen = ", ".join(f"{d.name} (record {d.target.name if d.target else 'none'})" for d in detection.devices)
+        raise BadInput(f"the campaign names GPU record '{campaign.gpu}' but this machine has {seen}", "--gpu")
+    langs = host().items("languages")
+    for flag, name in (("--source", campaign.source), ("--target", campaign.target)):
+        if name not in langs or langs[name].backend is None:
+            raise BadInput(f"language '{name}' is not installed with a backend here; installed: "
+                           f"{', '.join(n for n, v in sorted(langs.items()) if v.backend is not None) or 'none'}",
+                           flag)
+    return LiveWorkbench(campaign, out, progress=None if quiet else stderr_progress)
 
 
 @click.command("run")
@@ -202,7 +212,7 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
     from mosaic.journal import Journal
 
     out = out or Path(f"mosaic-run-{campaign.source}-{campaign.target}-{campaign.family}-{campaign.problem}")
-    bench = _live_bench(campaign, out)
+    bench = _live_bench(campaign, out, quiet)
     journal = Journal.create(out)
     (out / "campaign.json").write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
     outcome = _loop(campaign, bench, journal, quiet=quiet)

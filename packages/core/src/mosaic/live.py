@@ -1,0 +1,684 @@
+"""The live workbench: the convergence loop's measurements taken on a GPU, one child process per measurement.
+
+``mosaic run`` asks a :class:`~mosaic.workbench.Workbench`; this one answers on the device and leaves, for
+every kernel it touched, a bundle in ``DIR/bundles`` in exactly the layout :class:`~mosaic.workbench.
+OfflineWorkbench` reads, so ``mosaic run --offline DIR`` re-decides the campaign from them.
+
+* **Reference** (``capture_reference``): :func:`mosaic.capture.capture` in its own process with a timeout;
+  noise from ``noise_blocks / 2`` interleaved self-pairs of blocks (what capture records). When the
+  language dumped PTX but no SASS or cubin (jax's Mosaic GPU), the PTX is assembled with ``ptxas`` for the
+  GPU record's arch so the reference can be lifted (said in the manifest: ``sass_from_ptx``). cuBLAS (a
+  ``torch.matmul`` Runnable, reduced-precision reductions off) is captured next, in its own process, by
+  the same capture code and timer: the yardstick. Both costs are the reference's.
+* **Build** (``build``): the target backend's ``lower()`` through a lower-only capture (own process); an
+  :class:`~mosaic.backend.Unbuildable` setting is recorded (``build.ok = false``) and stepped over. Then,
+  still in the build step and in a second process, the numerics gate: ``backend.prepare()`` -> poison ->
+  one run -> capture's float64 oracle (``capture_in_process``); a passing kernel also gets a launch record
+  from CUPTI. The gate runs inside the build step so that the bundle the loop lifts is final (the launch
+  record is part of the fingerprint; the offline re-decision lifts the same files). A kernel that fails
+  the gate or crashes is never timed. ``check`` answers the gate's recorded verdict.
+* **Time** (``time``): one child process prepares the incumbent and the candidate with their backends'
+  ``prepare()`` on the same seeded inputs and runs ``timer.time_interleaved([incumbent, candidate], runs)``
+  ``rounds`` times with an L2 flush (:class:`mosaic.timing.device.L2Flush`) before every run; each run is
+  bracketed by device synchronisations so kernels on different streams (jax's, the default stream) never
+  overlap. The session is appended to the candidate bundle's ``timings.json`` ``sessions``.
+* **Prefetch** (``prefetch``): languages whose lowering never touches the GPU (:data:`PREFETCH_LANGUAGES`)
+  are lowered ahead in background processes (``CUDA_VISIBLE_DEVICES=""``), up to ``parallel`` at a time:
+  the loop names the naive translation before the reference capture and the next few proposals after each
+  diff. ``build`` then waits for the prefetched capture instead of starting one.
+
+Costs (``mosaic_run.cost_s`` of each bundle, the loop's budget): wall seconds the loop waited for that
+kernel's steps on the device machine (lowering wait + gate + every timing session it was the candidate
+of). Compile time that overlapped other steps is not counted twice.
+
+The child protocol: ``python -m mosaic.live REQUEST.json``; the request is a JSON object
+``{"format": "mosaic-live-request", "mode": "check" | "time", ..., "result": PATH}`` and the child writes
+``{"status": "ok" | "failed", ...}`` to ``result``. A child that writes no result crashed (a signal) or
+failed; one past its timeout is killed with its whole process group. Nothing of a child's failure reaches
+the parent's process except that record.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mosaic.errors import MosaicError
+from mosaic.records import KernelSpec
+from mosaic.workbench import REFERENCE, YARDSTICK, Built, Checked, Kernel, ReferenceCapture, Timed, blocks_of
+
+REQUEST_FORMAT = "mosaic-live-request"
+PREFETCH_LANGUAGES = frozenset({"cutlass", "cute"})  # their lower() compiles for an arch with no GPU
+CUBLAS = "cublas"  # the yardstick's language name in its KernelSpec (a library call, no lowering)
+RESERVED = ("format", "schema_version", "created", "kernel", "language", "gpu", "toolchain", "files")
+
+
+class LiveError(MosaicError):
+    """A live measurement the loop cannot go on without (the reference capture, a timing session) failed."""
+
+    exit_code = 1
+
+
+@attrs.frozen
+class Timeouts:
+    reference: float = 900.0
+    yardstick: float = 300.0
+    lower: float = 900.0
+    check: float = 300.0
+    time: float = 300.0
+
+
+# -- child processes ------------------------------------------------------------------------------------------
+@attrs.frozen
+class ChildResult:
+    status: str  # ok | failed | crashed | timeout
+    data: dict
+    message: str
+    output: str
+    wall_s: float
+
+
+def run_child(request: Mapping[str, Any], timeout: float, *, argv: list[str] | None = None,
+              env: Mapping[str, str] | None = None) -> ChildResult:
+    """Run ``python -m mosaic.live REQUEST.json`` (or ``argv + [REQUEST.json]``) in its own process group.
+
+    The child writes its answer to ``request["result"]`` (set here). Timeout: the whole group is killed.
+    """
+    with tempfile.TemporaryDirectory(prefix="mosaic-live-") as tmp:
+        req_path, res_path = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        req_path.write_text(json.dumps({"format": REQUEST_FORMAT, **dict(request), "result": str(res_path)}))
+        cmd = [*(argv or [sys.executable, "-m", "mosaic.live"]), str(req_path)]
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True, env={**os.environ, **dict(env or {})})
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            output, _ = proc.communicate()
+            return ChildResult("timeout", {}, f"killed after {timeout:.0f} s", output or "",
+                               time.monotonic() - t0)
+        wall = time.monotonic() - t0
+        if res_path.is_file():
+            try:
+                data = json.loads(res_path.read_text())
+            except json.JSONDecodeError:
+                return ChildResult("failed", {}, "the child's result is not JSON", output or "", wall)
+            if not isinstance(data, dict) or data.get("status") not in ("ok", "failed"):
+                return ChildResult("failed", {}, "the child's result has no status ok|failed", output or "", wall)
+            return ChildResult(data["status"], data, str(data.get("error", "")), output or "", wall)
+        rc = proc.returncode
+        what = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc} and no result"
+        return ChildResult("crashed" if rc < 0 else "failed", {}, what, output or "", wall)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(text: str, n: int = 600) -> str:
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return " | ".join(lines[-4:])[-n:]
+
+
+# -- bundle bookkeeping ---------------------------------------------------------------------------------------
+def update_bundle(root: str | os.PathLike, *, files: Mapping[str, tuple[str, Any]] | None = None,
+                  drop: Iterable[str] = (), extra: Mapping[str, Any] | None = None):
+    """Rewrite a bundle with files added/replaced/dropped and manifest extras updated (SHA-256s recomputed)."""
+    from mosaic.bundle import load_bundle, save_bundle
+
+    b = load_bundle(root)
+    keep = {f.path: (f.role, b.root / f.path) for f in b.files if f.path not in set(drop)}
+    keep.update(dict(files or {}))
+    extras = {k: v for k, v in b.manifest.items() if k not in RESERVED}
+    extras.update(dict(extra or {}))
+    return save_bundle(root, kernel=b.kernel, language=b.language, files=keep, gpu=b.gpu,
+                       toolchain=b.manifest.get("toolchain") or {}, extra=extras, overwrite=True)
+
+
+def run_meta(key: str, role: str, ok: bool = True, reason: str = "", cost_s: float = 0.0, **more) -> dict:
+    """The manifest's ``mosaic_run`` entry the offline workbench reads."""
+    return {"mosaic_run": {"key": key, "role": role, "build": {"ok": bool(ok), "reason": reason},
+                           "cost_s": round(float(cost_s), 3), **more}}
+
+
+def add_session(root: str | os.PathLike, session: Mapping[str, Any], cost_s: float):
+    """Append one interleaved session to the bundle's ``timings.json`` (replacing one against the same key)
+    and add its cost to ``mosaic_run.cost_s``."""
+    from mosaic.bundle import load_bundle
+
+    b = load_bundle(root)
+    timings = b.read_json("timings") or {"unit": "ns", "blocks": []}
+    sessions = [s for s in timings.get("sessions") or [] if s.get("against") != session["against"]]
+    timings["sessions"] = [*sessions, dict(session)]
+    meta = dict(b.manifest["mosaic_run"])
+    meta["cost_s"] = round(float(meta.get("cost_s", 0.0)) + cost_s, 3)
+    old = b.one("timings")
+    drop = [old.relative_to(b.root).as_posix()] if old is not None else []
+    return update_bundle(root, files={"timings.json": ("timings", json.dumps(timings, indent=1))}, drop=drop,
+                         extra={"mosaic_run": meta})
+
+
+def sass_from_ptx(root: str | os.PathLike, arch: str) -> str | None:
+    """Give a bundle that holds PTX but neither SASS nor a cubin both, assembled by ``ptxas -arch=arch``.
+
+    Returns a note for the progress line (None when nothing was needed)."""
+    from mosaic.bundle import load_bundle
+    from mosaic.lift.disasm import disassemble_cubin
+
+    b = load_bundle(root)
+    ptx = b.one("ptx")
+    if b.one("sass") is not None or b.one("cubin") is not None or ptx is None:
+        return None
+    exe = shutil.which("ptxas")
+    if exe is None:
+        raise LiveError("the reference bundle has PTX but no SASS or cubin, and ptxas is not on PATH to "
+                        "assemble it (the loop lifts SASS)", str(root))
+    with tempfile.TemporaryDirectory(prefix="mosaic-ptxas-") as tmp:
+        cubin = Path(tmp) / "kernel.cubin"
+        done = subprocess.run([exe, f"-arch={arch}", "-v", str(ptx), "-o", str(cubin)], capture_output=True,
+                              text=True, timeout=300)
+        if done.returncode != 0:
+            raise LiveError(f"ptxas could not assemble the reference's PTX: {_tail(done.stderr)}", str(ptx))
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
+        sass = disassemble_cubin(cubin)
+        note = {"ptxas": version.strip().splitlines()[-1] if version.strip() else "?", "arch": arch,
+                "why": "the capture dumped PTX but no SASS/cubin; assembled here so the loop can lift it "
+                       "(the compiler that built the timed kernel may have used other ptxas flags)"}
+        update_bundle(root, files={"kernel.cubin": ("cubin", cubin), "kernel.sass": ("sass", sass),
+                                   "ptxas-from-ptx.log": ("log", done.stdout + done.stderr)},
+                      extra={"sass_from_ptx": note})
+    return f"SASS assembled from the captured PTX by {note['ptxas']}"
+
+
+# -- the workbench --------------------------------------------------------------------------------------------
+def _knob_label(spec: KernelSpec) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(spec.knobs.items())) or "defaults"
+
+
+class LiveWorkbench:
+    """Answers the loop on the GPU (see the module docstring). ``out`` is the campaign directory."""
+
+    kind = "live"
+
+    def __init__(self, campaign, out: str | os.PathLike, *, progress: Callable[[str], None] | None = None,
+                 timeouts: Timeouts | None = None, parallel: int | None = None, python: str | None = None):
+        self.c = campaign
+        self.dir = Path(out)
+        self.bundles = self.dir / "bundles"
+        self.work = self.dir / ".work"
+        self.progress = progress or (lambda line: None)
+        self.timeouts = timeouts or Timeouts()
+        self.parallel = parallel if parallel is not None else max(1, min(6, (os.cpu_count() or 2) // 2))
+        self.python = python or sys.executable
+        self.checked: dict[str, Checked] = {}
+        self.yard_blocks: tuple | None = None
+        self.prefetching: dict[str, tuple[subprocess.Popen, Path, Path, float]] = {}
+        self._gpu = None
+        atexit.register(self.close)
+
+    # -- helpers --------------------------------------------------------------------------------------------
+    @property
+    def gpu(self):
+        if self._gpu is None:
+            from mosaic.plugins import host
+
+            self._gpu = host().get("gpus", self.c.gpu)
+        return self._gpu
+
+    def dest(self, key: str) -> Path:
+        return self.bundles / ("reference.bundle" if key == REFERENCE else f"cand-{key}.bundle")
+
+    def bundle_path(self, key: str) -> str | None:
+        p = self.dest(key)
+        return str(p) if p.is_dir() else None
+
+    def close(self) -> None:
+        for proc, *_ in self.prefetching.values():
+            if proc.poll() is None:
+                _kill_group(proc)
+                proc.wait()
+        self.prefetching.clear()
+
+    # -- reference and yardstick ----------------------------------------------------------------------------
+    def capture_reference(self, spec: KernelSpec) -> ReferenceCapture:
+        from mosaic.bundle import load_bundle
+        from mosaic.capture import CaptureOptions, capture
+
+        dest = self.dest(REFERENCE)
+        pairs = self.c.noise_blocks // 2
+        self.progress(f"reference {spec.language} ({_knob_label(spec)}): capture in its own process "
+                      f"({pairs} interleaved self-pairs x {self.c.runs_per_block} runs)")
+        t0 = time.monotonic()
+        res = capture(spec, self.c.gpu, dest, CaptureOptions(blocks=pairs, runs=self.c.runs_per_block,
+                                                             timeout=self.timeouts.reference),
+                      extra=run_meta(REFERENCE, "reference"))
+        cost = time.monotonic() - t0
+        if res.status != "ok":
+            raise LiveError(f"the reference capture ended '{res.status}': {res.message or 'see capture.log'}",
+                            str(res.bundle or dest))
+        note = sass_from_ptx(dest, self.gpu.arch)
+        if note:
+            self.progress(f"reference: {note}")
+        parts = {"reference_capture_s": round(cost, 3)}
+        if self.c.yardstick:
+            parts["yardstick_s"] = round(self._capture_yardstick(spec), 3)
+        total = sum(parts.values())
+        update_bundle(dest, extra=run_meta(REFERENCE, "reference", cost_s=total, cost_parts=parts))
+        b = load_bundle(dest)
+        blocks = blocks_of((b.read_json("timings") or {}).get("blocks"))
+        return ReferenceCapture(Kernel(REFERENCE, b.kernel, None, str(dest)), blocks, round(total, 3))
+
+    def _capture_yardstick(self, ref_spec: KernelSpec) -> float:
+        from mosaic.bundle import load_bundle
+        from mosaic.capture import CaptureOptions
+
+        spec = KernelSpec(family=ref_spec.family, shape=dict(ref_spec.shape), dtype=ref_spec.dtype,
+                          language=CUBLAS, knobs={}, name="torch.matmul")
+        dest = self.bundles / f"{YARDSTICK}.bundle"
+        opts = CaptureOptions(blocks=max(5, self.c.rounds), runs=self.c.runs_per_block,
+                              timeout=self.timeouts.yardstick)
+        self.progress("yardstick cuBLAS (torch.matmul): capture in its own process")
+        r = run_child({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(dest.resolve()),
+                       "options": attrs.asdict(opts), "extra": run_meta(YARDSTICK, "yardstick")},
+                      opts.timeout, argv=[self.python, "-m", "mosaic.live"])
+        status = r.data.get("capture", {}).get("status") if r.status == "ok" else r.status
+        if status == "ok" and dest.is_dir():
+            update_bundle(dest, extra=run_meta(YARDSTICK, "yardstick", cost_s=r.wall_s))
+            blocks = blocks_of((load_bundle(dest).read_json("timings") or {}).get("blocks"))
+            self.yard_blocks = tuple(tuple(b) for b in blocks) or None
+            from mosaic.workbench import time_of
+
+            if self.yard_blocks:
+                self.progress(f"yardstick cuBLAS: {time_of(self.yard_blocks) / 1e3:.2f} us")
+        else:
+            why = r.data.get("capture", {}).get("message") or r.message or _tail(r.output)
+            self.progress(f"yardstick cuBLAS not measured ({status}): {why}")
+            shutil.rmtree(dest, ignore_errors=True)  # offline then has no yardstick either
+        return r.wall_s
+
+    def yardstick(self, spec: KernelSpec, rounds: int):
+        return self.yard_blocks
+
+    # -- prefetch ---------------------------------------------------------------------------------------------
+    def prefetch(self, kernels: Iterable[Kernel]) -> None:
+        """Start lowering these kernels in the background (GPU hidden), up to ``parallel`` at once."""
+        for k in kernels:
+            active = sum(1 for p, *_ in self.prefetching.values() if p.poll() is None)
+            if active >= self.parallel:
+                return
+            if (k.source is not None or k.spec.language not in PREFETCH_LANGUAGES or k.key in self.prefetching
+                    or self.dest(k.key).is_dir()):
+                continue
+            self._start_lower(k)
+
+    def _start_lower(self, k: Kernel) -> None:
+        from mosaic.capture import CaptureOptions
+
+        tmp = self.work / "prefetch" / k.key
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        out, res = tmp / "lowered.bundle", tmp / "result.json"
+        req = tmp / "request.json"
+        req.write_text(json.dumps({"spec": k.spec.to_json(), "gpu": self.c.gpu, "out": str(out.resolve()),
+                                   "options": attrs.asdict(CaptureOptions(lower_only=True,
+                                                                          timeout=self.timeouts.lower)),
+                                   "result": str(res.resolve()), "extra": None}))
+        proc = subprocess.Popen([self.python, "-m", "mosaic.capture", str(req)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+        self.prefetching[k.key] = (proc, out, res, time.monotonic())
+        self.progress(f"prefetch: lowering {k.key} ({_knob_label(k.spec)}) in the background")
+
+    def _lower(self, k: Kernel) -> tuple[str, str, dict]:
+        """Lower ``k`` into its bundle; (status, message, capture record)."""
+        from mosaic.bundle import load_bundle
+        from mosaic.capture import CaptureOptions, capture
+
+        dest = self.dest(k.key)
+        job = self.prefetching.pop(k.key, None)
+        if job is not None:
+            proc, out, res, started = job
+            left = max(1.0, self.timeouts.lower - (time.monotonic() - started))
+            try:
+                proc.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                proc.wait()
+            if res.is_file() and out.is_dir():
+                data = json.loads(res.read_text())
+                if dest.exists():
+                    shutil.rmtree(dest)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(out, dest)
+                shutil.rmtree(out.parent, ignore_errors=True)
+                return data["status"], data.get("message", ""), load_bundle(dest).manifest.get("capture") or {}
+            shutil.rmtree(out.parent, ignore_errors=True)  # the prefetch died: lower here instead
+        r = capture(k.spec, self.c.gpu, dest, CaptureOptions(lower_only=True, timeout=self.timeouts.lower))
+        return r.status, r.message, (load_bundle(r.bundle).manifest.get("capture") or {}) if r.bundle else {}
+
+    # -- build (+ the numerics gate) ------------------------------------------------------------------------
+    def build(self, kernel: Kernel) -> Built:
+        from mosaic.bundle import save_bundle
+
+        dest = self.dest(kernel.key)
+        t0 = time.monotonic()
+        if kernel.source is not None:
+            reason = (f"source edits are recorded but the {kernel.spec.language} backend builds knob sets only "
+                      "(no backend compiles an edited source file yet)")
+            save_bundle(dest, kernel=kernel.spec, language=kernel.spec.language,
+                        files={"source/edited.txt": ("source", kernel.source), "build.log": ("log", reason)},
+                        gpu=self.c.gpu, overwrite=True,
+                        extra=run_meta(kernel.key, "candidate", False, reason, time.monotonic() - t0))
+            return Built(kernel.key, False, reason, "unbuildable", str(dest), time.monotonic() - t0)
+        self.progress(f"build {kernel.key} ({kernel.spec.language}: {_knob_label(kernel.spec)})"
+                      + (" (prefetched)" if kernel.key in self.prefetching else ""))
+        status, message, record = self._lower(kernel)
+        t_lower = time.monotonic() - t0
+        if status != "lowered":
+            reason = f"{status}: {message}" if status != "unbuildable" else message
+            if not dest.is_dir():
+                save_bundle(dest, kernel=kernel.spec, language=kernel.spec.language,
+                            files={"build.log": ("log", reason)}, gpu=self.c.gpu, overwrite=True)
+            update_bundle(dest, extra=run_meta(kernel.key, "candidate", False, reason, t_lower))
+            return Built(kernel.key, False, reason, "unbuildable", str(dest), t_lower)
+        update_bundle(dest, extra={**run_meta(kernel.key, "candidate", True, "", t_lower), "lowering": record})
+        self.progress(f"build {kernel.key}: lowered in {t_lower:.1f} s; numerics gate in its own process")
+        checked = self._gate(kernel, dest)
+        self.checked[kernel.key] = checked
+        self.progress(f"gate {kernel.key}: {'pass' if checked.passed else 'FAIL'}"
+                      + ("" if checked.passed else f" ({checked.reason}); never timed"))
+        return Built(kernel.key, True, "", "", str(dest), t_lower)
+
+    def _gate(self, kernel: Kernel, dest: Path) -> Checked:
+        """Poison, one run, float64 oracle (capture's ``check_and_time``, one short self-pair for the launch
+        record) in a child; its files and verdict are merged into the kernel's bundle."""
+        from mosaic.bundle import load_bundle
+        from mosaic.capture import CaptureOptions
+
+        spec = kernel.spec
+        small = self.c.check_shape is not None and dict(self.c.check_shape) != dict(spec.shape)
+        if small:
+            spec = attrs.evolve(spec, shape=dict(self.c.check_shape))
+        opts = CaptureOptions(blocks=1, runs=5, warmup=3, timeout=self.timeouts.check,
+                              max_array_bytes=0 if small else CaptureOptions().max_array_bytes)
+        tmp = self.work / "gate" / f"{kernel.key}.bundle"
+        shutil.rmtree(tmp, ignore_errors=True)
+        r = run_child({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(tmp.resolve()),
+                       "options": attrs.asdict(opts), "extra": None}, opts.timeout,
+                      argv=[self.python, "-m", "mosaic.live"])
+        cap = r.data.get("capture", {}) if r.status == "ok" else {}
+        status = cap.get("status", r.status)
+        summary = dict(cap.get("summary") or {})
+        passed = status == "ok" and bool(summary.get("numerics_pass"))
+        if passed:
+            reason = "passed the float64 oracle"
+        elif status == "numerics-failed":
+            reason = ("failed the float64 oracle" if not summary.get("numerics_pass", True)
+                      else "output changed between runs (not deterministic)")
+        else:
+            reason = f"{status} at run time: {cap.get('message') or r.message or _tail(r.output)}"
+        summary["numerics_pass"] = passed
+        files: dict = {}
+        if tmp.is_dir():
+            g = load_bundle(tmp)
+            for f in g.files:
+                name = {"capture.log": "gate.log", "timings.json": "timings.json"}.get(f.path, f.path)
+                if f.role in ("outputs", "inputs", "launch", "timings", "log") or f.path in (
+                        "oracle.json", "outputs-meta.json", "inputs-meta.json"):
+                    files[name] = (f.role, g.root / f.path)
+        else:
+            files["gate.log"] = ("log", f"gate {status}: {r.message}\n--- child output ---\n{r.output[-8000:]}")
+        cost = r.wall_s
+        from mosaic.bundle import load_bundle as _lb
+
+        meta = dict(_lb(dest).manifest["mosaic_run"])
+        meta["cost_s"] = round(float(meta.get("cost_s", 0.0)) + cost, 3)
+        update_bundle(dest, files=files, extra={
+            "mosaic_run": meta,
+            "capture": {"status": status, "lower_only": False, "gate": True, "options": attrs.asdict(opts),
+                        "shape": dict(spec.shape), "summary": summary}})
+        shutil.rmtree(tmp, ignore_errors=True)
+        return Checked(kernel.key, passed, reason, 0.0)
+
+    def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked:
+        if kernel.key in self.checked:
+            return self.checked[kernel.key]
+        from mosaic.bundle import load_bundle
+
+        summary = (load_bundle(self.dest(kernel.key)).manifest.get("capture") or {}).get("summary") or {}
+        if "numerics_pass" in summary:  # resume: the gate ran before the stop
+            ok = bool(summary["numerics_pass"])
+            return Checked(kernel.key, ok, "recorded verdict of the gate" + ("" if ok else ": failed"))
+        checked = self._gate(kernel, self.dest(kernel.key))
+        self.checked[kernel.key] = checked
+        return checked
+
+    # -- timing -----------------------------------------------------------------------------------------------
+    def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:
+        from mosaic.bundle import load_bundle
+
+        ref_spec = load_bundle(self.dest(REFERENCE)).kernel if incumbent.key == REFERENCE else incumbent.spec
+        self.progress(f"time {kernel.key} against {incumbent.key}: {rounds} rounds x {self.c.runs_per_block} "
+                      "runs, interleaved A B A B, one process")
+        r = run_child({"mode": "time", "gpu": self.c.gpu, "specs": [ref_spec.to_json(), kernel.spec.to_json()],
+                       "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
+                       "values": "normal", "flush": True, "timer": "cupti"}, self.timeouts.time,
+                      argv=[self.python, "-m", "mosaic.live"])
+        if r.status != "ok":
+            raise LiveError(f"timing {kernel.key} against {incumbent.key} {r.status}: "
+                            f"{r.message or _tail(r.output)}; the journal holds every step before it "
+                            f"(mosaic run --resume {self.dir} retries)", "mosaic run")
+        d = r.data
+        session = {"against": incumbent.key, "order": "ABAB", "incumbent_blocks": d["blocks"][0],
+                   "candidate_blocks": d["blocks"][1], "timer": d["timer"],
+                   "fallback_reason": d.get("fallback_reason", ""), "rounds": rounds,
+                   "runs": self.c.runs_per_block, "flush": d.get("flush"), "serialized": d.get("serialized"),
+                   "kernels_per_run": d.get("kernels_per_run"), "launch": d.get("launch"),
+                   "kernel_names": d.get("kernel_names"), "clocks": d.get("clocks"),
+                   "outputs_sha256": d.get("outputs_sha256"), "wall_s": round(r.wall_s, 3)}
+        add_session(self.dest(kernel.key), session, r.wall_s)
+        t = Timed(kernel.key, incumbent.key, d["blocks"][0], d["blocks"][1], "ABAB", "same-session",
+                  round(r.wall_s, 3))
+        self.progress(f"time {kernel.key}: {t.t_candidate / 1e3:.2f} us vs {incumbent.key} "
+                      f"{t.t_incumbent / 1e3:.2f} us ({d['timer']}, {r.wall_s:.0f} s)")
+        return t
+
+
+# -- cuBLAS as a Runnable ----------------------------------------------------------------------------------------
+class TorchMatmul:
+    """``torch.matmul(a, b, out=c)`` on the GPU (cuBLAS), fp32 reductions (reduced precision off)."""
+
+    def __init__(self, inputs: Mapping[str, Any], dtype: str = "bf16"):
+        import torch
+
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+        td = {"bf16": torch.bfloat16, "f16": torch.float16}.get(dtype)
+        if td is None:
+            raise MosaicError(f"the cuBLAS yardstick takes bf16/f16, not {dtype}", "yardstick")
+        self.torch = torch
+        self.a = torch.from_numpy(inputs["a"]).to("cuda").to(td)
+        self.b = torch.from_numpy(inputs["b"]).to("cuda").to(td)
+        self.c = torch.empty((self.a.shape[0], self.b.shape[1]), dtype=td, device="cuda")
+
+    def launch(self) -> None:
+        self.torch.matmul(self.a, self.b, out=self.c)
+
+    def poison(self) -> None:
+        self.c.fill_(float("nan"))
+
+    def output(self) -> dict:
+        self.torch.cuda.synchronize()
+        return {"c": self.c.float().cpu().numpy()}
+
+    def close(self) -> None:
+        self.a = self.b = self.c = None
+
+
+def prepare(spec: KernelSpec, gpu, workdir: Path, inputs: Mapping[str, Any]):
+    """A Runnable for ``spec`` on the GPU: its language backend's ``prepare()``, or cuBLAS for ``cublas``."""
+    if spec.language == CUBLAS:
+        if spec.family != "gemm":
+            raise MosaicError(f"the cuBLAS yardstick covers gemm, not {spec.family}", "yardstick")
+        return TorchMatmul(inputs, spec.dtype)
+    from mosaic.plugins import host
+
+    lang = host().get("languages", spec.language)
+    if lang.backend is None:
+        raise MosaicError(f"language '{spec.language}' has no backend", spec.language)
+    return lang.backend.prepare(spec, gpu, Path(workdir), dict(inputs))
+
+
+class Serialized:
+    """A Runnable whose every run is alone on the device: synchronise, launch, synchronise.
+
+    jax launches on its own (non-blocking) stream and the L2 flush and CUTLASS use the default stream, so
+    without this a flush or the other kernel of an A B pair could overlap a timed kernel. CUPTI's device
+    time of the kernel is unaffected by the host round trips."""
+
+    def __init__(self, inner):
+        from mosaic.timing.device import synchronize
+
+        self.inner, self._sync = inner, synchronize
+
+    def launch(self) -> None:
+        self._sync()
+        self.inner.launch()
+        self._sync()
+
+
+# -- the child's modes ---------------------------------------------------------------------------------------------
+def child_check(req: Mapping[str, Any]) -> dict:
+    """Capture's oracle (and short timing) on a prepared Runnable, bundle written to ``out``; no lowering."""
+    from mosaic.capture import CaptureOptions, capture_in_process
+
+    spec = KernelSpec.from_json(req["spec"])
+    opts = CaptureOptions(**req["options"])
+    work = Path(tempfile.mkdtemp(prefix="mosaic-live-check-"))
+    try:
+        r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
+                               runnable_factory=lambda s, g, inputs: prepare(s, g, work, inputs),
+                               extra=req.get("extra"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"status": "ok", "capture": r.to_json()}
+
+
+def _sha(arrays: Mapping[str, Any]) -> dict:
+    import numpy as np
+
+    return {k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest() for k, v in arrays.items()}
+
+
+def child_time(req: Mapping[str, Any]) -> dict:
+    """Interleaved timing of two kernels in this one process (see :class:`LiveWorkbench`.time)."""
+    from mosaic.capture import make_inputs
+    from mosaic.plugins import host
+    from mosaic.timing.device import L2Flush, TimingError
+    from mosaic.timing.timer import make_timer
+
+    specs = [KernelSpec.from_json(s) for s in req["specs"]]
+    if len(specs) != 2:
+        raise MosaicError("a timing session takes exactly two kernels (incumbent, candidate)", "specs")
+    if dict(specs[0].shape) != dict(specs[1].shape) or specs[0].dtype != specs[1].dtype:
+        raise MosaicError("both kernels of a timing session must solve the same problem", "specs")
+    rounds, runs, warmup = int(req["rounds"]), int(req["runs"]), int(req.get("warmup", 10))
+    gpu = host().get("gpus", req["gpu"])
+    timer = make_timer(req.get("timer", "cupti"))  # before any CUDA context
+    inputs = make_inputs(specs[0], int(req.get("seed", 0)), req.get("values", "normal"))
+    work = Path(tempfile.mkdtemp(prefix="mosaic-live-time-"))
+    runnables, flush = [], None
+    try:
+        for i, s in enumerate(specs):
+            runnables.append(prepare(s, gpu, work / str(i), inputs))
+        hashes = []
+        for r in runnables:  # the bits each kernel produces here (compare with its gate's outputs-meta)
+            r.poison()
+            r.launch()
+            hashes.append(_sha(r.output()))
+        flush = L2Flush(gpu.l2_bytes) if req.get("flush", True) else None
+        serial = [Serialized(r) for r in runnables]
+        per_run = []
+        for s in serial:  # the interleaved records are split by kernels per run: both must launch alike
+            one = timer.time_interleaved([s], 2, warmup=1, flush=flush, clocks=False)[0]
+            per_run.append(one.kernels_per_run)
+        if per_run[0] != per_run[1]:
+            raise TimingError(f"cannot interleave: the incumbent launches {per_run[0]} kernel(s) per run and the "
+                              f"candidate {per_run[1]}")
+        blocks: list[list] = [[], []]
+        launch, names, clocks = [None, None], [[], []], []
+        for i in range(rounds):
+            got = timer.time_interleaved(serial, runs, warmup=warmup if i == 0 else 2, flush=flush,
+                                         flush_name=flush.description if flush else "none",
+                                         clocks=i in (0, rounds - 1))
+            for j, t in enumerate(got):
+                blocks[j].append([int(x) for x in t.times_ns])
+                launch[j] = launch[j] or (t.launch.to_json() if t.launch else None)
+                names[j] = list(t.kernel_names)
+            if got[0].clocks_before:
+                clocks.append({"before": got[0].clocks_before, "after": got[0].clocks_after})
+        return {"status": "ok", "blocks": blocks, "timer": timer.source,
+                "fallback_reason": getattr(timer, "reason", ""), "launch": launch, "kernel_names": names,
+                "kernels_per_run": per_run, "clocks": clocks, "outputs_sha256": hashes,
+                "flush": flush.description if flush else "none",
+                "serialized": "device synchronise before and after every launch"}
+    finally:
+        if flush is not None:
+            flush.close()
+        for r in runnables:
+            try:
+                r.close()
+            except Exception:  # noqa: BLE001 - closing after an error must not hide it
+                pass
+        shutil.rmtree(work, ignore_errors=True)
+
+
+MODES: dict[str, Callable[[Mapping[str, Any]], dict]] = {"check": child_check, "time": child_time}
+
+
+def _child(request_path: str) -> int:
+    """The child's entry: read the request, run its mode, write the result (failures included)."""
+    try:
+        req = json.loads(Path(request_path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"error: unreadable request {request_path}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(req, dict) or req.get("format") != REQUEST_FORMAT or "result" not in req:
+        print(f"error: {request_path} is not a {REQUEST_FORMAT} request", file=sys.stderr)
+        return 2
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    mode = MODES.get(req.get("mode"))
+    try:
+        if mode is None:
+            raise MosaicError(f"unknown mode {req.get('mode')!r}; known: {', '.join(MODES)}", "mode")
+        result = mode(req)
+    except MosaicError as exc:
+        result = {"status": "failed", "error": exc.line()}
+    except Exception as exc:  # noqa: BLE001 - recorded for the parent, never lost
+        result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                  "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+    Path(req["result"]).write_text(json.dumps(result, default=lambda o: o.tolist() if hasattr(o, "tolist")
+                                              else str(o)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1]))

@@ -7,6 +7,9 @@ Inputs of the ``gemm`` family: ``a`` (m×k) and ``b`` (k×n), row-major, bf16/f1
   memory is checked against ``gpu.smem_per_block`` (jax's own check, with the budget set from the GpuTarget
   record). PTX and SASS only exist after the GPU compile: when jax has a CUDA backend, ``lower`` compiles
   and runs the kernel once with ``MOSAIC_GPU_DUMP_TO`` set and returns the dumped PTX, SASS and ptxas log.
+  jax 0.11.2 on the H200 dumped PTX and a ptxas log but no SASS or cubin: then :func:`assemble_ptx`
+  assembles the captured PTX with ``ptxas -arch=<gpu.arch>`` into a cubin and disassembles it with core's
+  nvdisasm helper, and the bundle's notes say so (the SASS is ptxas's, not taken from jax's runtime).
 * ``prepare`` (GPU) places the inputs on the device and returns a :class:`PallasRunnable`.
 """
 
@@ -18,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, Diagnostic, RecordError
@@ -29,6 +33,7 @@ JAX_DTYPES = {"bf16": "bfloat16", "f16": "float16"}
 SMEM_RE = re.compile(r"smem_bytes=(\d+)")
 PTXAS_REGS_RE = re.compile(r"Used (\d+) registers")
 PTXAS_SPILL_RE = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+PTXAS_VERSION_RE = re.compile(r"V(\d+\.\d+\.\d+)")
 
 
 def _jax_dtype(spec: KernelSpec):
@@ -136,12 +141,20 @@ class PallasBackend:
         notes = [f"smem_bytes={smem}", f"cta_tile={knobs.cta_tile()}", f"cluster={knobs.cluster_size()}"]
         ptx = sass = ptxas = None
         resources = None
+        cubin = None
+        toolchain = _toolchain()
         if jax_has_gpu():
             ptx, sass, ptxas, resources = self._gpu_compile_dump(fn, (m, n, k), dtype, workdir / "mosaic_dump")
+            if ptx is not None and sass is None:
+                asm = assemble_ptx(ptx, gpu.arch, workdir / "from_ptx", runtime_log=ptxas)
+                cubin, sass = asm.cubin, asm.sass
+                notes.extend(asm.notes)
+                if asm.ptxas_version:
+                    toolchain["ptxas"] = asm.ptxas_version
         else:
             notes.append("PTX/SASS/ptxas log come from the GPU compile (MOSAIC_GPU_DUMP_TO); no GPU here")
-        return Lowered(kernel_name=name, ptx=ptx, sass=sass, ptxas_log=ptxas, source=source,
-                       resources=resources, toolchain=_toolchain(), notes=tuple(notes))
+        return Lowered(kernel_name=name, ptx=ptx, cubin=cubin, sass=sass, ptxas_log=ptxas, source=source,
+                       resources=resources, toolchain=toolchain, notes=tuple(notes))
 
     def _gpu_compile_dump(self, fn, mnk, dtype, dump: Path):
         """Compile and run once with MOSAIC_GPU_DUMP_TO=dump; return (ptx, sass, ptxas log, resources)."""
@@ -193,6 +206,73 @@ class PallasBackend:
         dtype = _jax_dtype(spec)
         return PallasRunnable(lambda q, k, v: am.attention(q, k, v, cfg),
                               [inputs["q"], inputs["k"], inputs["v"]], dtype, np.shape(inputs["q"]), out_name="o")
+
+
+@attrs.frozen
+class Assembled:
+    """A cubin and its SASS made from captured PTX by ptxas (any may be None when a tool is missing)."""
+
+    cubin: Path | None
+    sass: Path | None
+    log: Path | None
+    ptxas_version: str | None
+    registers: int | None
+    notes: tuple
+
+
+def assemble_ptx(ptx: Path, arch: str, out_dir: Path, runtime_log: Path | None = None) -> Assembled:
+    """``ptxas -arch=<arch> -v -o kernel.cubin kernel.ptx``, then SASS through core's nvdisasm helper.
+
+    Used when jax's dump holds PTX but no SASS/cubin. The notes say that the SASS was assembled from the
+    captured PTX by ptxas <version> rather than taken from jax's runtime, and compare the register count
+    with jax's own ptxas log when there is one. A missing or failing tool gives a note, never an error:
+    the capture keeps its PTX.
+    """
+    import subprocess
+
+    from mosaic.errors import BadInput
+    from mosaic.lift.disasm import disassemble_cubin, find_tool
+
+    ptx = Path(ptx)
+    out_dir = Path(out_dir)
+    exe = find_tool("ptxas")
+    if exe is None:
+        return Assembled(None, None, None, None, None,
+                         ("no SASS: jax dumped PTX only and ptxas is not on PATH to assemble it",))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cubin = out_dir / f"{ptx.stem}.cubin"
+    version_text = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
+    found = PTXAS_VERSION_RE.search(version_text)
+    version = found.group(1) if found else "unknown version"
+    cmd = [exe, f"-arch={arch}", "-v", "-o", str(cubin), str(ptx)]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, errors="replace")
+    except subprocess.TimeoutExpired:
+        return Assembled(None, None, None, version, None, (f"no SASS: ptxas {version} did not finish in 300 s",))
+    log = out_dir / f"{ptx.stem}.ptxas-reassembly.log"
+    log.write_text(f"# {' '.join(cmd[:-3])} -o {cubin.name} {ptx.name}  (ptxas {version})\n" + res.stdout + res.stderr)
+    if res.returncode != 0 or not cubin.is_file():
+        last = (res.stderr or res.stdout).strip().splitlines()
+        return Assembled(None, None, log, version, None,
+                         (f"no SASS: ptxas {version} -arch={arch} failed on the captured PTX: "
+                          f"{last[-1] if last else f'exit {res.returncode}'}",))
+    regs = PTXAS_REGS_RE.findall(res.stdout + res.stderr)
+    registers = max(int(r) for r in regs) if regs else None
+    notes = [f"SASS and cubin assembled from the captured PTX by ptxas {version} (-arch={arch}), not taken "
+             "from jax's runtime (its MOSAIC_GPU_DUMP_TO dump held PTX and a ptxas log only)"]
+    if runtime_log is not None and Path(runtime_log).is_file():
+        jax_regs = PTXAS_REGS_RE.findall(Path(runtime_log).read_text(errors="replace"))
+        if jax_regs and registers is not None:
+            same = max(int(r) for r in jax_regs) == registers
+            notes.append(f"registers: reassembly {registers}, jax's runtime ptxas log {max(int(r) for r in jax_regs)}"
+                         + ("" if same else " -- DIFFERENT: the runtime used other ptxas options or version"))
+    sass = out_dir / f"{ptx.stem}.sass"
+    try:
+        sass.write_text(disassemble_cubin(cubin))
+    except BadInput as exc:
+        notes.append(f"no SASS: {exc.what}")
+        sass = None
+    return Assembled(cubin, sass, log, version, registers, tuple(notes))
 
 
 def collect_dump(dump: Path):

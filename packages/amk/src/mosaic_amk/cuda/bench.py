@@ -4,7 +4,9 @@ alike), medians reported.
 
 Every AMK candidate config passes a correctness gate before it is timed: its greedy tokens for a short
 prompt must equal transformers' bf16 eager tokens (a candidate that fails is reported, never timed).
-"Where the time goes" variants re-time the first passing candidate with stages left out: no weight
+AMK runs all timed steps in one launch (the VM loops over decode steps with a grid sync between them);
+"one launch per step" re-times it with a launch per token. "Where the time goes" variants re-time the
+first passing candidate with stages left out: no weight
 prefetch, every op skipped (the synchronisation skeleton: waits, signals, launch) and the GEMV family
 skipped (everything but the weight streaming). Skipped variants compute garbage; they are timing probes.
 """
@@ -103,7 +105,8 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
         entry: dict[str, Any] = {"name": name, "config": cfg.to_json()}
         try:
             vm = CudaVM(spec, cfg, gpu, weights=weights, max_positions=max(512, steps + 64))
-            toks, _ = vm.generate(gate_prompt, gate_tokens, logits=False)
+            # the gate runs the generation steps in one multi-step launch: the path time_decode times
+            toks, _ = vm.generate(gate_prompt, gate_tokens, logits=False, steps_per_launch=gate_tokens)
             entry.update(tasks=int(vm.enc.tasks.shape[0]), gate_tokens_equal=toks == hf_tokens[0])
             if toks != hf_tokens[0]:
                 first = next(i for i, (a, b) in enumerate(zip(toks, hf_tokens[0], strict=True)) if a != b)
@@ -121,6 +124,7 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
         all_ops = sum(SKIPPABLE.values())
         gemv = sum(SKIPPABLE[o] for o in GEMV_OPS)
         contenders += [
+            Contender("amk probe: one launch per step", lambda: first_vm.time_decode(steps, steps_per_launch=1)),
             Contender("amk probe: no prefetch", lambda: first_vm.time_decode(steps, prefetch_depth=0)),
             Contender("amk probe: skip all ops (sync skeleton)", lambda: first_vm.time_decode(steps, skip_ops=all_ops)),
             Contender("amk probe: skip gemv ops", lambda: first_vm.time_decode(steps, skip_ops=gemv)),

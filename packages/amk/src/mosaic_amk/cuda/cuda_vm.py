@@ -107,37 +107,48 @@ class CudaVM:
             out = base + 4 * (k + 1) if k >= n - 1 else self._dummy.data.ptr
             yield k, base + 4 * k, out
 
-    def generate(self, prompt: Sequence[int], n_tokens: int, *, logits: bool = True
+    def generate(self, prompt: Sequence[int], n_tokens: int, *, logits: bool = True, steps_per_launch: int = 1
                  ) -> tuple[list[int], list[np.ndarray]]:
         """Greedy decode ``n_tokens`` tokens after ``prompt``; returns them and (if ``logits``) the logits
-        each was chosen from (float32 numpy arrays)."""
+        each was chosen from (float32 numpy arrays). Without logits, the generation steps run
+        ``steps_per_launch`` at a time in one launch (the prompt steps one per launch)."""
         cp, lz = self.launcher.cp, self.launcher
         n = len(prompt)
         lz.reset_kv()
         lz.clear_abort()
         hist = cp.empty((n_tokens, self.model.vocab_size), cp.float32) if logits else None
-        for k, tin, tout in self._steps(prompt, n_tokens):
-            lz.launch(position=k, token_in=tin, token_out=tout)
+        steps = list(self._steps(prompt, n_tokens))
+        k = 0
+        while k < len(steps):
+            _, tin, tout = steps[k]
+            m = 1 if (logits or k < n - 1) else max(1, min(steps_per_launch, len(steps) - k))
+            lz.launch(position=k, token_in=tin, token_out=tout, n_steps=m, token_stride=4)
             if logits and k >= n - 1:
                 hist[k - (n - 1)] = lz.array(LOGITS)
+            k += m
         lz.check()
         tokens = [int(t) for t in cp.asnumpy(self._seq[n:n + n_tokens])]
         return tokens, ([row for row in cp.asnumpy(hist)] if logits else [])
 
     def time_decode(self, n_steps: int = 64, *, warmup: int = 4, skip_ops: int = 0,
-                    prefetch_depth: int | None = None, prompt_token: int = 1) -> float:
-        """Milliseconds per decode step, CUDA events around ``n_steps`` back-to-back launches at positions
-        ``warmup .. warmup + n_steps - 1`` (each step's token feeds the next on the device)."""
+                    prefetch_depth: int | None = None, prompt_token: int = 1, steps_per_launch: int = 0) -> float:
+        """Milliseconds per decode step, CUDA events around ``n_steps`` decode steps at positions
+        ``warmup .. warmup + n_steps - 1`` (each step's token feeds the next on the device), run
+        ``steps_per_launch`` steps per launch (0: all in one launch; 1: one launch per step)."""
         cp, lz = self.launcher.cp, self.launcher
         lz.reset_kv()
         lz.clear_abort()
         steps = list(self._steps([prompt_token], warmup + n_steps))
-        for k, tin, tout in steps[:warmup]:
-            lz.launch(position=k, token_in=tin, token_out=tout, skip_ops=skip_ops, prefetch_depth=prefetch_depth)
+        per = n_steps if steps_per_launch <= 0 else steps_per_launch
+        kw = dict(skip_ops=skip_ops, prefetch_depth=prefetch_depth, token_stride=4)
+        if warmup:
+            k, tin, tout = steps[0]
+            lz.launch(position=k, token_in=tin, token_out=tout, n_steps=warmup, **kw)
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         start.record()
-        for k, tin, tout in steps[warmup:warmup + n_steps]:
-            lz.launch(position=k, token_in=tin, token_out=tout, skip_ops=skip_ops, prefetch_depth=prefetch_depth)
+        for i in range(warmup, warmup + n_steps, per):
+            k, tin, tout = steps[i]
+            lz.launch(position=k, token_in=tin, token_out=tout, n_steps=min(per, warmup + n_steps - i), **kw)
         stop.record()
         stop.synchronize()
         lz.check()

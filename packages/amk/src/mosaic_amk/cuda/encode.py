@@ -114,6 +114,7 @@ class Encoded:
     max_attention_tokens: int  # the most cached tokens an attention task can read (KV capacity)
     structure_key: str
     outputs: tuple = ()
+    producers: np.ndarray | None = None  # int32 [counters]: tasks signalling each counter (multi-step waits)
 
     def buffer_id(self, name: str) -> int:
         for i, b in enumerate(self.buffers):
@@ -249,6 +250,8 @@ def _check_op(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[str, Devi
         r0, r1 = _int_param(t, "row_start"), _int_param(t, "row_end")
         if nkv <= 0 or nh % nkv or hd <= 0:
             bad("num_heads must be a positive multiple of num_kv_heads, head_dim > 0")
+        if hd % 4 or hd > 512:
+            bad(f"head_dim {hd} must be a multiple of 4 and <= 512 (the micro-kernel reads K/V rows as float4)")
         for name in ("k_cache", "v_cache"):
             c = roles[name]
             if len(c.shape) != 3 or c.shape[2] != nkv * hd:
@@ -408,11 +411,14 @@ def encode(schedule: Schedule, *, runtime_position: bool = True) -> Encoded:
     offsets = np.zeros(schedule.num_sms + 1, np.int32)
     offsets[1:] = np.cumsum([len(q) for q in queues])
     queue = np.array([i for q in queues for i in q] or [0], np.int32)
+    producers = np.zeros(max(1, schedule.num_counters), np.int32)
+    for t in schedule.tasks:
+        producers[t.signal] += 1
     return Encoded(tasks=table, queue_offsets=offsets, queue=queue, buffers=tuple(bufs), buf_meta=meta,
                    num_sms=schedule.num_sms, num_counters=schedule.num_counters, position=position,
                    token_buf=index.get(TOKEN, -1), next_buf=index.get(NEXT_TOKEN, -1), rope=rope,
                    max_attention_tokens=max_tokens, structure_key=structure_key(schedule),
-                   outputs=tuple(schedule.outputs))
+                   outputs=tuple(schedule.outputs), producers=producers)
 
 
 # ------------------------------------------------------------------------------------------ decode

@@ -145,48 +145,98 @@ def time_eager(model, n_steps: int = 32, warmup: int = 4, prompt_token: int = 1)
 
 
 class StaticGraphDecoder:
-    """One decode step of HF (StaticCache, eager attention) captured in a CUDA graph."""
+    """One decode step of HF (StaticCache, eager attention) captured in a CUDA graph.
 
-    def __init__(self, model, max_cache_len: int = 512):
+    transformers 5.x builds the eager attention mask with ``torch.tensor(0.0, device=...)`` (a host-to-device
+    copy, which CUDA graph capture refuses) and its StaticCache layers keep their write position in a device
+    tensor (``cumulative_length``) rather than reading ``cache_position``. So the step passes its own 4-D
+    additive mask, built on the device from the device position tensor (``0`` for cached slots ``<= pos``,
+    the dtype's minimum elsewhere: HF's own mask for one query at ``pos``), which transformers uses as-is,
+    and :meth:`reset` rewinds both the position and every layer's ``cumulative_length``. ``graph=False``
+    runs the same step without capture (the CPU tests check its tokens against ``generate``)."""
+
+    def __init__(self, model, max_cache_len: int = 512, *, graph: bool = True):
         import torch
         from transformers import StaticCache
 
+        if getattr(model.config, "sliding_window", None) and getattr(model.config, "use_sliding_window", True):
+            raise BadInput("the static-cache CUDA-graph baseline builds a full-attention mask; this model has a "
+                           "sliding window")
         self.model = model
+        param = next(model.parameters())
+        dev, dtype = param.device, param.dtype
         self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
-        self.tok = torch.ones((1, 1), dtype=torch.long, device="cuda")
-        self.pos = torch.zeros((1,), dtype=torch.long, device="cuda")
+        self.tok = torch.ones((1, 1), dtype=torch.long, device=dev)
+        self.pos = torch.zeros((1,), dtype=torch.long, device=dev)
+        self.kv_index = torch.arange(max_cache_len, device=dev)
+        self.mask_zero = torch.zeros((), dtype=dtype, device=dev)
+        self.mask_min = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=dev)
         self.max_cache_len = max_cache_len
+        self.graph = None
+        self.out = None
         with torch.no_grad():
-            for _ in range(3):  # warm up on a side stream (lazy cache allocation, cuBLAS handles)
-                self._step()
-            torch.cuda.synchronize()
-            self.pos.zero_()
-            self.graph = torch.cuda.CUDAGraph()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s), torch.cuda.graph(self.graph, stream=s):
+            for _ in range(3):  # warm up outside capture (lazy cache allocation, cuBLAS handles)
                 self.out = self._step()
-            torch.cuda.current_stream().wait_stream(s)
+            self.reset()
+            if graph:
+                torch.cuda.synchronize()
+                self.graph = torch.cuda.CUDAGraph()
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s), torch.cuda.graph(self.graph, stream=s):
+                    self.out = self._step()
+                torch.cuda.current_stream().wait_stream(s)
+                self.reset()  # the capture itself advanced nothing, but be explicit
+
+    def reset(self) -> None:
+        """Rewind to position 0 (the cache contents are overwritten as the positions are reached again)."""
+        self.pos.zero_()
+        for layer in self.cache.layers:
+            if getattr(layer, "is_initialized", False):
+                layer.cumulative_length.zero_()
 
     def _step(self):
-        logits = self.model(input_ids=self.tok, position_ids=self.pos[None], cache_position=self.pos,
+        import torch
+
+        m = torch.where(self.kv_index <= self.pos, self.mask_zero, self.mask_min)[None, None, None, :]
+        logits = self.model(input_ids=self.tok, position_ids=self.pos[None], attention_mask=m,
                             past_key_values=self.cache, use_cache=True).logits
-        return logits[:, -1].argmax(-1)
+        tok = logits[:, -1].argmax(-1)
+        self.tok.copy_(tok[:, None])  # feed the argmax back (inside the graph: no extra kernel per step)
+        self.pos.add_(1)
+        return logits[:, -1]
+
+    def run(self, n_steps: int) -> list[int]:
+        """Replay (or, without a graph, run) ``n_steps`` steps from the current position; returns the tokens
+        the steps produced (synchronises)."""
+        out = []
+        for _ in range(n_steps):
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                import torch
+
+                with torch.no_grad():
+                    self._step()
+            out.append(int(self.tok[0, 0]))
+        return out
 
     def time(self, n_steps: int = 64, warmup: int = 4) -> float:
         import torch
 
-        self.pos.zero_()
+        if self.graph is None:
+            raise RuntimeError("StaticGraphDecoder.time needs the CUDA graph (graph=True)")
+        if warmup + n_steps > self.max_cache_len:
+            raise ValueError(f"{warmup + n_steps} steps exceed the static cache ({self.max_cache_len})")
+        self.reset()
+        self.tok.fill_(1)
         for _ in range(warmup):
             self.graph.replay()
-            self.tok.copy_(self.out[:, None])
-            self.pos.add_(1)
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(n_steps):
             self.graph.replay()
-            self.tok.copy_(self.out[:, None])  # feed the argmax back (a tiny kernel per step, as a real loop)
-            self.pos.add_(1)
         stop.record()
         stop.synchronize()
         return start.elapsed_time(stop) / n_steps
+

@@ -77,6 +77,15 @@ def _cupy():
     return cupy
 
 
+ATT_NB, MAX_HEAD_DIM = 8, 512  # microkernels.cuh: heads per attention batch; encode.py: largest head_dim
+
+
+def attention_smem_floats(tokens: int, threads: int, head_dim: int = MAX_HEAD_DIM) -> int:
+    """Dynamic shared memory (floats) the attention micro-kernel needs for one head over ``tokens`` cached
+    tokens: q of ATT_NB heads, the per-warp reduction slots, the p @ v partial sums, one score per token."""
+    return ATT_NB * head_dim + (threads // 32) * ATT_NB + 4 * threads + tokens
+
+
 def rope_table(inv_freq: np.ndarray, head_dim: int, attention_scaling: float, positions: int) -> np.ndarray:
     """[positions, 2 * head_dim] float32: cos then sin of every position, exactly ops.rope_tables."""
     from mosaic_amk.ops import rope_tables
@@ -155,7 +164,7 @@ class Launcher:
         # one block per SM: ask for more than half of an SM's shared memory so two blocks never share one
         want = max(self.smem_bytes, per_sm // 2 + 1024)
         self.smem_bytes = min(want, optin) // 16 * 16
-        need = 4 * (self.enc.max_attention_tokens + self.threads + 512)
+        need = 4 * attention_smem_floats(self.enc.max_attention_tokens, self.threads)
         if need > self.smem_bytes:
             raise DeviceError(f"attention over {self.enc.max_attention_tokens} cached tokens needs {need} bytes of "
                               f"shared memory for scores; the block has {self.smem_bytes} (lower kv_max_tokens)")
@@ -166,6 +175,8 @@ class Launcher:
         self.tables = {"tasks": cp.asarray(e.tasks), "qoff": cp.asarray(e.queue_offsets),
                        "queue": cp.asarray(e.queue), "meta": cp.asarray(e.buf_meta),
                        "counters": cp.zeros(max(1, e.num_counters), cp.int32),
+                       "producers": cp.asarray(e.producers if e.producers is not None
+                                               else np.zeros(max(1, e.num_counters), np.int32)),
                        "control": cp.zeros(CTRL_HEAD + DUMP_WORDS * e.num_sms, cp.int32),
                        "rope": cp.zeros(2, cp.float32)}
         self.ptrs = np.zeros(max(1, len(e.buffers)), np.uint64)
@@ -233,21 +244,25 @@ class Launcher:
 
     # ------------------------------------------------------------------------------------ launching
     def launch(self, position: int | None = None, token_in: int = 0, token_out: int = 0, *,
-               skip_ops: int = 0, prefetch_depth: int | None = None) -> None:
+               skip_ops: int = 0, prefetch_depth: int | None = None, n_steps: int = 1, token_stride: int = 0) -> None:
         """Enqueue one launch (asynchronous). ``token_in``/``token_out`` are device pointers that replace
-        the ``token``/``next_token`` buffers (0: use the bound buffers)."""
+        the ``token``/``next_token`` buffers (0: use the bound buffers). ``n_steps`` > 1 runs that many decode
+        steps in the one launch, at positions ``position ..``, step s reading ``token_in + s * token_stride``
+        and writing ``token_out + s * token_stride`` (a grid sync between steps; see vm.cu)."""
         e, t = self.enc, self.tables
+        if n_steps < 1 or (n_steps > 1 and token_stride and not (token_in and token_out)):
+            raise DeviceError("a multi-step launch needs n_steps >= 1 (and device token pointers to step through)")
         pos = e.position if position is None else position
         tok_b = e.token_buf if token_in else -1
         nxt_b = e.next_buf if token_out else -1
         args = (np.uint64(_ptr(t["tasks"])), np.uint64(_ptr(t["qoff"])), np.uint64(_ptr(t["queue"])),
                 np.uint64(_ptr(t["bptr"])), np.uint64(_ptr(t["meta"])), np.uint64(_ptr(t["counters"])),
-                np.int32(e.num_counters), np.uint64(_ptr(t["control"])), np.uint64(token_in), np.uint64(token_out),
+                np.uint64(_ptr(t["producers"])), np.int32(e.num_counters), np.uint64(_ptr(t["control"])), np.uint64(token_in), np.uint64(token_out),
                 np.int32(tok_b), np.int32(nxt_b), np.uint64(_ptr(t["rope"])), np.int32(self.rope_positions),
                 np.int32(pos if pos is not None else 0), np.int32(MODES[self.mode]),
                 np.int64(int(self.timeout_s * 1e9)),
                 np.int32(self.prefetch_depth if prefetch_depth is None else prefetch_depth),
-                np.int32(skip_ops), np.int32(self.smem_bytes))
+                np.int32(skip_ops), np.int32(self.smem_bytes), np.int32(n_steps), np.int32(token_stride))
         try:
             self.fn((e.num_sms,), (self.threads,), args, shared_mem=self.smem_bytes)
         except Exception as exc:  # cupy raises CUDADriverError / CUDARuntimeError

@@ -331,6 +331,12 @@ __device__ void mk_kv_append(const Ctx& c, const int* t) {
 // -------------------------------------------------------------------------------------- attention
 // decode attention of heads row_start/hd .. row_end/hd over cached tokens [first, position] (GQA)
 // HF eager: s = bf16(bf16(q.k) * scale); p = bf16(softmax_f32(s)); y = bf16(p @ v)
+//
+// The heads of one KV group are processed together (up to ATT_NB at a time), so each K and V row is read
+// once for all of them. Scores: one token per thread, its K row read as float4 (hd/4 independent 16-byte
+// loads in flight per thread). p @ v: thread (grp, d4) owns 4 dims of every head and the tokens
+// grp, grp + groups, ... (4 V loads in flight); the groups' partial sums meet in shared memory.
+#define ATT_NB 8
 __device__ void mk_attention(const Ctx& c, const int* t) {
   const int qb = t[W_IN + 0], kb = t[W_IN + 1], vb = t[W_IN + 2], yb = t[W_OUT + 0];
   const int nh = t[W_NH], nkv = t[W_NKV], hd = t[W_HD], window = t[W_WINDOW];
@@ -345,60 +351,154 @@ __device__ void mk_attention(const Ctx& c, const int* t) {
   const float* K = (const float*)buf(c, kb);
   const float* V = (const float*)buf(c, vb);
   float* y = (float*)buf(c, yb);
-  float* qs = c.smem;                      // [hd]
-  float* part = c.smem + hd;               // [AMK_THREADS] partial sums of p @ v
-  float* sc = c.smem + hd + AMK_THREADS;   // [n] scores
-  if (n > c.smem_floats - hd - AMK_THREADS) {
+  const int hd4 = hd >> 2;
+  // shared memory: qs [ATT_NB][hd] | redm [AMK_WARPS][ATT_NB] | part [4 * AMK_THREADS] | sc [nb][n]
+  float* qs = c.smem;
+  float* redm = qs + ATT_NB * hd;
+  float* part = redm + AMK_WARPS * ATT_NB;
+  float* sc = part + 4 * AMK_THREADS;
+  const int room = c.smem_floats - (int)(sc - c.smem);
+  const int nb_fit = room / max(n, 1);
+  if (nb_fit < 1 || (hd & 3) || pos < 0) {
     if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_SCORES);
     return;
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int h = t[W_ROW0] / hd; h < t[W_ROW1] / hd; ++h) {
-    const int g = h / rep;
+  const int groups = AMK_THREADS / hd4;  // token groups of the p @ v phase (>= 1: hd <= 4 * AMK_THREADS)
+  const int grp = threadIdx.x / hd4, d4 = threadIdx.x - grp * hd4;
+  const int h_end = t[W_ROW1] / hd;
+  for (int h0 = t[W_ROW0] / hd; h0 < h_end;) {
+    const int g = h0 / rep;
+    int nb = min(min(h_end, (g + 1) * rep) - h0, min(ATT_NB, nb_fit));  // heads of group g done together
+    __syncthreads();  // the previous batch is done with qs / sc / part
+    for (int i = threadIdx.x; i < nb * hd; i += AMK_THREADS) qs[i] = ld_act(q + h0 * hd + i);
     __syncthreads();
-    for (int d = threadIdx.x; d < hd; d += AMK_THREADS) qs[d] = ld_act(q + h * hd + d);
-    __syncthreads();
-    for (int j = warp; j < n; j += AMK_WARPS) {
-      const float* kr = K + (size_t)(first + j) * kvd + g * hd;
-      float s = 0.f;
-      for (int d = lane; d < hd; d += 32) s = fmaf(qs[d], ld_act(kr + d), s);
-      s = warp_sum(s);
-      if (lane == 0) sc[j] = hf ? bf16r(bf16r(s) * scale) : s * scale;
-    }
-    __syncthreads();
-    float m = -INFINITY;
-    for (int j = threadIdx.x; j < n; j += AMK_THREADS) m = fmaxf(m, sc[j]);
-    m = block_max(c, m);
-    float sum = 0.f;
+    // scores: thread j holds token j's scores for the nb heads
+    const float* Kg = K + (size_t)first * kvd + g * hd;
+    float mloc[ATT_NB];
+#pragma unroll
+    for (int h = 0; h < ATT_NB; ++h) mloc[h] = -INFINITY;
     for (int j = threadIdx.x; j < n; j += AMK_THREADS) {
-      const float e = expf(sc[j] - m);
-      sc[j] = e;
-      sum += e;
+      const float4* kr = (const float4*)(Kg + (size_t)j * kvd);
+      float s[ATT_NB];
+#pragma unroll
+      for (int h = 0; h < ATT_NB; ++h) s[h] = 0.f;
+      for (int e = 0; e < hd4; e += 8) {
+        float4 kv[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) kv[u] = e + u < hd4 ? ld_act4(kr + e + u) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          if (e + u >= hd4) break;
+#pragma unroll
+          for (int h = 0; h < ATT_NB; ++h) {
+            if (h >= nb) break;
+            const float4 qv = *(const float4*)(qs + h * hd + 4 * (e + u));
+            s[h] = fmaf(qv.x, kv[u].x, s[h]); s[h] = fmaf(qv.y, kv[u].y, s[h]);
+            s[h] = fmaf(qv.z, kv[u].z, s[h]); s[h] = fmaf(qv.w, kv[u].w, s[h]);
+          }
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < ATT_NB; ++h) {
+        if (h >= nb) break;
+        const float v = hf ? bf16r(bf16r(s[h]) * scale) : s[h] * scale;
+        sc[h * n + j] = v;
+        mloc[h] = fmaxf(mloc[h], v);
+      }
     }
-    sum = block_sum(c, sum);  // (its barriers order the sc writes above before the reads below)
-    for (int j = threadIdx.x; j < n; j += AMK_THREADS) sc[j] = rnd(c, sc[j] / sum);
+    // block max per head
+#pragma unroll
+    for (int h = 0; h < ATT_NB; ++h) {
+      const float m = warp_max(mloc[h]);
+      if (lane == 0) redm[warp * ATT_NB + h] = m;
+    }
     __syncthreads();
-    // p @ v: thread (grp, d) sums tokens grp, grp + groups, ...
-    const int groups = AMK_THREADS / hd;
-    if (groups >= 1) {
-      const int d = threadIdx.x % hd, grp = threadIdx.x / hd;
-      float acc = 0.f;
-      if (grp < groups)
-        for (int j = grp; j < n; j += groups) acc = fmaf(sc[j], ld_act(V + (size_t)(first + j) * kvd + g * hd + d), acc);
-      part[threadIdx.x] = acc;
-      __syncthreads();
-      if (threadIdx.x < hd) {
-        float s = 0.f;
-        for (int k = 0; k < groups; ++k) s += part[k * hd + threadIdx.x];
-        y[h * hd + threadIdx.x] = rnd(c, s);
-      }
-    } else {  // head_dim > threads: each thread owns dims d, d + AMK_THREADS, ...
-      for (int d = threadIdx.x; d < hd; d += AMK_THREADS) {
-        float acc = 0.f;
-        for (int j = 0; j < n; ++j) acc = fmaf(sc[j], ld_act(V + (size_t)(first + j) * kvd + g * hd + d), acc);
-        y[h * hd + d] = rnd(c, acc);
+    float m[ATT_NB], sum[ATT_NB];
+#pragma unroll
+    for (int h = 0; h < ATT_NB; ++h) {
+      float v = -INFINITY;
+      for (int w = 0; w < AMK_WARPS; ++w) v = fmaxf(v, redm[w * ATT_NB + h]);
+      m[h] = v;
+      sum[h] = 0.f;
+    }
+    for (int j = threadIdx.x; j < n; j += AMK_THREADS) {
+#pragma unroll
+      for (int h = 0; h < ATT_NB; ++h) {
+        if (h >= nb) break;
+        const float e = expf(sc[h * n + j] - m[h]);
+        sc[h * n + j] = e;
+        sum[h] += e;
       }
     }
+    __syncthreads();  // every thread has read redm (the maxima) before it is reused for the sums
+#pragma unroll
+    for (int h = 0; h < ATT_NB; ++h) {
+      const float v = warp_sum(sum[h]);
+      if (lane == 0) redm[warp * ATT_NB + h] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < ATT_NB; ++h) {
+      float v = 0.f;
+      for (int w = 0; w < AMK_WARPS; ++w) v += redm[w * ATT_NB + h];
+      sum[h] = v;
+    }
+    for (int j = threadIdx.x; j < n; j += AMK_THREADS) {
+#pragma unroll
+      for (int h = 0; h < ATT_NB; ++h) {
+        if (h >= nb) break;
+        sc[h * n + j] = rnd(c, sc[h * n + j] / sum[h]);
+      }
+    }
+    __syncthreads();
+    // p @ v: thread (grp, d4) sums tokens grp, grp + groups, ... for dims 4*d4 .. 4*d4+3 of every head
+    float4 acc[ATT_NB];
+#pragma unroll
+    for (int h = 0; h < ATT_NB; ++h) acc[h] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (grp < groups) {
+      const float* Vg = V + (size_t)first * kvd + g * hd + 4 * d4;
+      int j = grp;
+      for (; j + 3 * groups < n; j += 4 * groups) {
+        float4 vv[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) vv[u] = ld_act4((const float4*)(Vg + (size_t)(j + u * groups) * kvd));
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+#pragma unroll
+          for (int h = 0; h < ATT_NB; ++h) {
+            if (h >= nb) break;
+            const float p = sc[h * n + j + u * groups];
+            acc[h].x = fmaf(p, vv[u].x, acc[h].x); acc[h].y = fmaf(p, vv[u].y, acc[h].y);
+            acc[h].z = fmaf(p, vv[u].z, acc[h].z); acc[h].w = fmaf(p, vv[u].w, acc[h].w);
+          }
+        }
+      }
+      for (; j < n; j += groups) {
+        const float4 vv = ld_act4((const float4*)(Vg + (size_t)j * kvd));
+#pragma unroll
+        for (int h = 0; h < ATT_NB; ++h) {
+          if (h >= nb) break;
+          const float p = sc[h * n + j];
+          acc[h].x = fmaf(p, vv.x, acc[h].x); acc[h].y = fmaf(p, vv.y, acc[h].y);
+          acc[h].z = fmaf(p, vv.z, acc[h].z); acc[h].w = fmaf(p, vv.w, acc[h].w);
+        }
+      }
+    }
+    // the groups' partial sums meet in shared memory, one head at a time
+#pragma unroll
+    for (int h = 0; h < ATT_NB; ++h) {
+      if (h >= nb) break;
+      __syncthreads();  // part is free (previous head summed)
+      if (grp < groups) *(float4*)(part + 4 * (grp * hd4 + d4)) = acc[h];
+      __syncthreads();
+      for (int d = threadIdx.x; d < hd; d += AMK_THREADS) {
+        float s = 0.f;
+        for (int k = 0; k < groups; ++k) s += part[k * hd + d];
+        y[(h0 + h) * hd + d] = rnd(c, s);
+      }
+    }
+    h0 += nb;
   }
 }
 
@@ -415,7 +515,35 @@ __device__ void mk_argmax(const Ctx& c, const int* t) {
   const float* l = (const float*)buf(c, lb);
   float bv = -INFINITY;
   int bi = 0x7fffffff;
-  for (int i = threadIdx.x; i < n; i += AMK_THREADS) {
+  int i0 = 0;
+  if ((((uintptr_t)l) & 15) == 0) {  // float4 loads, 8 in flight per thread
+    const float4* l4 = (const float4*)l;
+    const int n4 = n >> 2;
+    int k = threadIdx.x;
+    for (; k + 7 * AMK_THREADS < n4; k += 8 * AMK_THREADS) {
+      float4 v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = ld_act4(l4 + k + u * AMK_THREADS);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int i = 4 * (k + u * AMK_THREADS);
+        if (better(v[u].x, i, bv, bi)) { bv = v[u].x; bi = i; }
+        if (better(v[u].y, i + 1, bv, bi)) { bv = v[u].y; bi = i + 1; }
+        if (better(v[u].z, i + 2, bv, bi)) { bv = v[u].z; bi = i + 2; }
+        if (better(v[u].w, i + 3, bv, bi)) { bv = v[u].w; bi = i + 3; }
+      }
+    }
+    for (; k < n4; k += AMK_THREADS) {
+      const float4 v = ld_act4(l4 + k);
+      const int i = 4 * k;
+      if (better(v.x, i, bv, bi)) { bv = v.x; bi = i; }
+      if (better(v.y, i + 1, bv, bi)) { bv = v.y; bi = i + 1; }
+      if (better(v.z, i + 2, bv, bi)) { bv = v.z; bi = i + 2; }
+      if (better(v.w, i + 3, bv, bi)) { bv = v.w; bi = i + 3; }
+    }
+    i0 = n4 << 2;
+  }
+  for (int i = i0 + threadIdx.x; i < n; i += AMK_THREADS) {
     const float v = ld_act(l + i);
     if (better(v, i, bv, bi)) { bv = v; bi = i; }
   }

@@ -1,14 +1,22 @@
 // The AMK persistent megakernel VM: one cooperative block per SM, each walking its queue of tasks.
 //
-//   grid sync (after zeroing the counters) ->
-//   for each task of this block's queue:
+//   zero the counters, grid sync ->
+//   for each decode step s of this launch (n_steps, positions position .. position + n_steps - 1):
+//     for each task of this block's queue:
 //       prefetch the weight tiles of the next tasks into L2 (cp.async.bulk.prefetch; prefetch_depth ahead)
-//       wait: acquire-load every (counter, threshold) until it holds; the watchdog aborts the whole grid
-//             (sticky flag + per-block dump) when a wait exceeds timeout_ns or another block aborted
+//       and the NEXT task's 256-byte record into the other shared-memory slot (double-buffered)
+//       wait: acquire-load every (counter, threshold + s * producers[counter]) until it holds; the watchdog
+//             aborts the whole grid (sticky flag + per-block dump) when a wait exceeds timeout_ns or another
+//             block aborted
 //       dispatch to the micro-kernel of the op (microkernels.cuh)
-//       signal: block barrier, release fence, ONE atomic increment of the task's counter
+//       signal: block barrier, then ONE release add (red.release.gpu) on the task's counter
+//     grid sync (every step's writes, the KV appends and the token, precede the next step's reads)
 //   grid sync at exit.
-// An aborted launch still reaches the exit sync (no trap), so the context stays usable.
+// Counters are never reset between the steps of a launch: step s waits for thresholds raised by s times the
+// counter's producer count, which is exactly "this step's count >= threshold" because the grid sync ends
+// step s - 1 with every counter at s * producers. One step per launch is the schedule's semantics; a
+// launch of n steps is n launches without the launch overhead (the grid sync stands in for the kernel
+// boundary). An aborted launch still reaches the exit sync (no trap), so the context stays usable.
 #include <cooperative_groups.h>
 #include "microkernels.cuh"
 
@@ -68,11 +76,12 @@ __device__ void dump(int* control, int state, int task, int counter, int value, 
 }
 
 // thread 0 only. Returns false when the launch is aborted (by this block's watchdog or another's).
-__device__ bool wait_all(const int* t, const int* counters, int* control, long long timeout_ns, int qpos,
-                         unsigned long long t_launch) {
+__device__ bool wait_all(const int* t, const int* counters, const int* __restrict__ producers, int step, int* control,
+                         long long timeout_ns, int qpos, unsigned long long t_launch) {
   const int n = t[W_NWAIT];
   for (int i = 0; i < n; ++i) {
-    const int cnt = t[W_WAIT + 2 * i], thr = t[W_WAIT + 2 * i + 1];
+    const int cnt = t[W_WAIT + 2 * i];
+    const int thr = t[W_WAIT + 2 * i + 1] + (step ? step * __ldg(producers + cnt) : 0);
     int v = ld_acquire(counters + cnt);
     if (v >= thr) continue;
     const unsigned long long t0 = globaltimer();
@@ -115,15 +124,22 @@ __device__ void dispatch(const Ctx& c, const int* t, int op) {
   }
 }
 
+__device__ __forceinline__ void signal_release(int* p) {
+  // after the block barrier: a release add at gpu scope (CUTLASS's generic barrier pattern); every thread's
+  // stores, ordered before it by bar.sync, are visible to a reader that acquire-loads the new value
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" :: "l"(p) : "memory");
+}
+
 extern "C" __global__ void __launch_bounds__(AMK_THREADS, 1)
 amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* __restrict__ queue,
        const unsigned long long* __restrict__ bptr, const int* __restrict__ bmeta_,
-       int* counters, int num_counters, int* control,
+       int* counters, const int* __restrict__ producers, int num_counters, int* control,
        unsigned long long token_in, unsigned long long token_out, int token_buf, int next_buf,
        const float* __restrict__ rope_table, int rope_positions,
-       int position, int mode, long long timeout_ns, int prefetch_depth, int skip_ops, int smem_bytes) {
+       int position, int mode, long long timeout_ns, int prefetch_depth, int skip_ops, int smem_bytes,
+       int n_steps, int token_stride) {
   extern __shared__ __align__(16) float dyn_smem[];
-  __shared__ int task_s[AMK_TASK_WORDS];
+  __shared__ int task_s[2][AMK_TASK_WORDS];
   __shared__ float red[64];
   __shared__ int ired[32];
   __shared__ int go;
@@ -137,40 +153,54 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
   grid.sync();
 
   Ctx c;
-  c.bptr = bptr; c.bmeta = bmeta_; c.token_in = token_in; c.token_out = token_out;
-  c.token_buf = token_buf; c.next_buf = next_buf; c.position = position; c.mode = mode;
-  c.smem_floats = smem_bytes / 4; c.rope_table = rope_table; c.rope_positions = rope_positions; c.control = control; c.smem = dyn_smem; c.red = red; c.ired = ired;
+  c.bptr = bptr; c.bmeta = bmeta_; c.token_buf = token_buf; c.next_buf = next_buf; c.mode = mode;
+  c.smem_floats = smem_bytes / 4; c.rope_table = rope_table; c.rope_positions = rope_positions; c.control = control;
+  c.smem = dyn_smem; c.red = red; c.ired = ired;
 
-  const int q0 = qoff[blockIdx.x], q1 = qoff[blockIdx.x + 1];
-  int prefetched = q0;  // queue entries [q0, prefetched) have had their weights prefetched
+  const int q0 = qoff[blockIdx.x], q1 = qoff[blockIdx.x + 1], qn = q1 - q0;
   bool ok = !aborted_before;
   int last = -1;
-  for (int q = q0; ok && q < q1; ++q) {
-    const int* tg = tasks + (size_t)queue[q] * AMK_TASK_WORDS;
-    if (prefetch_depth > 0) {
-      const int upto = min(q1, q + prefetch_depth);
-      for (; prefetched < upto; ++prefetched) prefetch_task(c, tasks + (size_t)queue[prefetched] * AMK_TASK_WORDS);
+  if (n_steps < 1) n_steps = 1;
+  for (int step = 0; ok && step < n_steps; ++step) {
+    c.position = position + step;
+    c.token_in = token_in + (unsigned long long)step * (unsigned long long)token_stride;
+    c.token_out = token_out + (unsigned long long)step * (unsigned long long)token_stride;
+    int prefetched = q0;  // queue entries [q0, prefetched) have had their weights prefetched this step
+    if (qn > 0 && threadIdx.x < AMK_TASK_WORDS)
+      task_s[0][threadIdx.x] = __ldg(tasks + (size_t)queue[q0] * AMK_TASK_WORDS + threadIdx.x);
+    for (int q = q0; q < q1; ++q) {
+      const int slot = (q - q0) & 1;
+      const int* ts = task_s[slot];
+      if (prefetch_depth > 0) {
+        const int upto = min(q1, q + prefetch_depth);
+        for (; prefetched < upto; ++prefetched) prefetch_task(c, tasks + (size_t)queue[prefetched] * AMK_TASK_WORDS);
+      }
+      __syncthreads();  // this task's record is in task_s[slot]; the previous task is done with the other slot
+      // the next record loads while this task waits and runs (threads of the last warps: thread 0 waits)
+      if (q + 1 < q1 && threadIdx.x >= AMK_THREADS - AMK_TASK_WORDS)
+        task_s[slot ^ 1][threadIdx.x - (AMK_THREADS - AMK_TASK_WORDS)] =
+            __ldg(tasks + (size_t)queue[q + 1] * AMK_TASK_WORDS + threadIdx.x - (AMK_THREADS - AMK_TASK_WORDS));
+      if (threadIdx.x == 0)
+        go = wait_all(ts, counters, producers, step, control, timeout_ns, q - q0, t_launch) ? 1 : 0;
+      __syncthreads();
+      if (!go) { ok = false; break; }
+      const int op = ts[W_OP];
+      if (!((skip_ops >> op) & 1)) dispatch(c, ts, op);
+      __syncthreads();  // every thread's output stores precede the signal
+      if (threadIdx.x == 0) signal_release(counters + ts[W_SIGNAL]);
+      last = ts[W_ID];
     }
-    __syncthreads();  // the previous task is done with task_s
-    if (threadIdx.x < AMK_TASK_WORDS) task_s[threadIdx.x] = tg[threadIdx.x];
-    __syncthreads();
-    if (threadIdx.x == 0) go = wait_all(task_s, counters, control, timeout_ns, q - q0, t_launch) ? 1 : 0;
-    __syncthreads();
-    if (!go) { ok = false; break; }
-    const int op = task_s[W_OP];
-    if (!((skip_ops >> op) & 1)) dispatch(c, task_s, op);
-    __syncthreads();  // every thread's output stores precede the signal
-    if (threadIdx.x == 0) {
-      __threadfence();  // release: the outputs are visible at gpu scope before the increment
-      atomicAdd(counters + task_s[W_SIGNAL], 1);
+    if (step + 1 < n_steps) {
+      __threadfence();
+      grid.sync();  // step boundary: stands in for the kernel boundary between two one-step launches
+      if (ld_relaxed(control + C_ABORT)) ok = false;  // every block sees the same flag after the sync
     }
-    last = task_s[W_ID];
   }
   if (threadIdx.x == 0) {
     if (aborted_before) {
       // leave the dump of the launch that aborted untouched
     } else if (ok) {
-      dump(control, S_DONE, last, -1, 0, 0, q1 - q0, t_launch);
+      dump(control, S_DONE, last, -1, 0, 0, qn, t_launch);
     }
   }
   __threadfence();

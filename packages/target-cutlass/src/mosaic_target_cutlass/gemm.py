@@ -65,6 +65,13 @@ def _stage_count(inst, attribute, value):
         _fail(inst, attribute, value, "'auto' or an integer from 2 to 12")
 
 
+#: what the ``knobs`` proposer may try for the knobs it cannot step numerically (field metadata ``values``,
+#: nearest first) and the companion settings a value needs to be buildable (``implies``: the epilogue
+#: schedule must match the kernel schedule, rule CUTLASS-EPILOGUE)
+_SCHEDULE_IMPLIES = {"cooperative": {"epilogue_schedule": "tma-cooperative"}, "pingpong": {"epilogue_schedule": "tma"},
+                     "tma-ws": {"epilogue_schedule": "tma"}}
+
+
 @attrs.frozen
 class GemmKnobs:
     """Knobs of the CUTLASS Hopper GEMM. Every field is validated at construction."""
@@ -74,10 +81,15 @@ class GemmKnobs:
     tile_k: int = attrs.field(default=64, converter=_int, validator=_in(32, 64, 128))
     cluster_m: int = attrs.field(default=1, converter=_int, validator=_in(1, 2, 4))
     cluster_n: int = attrs.field(default=1, converter=_int, validator=_in(1, 2, 4))
-    stages: object = attrs.field(default="auto", converter=_stages, validator=_stage_count)
-    kernel_schedule: str = attrs.field(default="cooperative", validator=one_of(*KERNEL_SCHEDULES))
-    epilogue_schedule: str = attrs.field(default="tma-cooperative", validator=one_of(*EPILOGUE_SCHEDULES))
-    tile_scheduler: str = attrs.field(default="default", validator=one_of(*TILE_SCHEDULERS))
+    stages: object = attrs.field(default="auto", converter=_stages, validator=_stage_count,
+                                 metadata={"values": (4, 5, 3, 6, 7, "auto")})
+    kernel_schedule: str = attrs.field(default="cooperative", validator=one_of(*KERNEL_SCHEDULES),
+                                       metadata={"values": ("cooperative", "pingpong", "tma-ws"),
+                                                 "implies": _SCHEDULE_IMPLIES})
+    epilogue_schedule: str = attrs.field(default="tma-cooperative", validator=one_of(*EPILOGUE_SCHEDULES),
+                                         metadata={"values": ("tma-cooperative", "tma", "no-smem")})
+    tile_scheduler: str = attrs.field(default="default", validator=one_of(*TILE_SCHEDULERS),
+                                      metadata={"values": ("default", "persistent", "stream-k")})
 
     @property
     def label(self) -> str:

@@ -1,4 +1,4 @@
-"""Entry point `cutlass`: registers the cutlass kernel language.
+"""Entry point `cutlass`: registers the cutlass kernel language and its construct-catalog entries.
 
 Families and capabilities are listed only as they are implemented: ``gemm`` (bf16/fp16 in, fp32
 accumulate, Hopper sm_90a through CUTLASS 3.x's CollectiveBuilder). ``cpu-lowering``: nvcc builds and
@@ -9,6 +9,7 @@ from mosaic.plugins import hookimpl
 from mosaic.records import Language
 
 from mosaic_target_cutlass.backend import CutlassBackend
+from mosaic_target_cutlass.constructs import CONSTRUCTS
 
 LANGUAGE = Language(
     name="cutlass",
@@ -22,3 +23,9 @@ LANGUAGE = Language(
 @hookimpl
 def register_languages(register):
     register(LANGUAGE)
+
+
+@hookimpl
+def register_constructs(register):
+    for construct in CONSTRUCTS:
+        register(construct)

@@ -10,9 +10,13 @@ concepts. The target language's construct for each concept names its knobs (``kn
 * a value the construct pins (``kernel='naive'``) when the reference shows the concept and the candidate
   does not; the knob's default when the candidate shows a pinned concept the reference does not;
 * the row's reference value when it fits the knob (``pipeline.stages`` 4 -> ``stages=4``; ``cluster``
-  [2, 1, 1] -> ``cluster_mn=(2, 1)``);
+  [2, 1, 1] -> ``cluster_mn=(2, 1)``, or ``cluster_m=2`` / ``cluster_n=1`` for knobs named per axis);
 * neighbours of the current value: booleans flipped, integers x2, +1, -1, /2, pairs with one side doubled
-  or halved, or swapped; strings go to the default.
+  or halved, or swapped; strings go to the default;
+* then the values the knob class lists for the field (``attrs.field(metadata={"values": (...)})``, nearest
+  first): how a knob that is a name (a kernel schedule) or ``'auto'`` (a stage count) moves. A listed
+  ``implies`` (``{value: {other_knob: value}}``) sets the companion knobs that value needs to be buildable
+  (a pingpong kernel schedule needs its epilogue schedule); the edit records them.
 
 Every value goes through the target's knob class (its validators decide what is legal); an invalid one is
 skipped, never proposed. The output is a list, best first; the loop takes the first untried one.
@@ -117,7 +121,12 @@ def _ints(value: Any) -> list[int] | None:
     return None
 
 
-def candidate_values(current: Any, default: Any, row, pinned: str | None, side: str) -> list:
+#: a knob named per axis takes that axis of a row's [x, y, z] reference value (``cluster_n`` <- cluster[1])
+AXIS_SUFFIX = {"_m": 0, "_n": 1}
+
+
+def candidate_values(current: Any, default: Any, row, pinned: str | None, side: str,
+                     axis: int | None = None) -> list:
     vals: list = []
     if pinned is not None:
         if side == "gain" and current != pinned:
@@ -131,6 +140,8 @@ def candidate_values(current: Any, default: Any, row, pinned: str | None, side: 
     elif isinstance(current, int):
         if ref and len(ref) == 1:
             vals.append(ref[0])
+        elif ref and axis is not None and len(ref) > axis:
+            vals.append(ref[axis])
         vals += [current * 2, current + 1, current - 1, current // 2]
     elif isinstance(current, list | tuple) and len(current) == 2 and all(isinstance(v, int) for v in current):
         a, b = current
@@ -170,6 +181,12 @@ class KnobsProposer:
             return False
         return True
 
+    def _meta(self, knob: str) -> dict:
+        if self.knob_cls is None or not attrs.has(self.knob_cls):
+            return {}
+        field = attrs.fields_dict(self.knob_cls).get(knob)
+        return dict(field.metadata) if field is not None else {}
+
     def _knobs_of(self, concept: str) -> list[tuple[str, str | None]]:
         if self.catalog is None or (concept, self.target) not in self.catalog.entries:
             return []
@@ -187,8 +204,15 @@ class KnobsProposer:
                 for knob, pinned in self._knobs_of(concept):
                     if knob not in current:
                         continue
-                    for value in candidate_values(current[knob], defaults.get(knob), row, pinned, side):
-                        new = {**current, knob: value}
+                    meta = self._meta(knob)
+                    values = candidate_values(current[knob], defaults.get(knob), row, pinned, side,
+                                              AXIS_SUFFIX.get(knob[-2:]))
+                    if pinned is None:
+                        values += [v for v in meta.get("values", ()) if v != current[knob] and v not in values]
+                    for value in values:
+                        implied = {k: v for k, v in (meta.get("implies") or {}).get(value, {}).items()
+                                   if k in current and current[k] != v}
+                        new = {**current, knob: value, **implied}
                         if not self._valid(new):
                             continue
                         edit = {"kind": "knob", "knob": knob, "value": list(value) if isinstance(value, tuple)
@@ -196,6 +220,8 @@ class KnobsProposer:
                                 else current[knob], "concept": concept,
                                 "row": {"layer": row.layer, "key": row.key, "rank": row.rank, "edit": row.edit,
                                         "reference": row.reference, "candidate": row.candidate}}
+                        if implied:
+                            edit["implies"] = implied
                         yield Proposal(True, request.parent, edit,
                                        {k: list(v) if isinstance(v, tuple) else v for k, v in new.items()})
 

@@ -144,3 +144,30 @@ def test_micro_schedules_validate_and_encode():
     s = op_schedule("gemv", bufs, ["x", "w"], ["logits"], {"bias": False, "residual": False}, 4,
                     split_rows(100, 4), ["w", "logits"], argmax_of="logits")
     assert validate(s).ok and s.tasks[-1].waits == (Wait(0, 4),)
+
+
+def test_producers_per_counter_for_multi_step_waits():
+    """A launch of n steps waits for threshold + step * producers[counter]: producers must count exactly the
+    tasks that signal each counter, and every all-join threshold equals its counter's producer count."""
+    m = tiny_model("llama3")
+    s = lower(m, ScheduleConfig(gemv_rows_per_task=16, kv_max_tokens=64), GPU, 3)
+    enc = E.encode(s)
+    want = np.zeros(s.num_counters, np.int32)
+    for t in s.tasks:
+        want[t.signal] += 1
+    assert (enc.producers == want).all() and want.sum() == len(s.tasks)
+    for t in s.tasks:
+        for w in t.waits:
+            assert w.threshold == enc.producers[w.counter]
+
+
+def test_attention_head_dim_must_allow_float4_rows():
+    hd, nh, nkv = 6, 2, 1
+    bufs = [Buffer("q", "f32", (nh * hd,), "input"), Buffer("k", "f32", (2, 4, nkv * hd), "kv_cache"),
+            Buffer("v", "f32", (2, 4, nkv * hd), "kv_cache"), Buffer("y", "f32", (nh * hd,), "output")]
+    params = {"position": 3, "num_heads": nh, "num_kv_heads": nkv, "head_dim": hd, "window": 0, "scale": 0.5,
+              "page_tokens": 4}
+    s = op_schedule("attention", bufs, ["q", "k", "v"], ["y"], params, 4, [(0, nh * hd)], ["q", "y"],
+                    position=3)
+    with pytest.raises(E.EncodeError, match="multiple of 4"):
+        E.encode(s)

@@ -108,3 +108,20 @@ def test_device_script_dry_run(tmp_path):
     # Llama-3.2-1B: 1.236e9 bf16 parameters (tied embedding read once by the LM head) + one embedding row
     assert abs(low["llama-3.2-1b"]["floor_bytes"] - 2 * 1_235_814_400 - 2 * 2048) <= 2 * 2048
     assert rep["stages"]["build"]["result"]["spill_stores"] == 0
+
+
+def test_device_script_quick_arguments():
+    """--quick: the <= 3-minute plan (SmolLM2-135M parity 2 x 32, both bench shapes, 3 rounds, 170 s guard)."""
+    a = _script().parse_args(["--quick"])
+    assert (a.quick, a.prompts, a.tokens, a.rounds) == (True, 2, 32, 3)
+    assert a.shapes == ["smollm2-135m"] and a.bench_shapes == ["llama-3.2-1b", "smollm2-135m"]
+    assert a.budget <= 170
+
+
+def test_attention_shared_memory_need():
+    """The launcher's score-buffer check follows the micro-kernel's layout (q of 8 heads, per-warp slots,
+    the p @ v partials, one float per cached token) for the largest head_dim the encoder admits."""
+    from mosaic_amk.cuda.launcher import attention_smem_floats
+
+    assert attention_smem_floats(4096, 512) == 8 * 512 + 16 * 8 + 4 * 512 + 4096
+    assert attention_smem_floats(4097, 512) - attention_smem_floats(4096, 512) == 1

@@ -359,7 +359,11 @@ __device__ void mk_attention(const Ctx& c, const int* t) {
   float* sc = part + 4 * AMK_THREADS;
   const int room = c.smem_floats - (int)(sc - c.smem);
   const int nb_fit = room / max(n, 1);
-  if (nb_fit < 1 || (hd & 3) || pos < 0) {
+  if (pos < 0 || pos >= bmeta(c, kb, B_D0) * bmeta(c, kb, B_D0 + 1)) {
+    if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_POSITION);
+    return;
+  }
+  if (nb_fit < 1 || (hd & 3)) {
     if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_SCORES);
     return;
   }

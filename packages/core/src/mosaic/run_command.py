@@ -22,7 +22,8 @@ class NoGpu(MosaicError):
     exit_code = 2
 
 
-def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer, command):
+def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer, command,
+                         max_candidates=None):
     from mosaic.campaign import Campaign
 
     missing = [f"--{n}" for n, v in (("source", source), ("target", target), ("family", family),
@@ -32,7 +33,7 @@ def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget
                        "mosaic run")
     data = {"source": source, "target": target, "family": family, "shape": shape, "dtype": dtype}
     for name, value in (("gpu", gpu), ("beam", beam), ("budget_min", budget_min), ("proposer", proposer),
-                        ("command", command)):
+                        ("command", command), ("max_candidates", max_candidates)):
         if value is not None:
             data[name] = value
     return Campaign.from_json(data, "mosaic run")
@@ -186,6 +187,7 @@ def _live_bench(campaign, out: Path, quiet: bool = False):
 @click.option("--gpu", default=None, help="GPU record (mosaic gpus); default h200.")
 @click.option("--beam", type=int, default=None, help="Beam width (default 3).")
 @click.option("--budget-min", type=float, default=None, help="Device minutes (default 10).")
+@click.option("--max-candidates", type=int, default=None, help="Timed candidates (default 40).")
 @click.option("--proposer", default=None, help="knobs (default), command, or a plugin's proposer.")
 @click.option("--command", "command", default=None, help="The agent for --proposer command (a command line).")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Campaign directory.")
@@ -193,8 +195,8 @@ def _live_bench(campaign, out: Path, quiet: bool = False):
 @click.option("--offline", type=click.Path(path_type=Path), default=None,
               help="Re-decide the campaign in DIR from its bundles (no GPU).")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
-def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_min, proposer, command, out,
-        resume, offline, quiet):
+def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_min, max_candidates, proposer,
+        command, out, resume, offline, quiet):
     """Port a kernel between languages by convergence: capture, propose, verify, converge; then report."""
     if resume is not None and offline is not None:
         raise BadInput("choose one of --resume and --offline", "mosaic run")
@@ -208,7 +210,7 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
         campaign = load_campaign(campaign_file)
     else:
         campaign = _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer,
-                                        command)
+                                        command, max_candidates)
     from mosaic.journal import Journal
 
     out = out or Path(f"mosaic-run-{campaign.source}-{campaign.target}-{campaign.family}-{campaign.problem}")

@@ -20,6 +20,7 @@ def h200():
     (dict(stages=1), "stages"),
     (dict(epi_tile=(64, 48)), "epi_tile"),
     (dict(tile_mn=(64, 64), epi_tile=(128, 32)), "epi_tile"),
+    (dict(tile_mn=(128, 128), epi_tile=(32, 32)), "epi_tile"),  # neither 64 rows nor the tile's 128
     (dict(raster="n"), "raster"),  # raster order without swizzle does nothing
     (dict(kernel="naive", stages=6), "stages"),
     (dict(block_mn=(8, 8)), "block_mn"),

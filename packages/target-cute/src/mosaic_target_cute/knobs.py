@@ -5,7 +5,9 @@
 * ``hopper`` — the project's warp-specialised Hopper GEMM (``kernels/hopper_gemm.py``): TMA loads into a
   ``stages``-deep mbarrier pipeline, wgmma on ``tile_mn[0] // 64`` consumer warpgroups, one producer
   warpgroup (setmaxnreg), TMA-store epilogue in ``epi_tile`` sub-tiles, optional persistent tile
-  scheduler (raster order, swizzle) and clusters with TMA multicast.
+  scheduler (raster order, swizzle) and clusters with TMA multicast. An epilogue sub-tile is 64 rows
+  high (each consumer warpgroup stores its own 64 rows) or ``tile_mn[0]`` rows (all consumer warpgroups
+  write one sub-tile together); its width is a multiple of 16 (the stmatrix copy's width).
 * ``naive`` — the deliberately naive first translation (``kernels/naive_gemm.py``): one thread per output
   element, plain global loads, fp32 FMA, no shared memory, no pipelining, no TMA, no tensor cores.
 """
@@ -69,6 +71,9 @@ class GemmKnobs:
             _fail(self, f.block_mn, self.block_mn, f"{f.block_mn.default!r}: it only applies to kernel='naive'")
         if self.tile_mn[0] % self.epi_tile[0] or self.tile_mn[1] % self.epi_tile[1]:
             _fail(self, f.epi_tile, self.epi_tile, f"a divisor of tile_mn {self.tile_mn}")
+        if self.epi_tile[0] not in (64, self.tile_mn[0]):
+            _fail(self, f.epi_tile, self.epi_tile, f"a height of 64 (one sub-tile per consumer warpgroup) or "
+                  f"tile_mn[0]={self.tile_mn[0]} (the sub-tile spans all consumer warpgroups)")
         if self.raster != "m" and self.swizzle == 1:
             _fail(self, f.raster, self.raster, "'m' unless swizzle > 1 (the scheduler ignores raster order "
                   "without swizzle)")

@@ -13,6 +13,16 @@ Roles inside a CTA of ``128 * (1 + consumers)`` threads:
   previous slot. The epilogue converts the fp32 accumulators, writes ``epi_tile`` sub-tiles to shared
   memory (stmatrix), fences the async proxy, and one warp TMA-stores each sub-tile.
 
+Epilogue groups. The register->smem copy is built from an MMA whose rows the copying threads own, so one
+epilogue sub-tile must span exactly the rows of the warpgroups that write it: ``epi_tile[0] == tile_m``
+makes all consumer warpgroups one group (one staging ring, one named barrier over all of them, the first
+consumer warp stores), ``epi_tile[0] == 64`` with two consumer warpgroups makes each warpgroup its own
+group (its own staging ring and named barrier, its first warp stores its 64-row sub-tiles). Any other
+height is rejected by the knobs and again at trace time (:meth:`HopperGemm._check_epilogue`): a 64-row
+sub-tile under a copy that spans 128 rows made warpgroup 2 write past the staging buffer (past the end of
+dynamic shared memory for the second buffer) and read accumulator registers it does not own -- the
+"illegal memory access" of every tuned config on the H200 on 2026-11-30.
+
 Tile order comes from the static persistent tile scheduler in both modes: ``persistent=True`` launches
 ``sm_count`` CTAs (clusters) that loop over tiles; ``persistent=False`` launches one CTA per tile. The
 scheduler's ``swizzle``/``raster`` knobs choose the walk order.
@@ -47,9 +57,16 @@ class HopperGemm:
         self.threads = WARPGROUP * (1 + self.consumers)
         self.stages = knobs.stages
         self.epi_tile = tuple(knobs.epi_tile)
+        # epilogue groups: 1 (all consumer warpgroups share each sub-tile) or one per consumer warpgroup
+        self.epi_groups = self.tile_m // self.epi_tile[0]
+        if self.epi_groups not in (1, self.consumers):
+            raise ValueError(f"epi_tile[0]={self.epi_tile[0]} must be tile_m={self.tile_m} or 64 "
+                             f"(one sub-tile per consumer warpgroup)")
+        self.epi_group_threads = WARPGROUP * self.consumers // self.epi_groups
+        self.epi_subtiles_per_group = (self.tile_m // self.epi_tile[0]) * (self.tile_n // self.epi_tile[1]) \
+            // self.epi_groups
         self.max_active_clusters = max_active_clusters
         self.smem_bytes = None  # filled at trace time: the launch's dynamic shared memory
-        self.consumer_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=WARPGROUP * self.consumers)
 
     # -- host side ------------------------------------------------------------------------------------
     def _layouts(self, a_layout, b_layout, c_layout):
@@ -66,9 +83,28 @@ class HopperGemm:
         em, en = self.epi_tile
         c_atom = cute.nvgpu.warpgroup.make_smem_layout_atom(
             sm90.get_smem_layout_atom(c_layout, self.c_dtype, en if c_layout.is_n_major_c() else em), self.c_dtype)
-        sc = cute.tile_to_shape(c_atom, (em, en, EPI_STAGES),
+        sc = cute.tile_to_shape(c_atom, (em, en, EPI_STAGES * self.epi_groups),
                                 order=(1, 0, 2) if c_layout.is_m_major_c() else (0, 1, 2))
         return sa, sb, sc
+
+    def _mmas(self, a_layout, b_layout):
+        """The mainloop's tiled MMA (consumer warpgroups stacked along M) and the MMA whose rows one epilogue
+        group owns (the register->smem copy is built from it)."""
+        def mma(warpgroups):
+            return sm90.make_trivial_tiled_mma(
+                self.ab_dtype, self.ab_dtype, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
+                cutlass.Float32, (warpgroups, 1, 1), tiler_mn=(64, self.tile_n))
+
+        tiled_mma = mma(self.consumers)
+        return tiled_mma, (tiled_mma if self.epi_groups == 1 else mma(1))
+
+    def _r2s(self, epi_mma):
+        """The epilogue's register->smem tiled copy (stmatrix), over the rows of one epilogue group."""
+        store_atom = cute.make_copy_atom(
+            cute.nvgpu.warp.StMatrix8x8x16bOp(self.c_layout.is_m_major_c(), 4), self.c_dtype)
+        return cute.make_tiled_copy_S(
+            sm90.sm90_get_smem_store_op(self.c_layout, elem_ty_d=self.c_dtype, elem_ty_acc=cutlass.Float32),
+            cute.make_tiled_copy_C_atom(store_atom, epi_mma))
 
     @cute.jit
     def __call__(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, stream):
@@ -79,9 +115,7 @@ class HopperGemm:
         c_layout = utils.LayoutEnum.from_tensor(c)
         self.c_layout = c_layout
 
-        tiled_mma = sm90.make_trivial_tiled_mma(
-            self.ab_dtype, self.ab_dtype, a_layout.sm90_mma_major_mode(), b_layout.sm90_mma_major_mode(),
-            cutlass.Float32, (self.consumers, 1, 1), tiler_mn=(64, self.tile_n))
+        tiled_mma, epi_mma = self._mmas(a_layout, b_layout)
         sa, sb, sc = self._layouts(a_layout, b_layout, c_layout)
 
         cm, cn = self.cluster
@@ -112,13 +146,24 @@ class HopperGemm:
 
         self.storage = Storage
         self.smem_bytes = Storage.size_in_bytes()
-        self.kernel(tma_a, ta, tma_b, tb, tma_c, tc, tiled_mma, sa, sb, sc, sched).launch(
+        self.kernel(tma_a, ta, tma_b, tb, tma_c, tc, tiled_mma, epi_mma, sa, sb, sc, sched).launch(
             grid=grid, block=[self.threads, 1, 1], cluster=(cm, cn, 1), min_blocks_per_mp=1, stream=stream)
+
+    def _check_epilogue(self, r2s, acc_values: int, per_frag: int, n_epi: int) -> None:
+        """Trace-time proof that the epilogue's register->smem copy fits its sub-tile and reads exactly the
+        accumulators the thread owns (both were violated by a 64-row sub-tile under a 128-row copy)."""
+        rows = cute.size(r2s.tiler_mn[0])
+        if rows != self.epi_tile[0]:
+            raise ValueError(f"epilogue copy spans {rows} rows but epi_tile is {self.epi_tile}: the copy would "
+                             "write outside its shared-memory sub-tile")
+        if n_epi * per_frag != acc_values:
+            raise ValueError(f"epilogue reads {n_epi} sub-tiles x {per_frag} values but a thread holds "
+                             f"{acc_values} accumulators")
 
     # -- device side ----------------------------------------------------------------------------------
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
-               tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma,
+               tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma, epi_mma: cute.TiledMma,
                sa_layout: cute.ComposedLayout, sb_layout: cute.ComposedLayout, sc_layout: cute.ComposedLayout,
                sched: utils.PersistentTileSchedulerParams):
         tidx, _, _ = cute.arch.thread_idx()
@@ -200,21 +245,25 @@ class HopperGemm:
             acc = cute.make_rmem_tensor(thr_mma.partition_C(gC).shape[:3], cutlass.Float32)
             kk = cute.size(fA, mode=[2])
 
-            store_atom = cute.make_copy_atom(
-                cute.nvgpu.warp.StMatrix8x8x16bOp(self.c_layout.is_m_major_c(), 4), self.c_dtype)
-            r2s = cute.make_tiled_copy_S(
-                sm90.sm90_get_smem_store_op(self.c_layout, elem_ty_d=self.c_dtype, elem_ty_acc=cutlass.Float32),
-                cute.make_tiled_copy_C_atom(store_atom, tiled_mma))
-            thr_r2s = r2s.get_slice(ctid)
+            # epilogue group of this warpgroup, and this thread's index inside it
+            # (static when the group is all consumers: the same code as before for that case)
+            group = 0 if self.epi_groups == 1 else ctid // self.epi_group_threads
+            gtid = ctid if self.epi_groups == 1 else ctid % self.epi_group_threads
+            store_warp = cute.arch.make_warp_uniform(gtid // 32) == 0  # the group's first warp stores
+            r2s = self._r2s(epi_mma)
+            thr_r2s = r2s.get_slice(gtid)
             dst = thr_r2s.partition_D(sC)
             acc_view = r2s.retile(acc)
             frag_shape = cute.make_layout(cute.shape(thr_r2s.partition_S(sC))[:3]).shape
             frag = cute.make_rmem_tensor(frag_shape, cutlass.Float32)
             frag_out = cute.make_rmem_tensor(frag_shape, self.c_dtype)
             per_frag = cute.size(frag)
+            n_epi = self.epi_subtiles_per_group
+            self._check_epilogue(r2s, cute.size(acc), per_frag, n_epi)
+            epi_barrier = pipeline.NamedBarrier(barrier_id=1 + group, num_threads=self.epi_group_threads)
             stores = pipeline.PipelineTmaStore.create(
                 num_stages=EPI_STAGES,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, WARPGROUP * self.consumers))
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.epi_group_threads))
 
             tiles = utils.StaticPersistentTileScheduler.create(sched, cute.arch.block_idx(), cute.arch.grid_dim())
             work = tiles.initial_work_tile_info()
@@ -246,23 +295,26 @@ class HopperGemm:
                 by_epi = cute.zipped_divide(gC[(None, None, mi, ni, li)], self.epi_tile)
                 src, out = cute.nvgpu.cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
                                                             cute.group_modes(sC, 0, 2), by_epi)
-                n_epi = cute.size(by_epi, mode=[1])
-                epi_shape = by_epi.shape[1]
+                epi_shape = by_epi.shape[1]  # (tile_m / epi_m, tile_n / epi_n) sub-tiles, row-major walk
                 epi_order = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
                 before = tiles.num_tiles_executed * n_epi
                 for e in cutlass.range_constexpr(n_epi):
                     for v in cutlass.range_constexpr(per_frag):
                         frag[v] = acc_view[e * per_frag + v]
                     frag_out.store(frag.load().to(self.c_dtype))
-                    buf = (before + e) % EPI_STAGES
+                    buf = group * EPI_STAGES + (before + e) % EPI_STAGES
                     cute.copy(r2s, frag_out, dst[(None, None, None, buf)])
                     cute.arch.fence_proxy("async.shared", space="cta")
-                    self.consumer_barrier.arrive_and_wait()
-                    if warp == 4:  # first consumer warp issues the store
-                        cute.copy(tma_c, src[(None, buf)], out[(None, epi_order.get_hier_coord(e))])
+                    epi_barrier.arrive_and_wait()
+                    if store_warp:
+                        if cutlass.const_expr(self.epi_groups == 1):
+                            where = epi_order.get_hier_coord(e)
+                        else:  # group g owns sub-tile row g (its warpgroup's 64 rows)
+                            where = (group, e)
+                        cute.copy(tma_c, src[(None, buf)], out[(None, where)])
                         stores.producer_commit()
                         stores.producer_acquire()
-                    self.consumer_barrier.arrive_and_wait()
+                    epi_barrier.arrive_and_wait()
                 tiles.advance_to_next_work()
                 work = tiles.get_current_work()
             stores.producer_tail()

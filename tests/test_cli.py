@@ -114,3 +114,11 @@ def test_broken_third_party_plugin_is_reported_and_skipped(mosaic, tmp_path):
     assert "plugin 'broken' (broken-dist) failed to load" in proc.stderr
     # everything else still works
     assert mosaic("gpus", env={"PYTHONPATH": str(tmp_path)}, check=0).stdout.count("sm_90a") == 3
+
+
+def test_plugins_table_counts_long_lists(mosaic):
+    out = mosaic("plugins", check=0).stdout
+    row = next(line for line in out.splitlines() if line.startswith("hopper"))
+    assert row.rstrip().endswith("gpu:h100-pcie, gpu:h100-sxm, gpu:h200")  # few: named
+    cute = next(line for line in out.splitlines() if line.startswith("cute"))
+    assert "constructs" in cute and "construct:" not in cute and "language:cute" in cute  # many: counted

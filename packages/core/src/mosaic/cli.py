@@ -34,6 +34,18 @@ def cli(debug: bool) -> None:
     megakernels. Run `mosaic plugins` to see what is installed."""
 
 
+def _provides_summary(provides: list[str], most: int = 3) -> str:
+    """``gpu:h200, language:cute, 35 constructs``: names while few, a count when many (--json lists all)."""
+    by_kind: dict[str, list[str]] = {}
+    for item in provides:
+        kind, _, name = item.partition(":")
+        by_kind.setdefault(kind, []).append(name)
+    parts = []
+    for kind, names in by_kind.items():
+        parts += [f"{len(names)} {kind}s"] if len(names) > most else [f"{kind}:{n}" for n in names]
+    return ", ".join(parts)
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plugins(as_json: bool) -> None:
@@ -61,7 +73,7 @@ def plugins(as_json: bool) -> None:
                    "or from this repository: pip install ./packages/<name>")
         return
     rows = [[i["name"], i["distribution"], i["version"], i["status"],
-             ", ".join(i["provides"]) or ("-" if i["status"] == "ok" else i["error"])] for i in infos]
+             _provides_summary(i["provides"]) or ("-" if i["status"] == "ok" else i["error"])] for i in infos]
     click.echo(_table(rows, ["plugin", "distribution", "version", "status", "provides"]))
 
 

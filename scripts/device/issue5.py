@@ -13,6 +13,10 @@ stepped over. Writes under OUT (at most 4 files):
   issue5-<part>.tar.gz     the bundles
 Parts (each fits one 10-minute device call): ``pallas``, ``cute`` (CuTe + cuBLAS), or ``all``.
 ``--lower-only`` lowers every configuration without running anything (works on a CPU machine).
+``--quick`` (about 2 minutes with ``--part all``): the re-check after the CuTe epilogue fix -- two tuned
+CuTe configs (128x128 s4 with per-warpgroup 64-row epilogue sub-tiles; 128x256 s4 persistent 2x1 cluster
+with one 128-row sub-tile over both consumer warpgroups), cuBLAS, and the Pallas s4 config (its bundle now
+carries SASS and a cubin assembled by ptxas from the captured PTX); 4 blocks of 20 runs each.
 """
 
 from __future__ import annotations
@@ -38,12 +42,13 @@ PALLAS = {
     "pallas-own-128x128x64-s4": dict(kernel="pipelined", tile_m=128, tile_n=128, tile_k=64,
                                      max_concurrent_steps=4, delay_release=1),
 }
+QUICK = ("pallas-jax-128x128x64-s4", "cute-128x128-s4", "cute-128x256-s4-persistent-c2x1-sw8")
 CUTE = {
     "cute-naive": dict(kernel="naive"),
     "cute-128x128-s4": dict(tile_mn=[128, 128], stages=4),
     "cute-128x256-s4-persistent": dict(tile_mn=[128, 256], stages=4, persistent=True, epi_tile=[64, 64]),
     "cute-128x256-s4-persistent-c2x1-sw8": dict(tile_mn=[128, 256], stages=4, persistent=True, cluster_mn=[2, 1],
-                                                swizzle=8, raster="n", epi_tile=[64, 64]),
+                                                swizzle=8, raster="n", epi_tile=[128, 32]),
     "cute-128x128-s6-persistent-c1x2": dict(tile_mn=[128, 128], stages=6, persistent=True, cluster_mn=[1, 2]),
 }
 
@@ -123,7 +128,7 @@ def row(name: str, r: dict) -> str:
             + (f" {r.get('message', '')[:160]}" if r.get("status") not in ("ok", "lowered") else ""))
 
 
-def main(out: Path, part: str, lower_only: bool, runs: int, blocks: int) -> int:
+def main(out: Path, part: str, lower_only: bool, runs: int, blocks: int, quick: bool = False) -> int:
     from mosaic.capture import CaptureOptions, capture
 
     out.mkdir(parents=True, exist_ok=True)
@@ -132,6 +137,7 @@ def main(out: Path, part: str, lower_only: bool, runs: int, blocks: int) -> int:
     bundles.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # jax must not take 75% of the GPU
     summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "part": part, "lower_only": lower_only,
+                     "quick": quick,
                      "shape": SHAPE, "dtype": "bf16", "captures": {}, "env": {}}
     for mod in ("jax", "jaxlib", "cutlass", "cupti", "torch", "absl"):
         try:
@@ -147,6 +153,8 @@ def main(out: Path, part: str, lower_only: bool, runs: int, blocks: int) -> int:
         jobs += [("cute", n, k) for n, k in CUTE.items()]
         if not lower_only:
             jobs.append(("cublas", "cublas-torch.matmul", None))
+    if quick:
+        jobs = [j for j in jobs if j[1] in QUICK or j[0] == "cublas"]
     for lang, name, knobs in jobs:
         t0 = time.time()
         dest = bundles / f"{name}.bundle"
@@ -165,7 +173,7 @@ def main(out: Path, part: str, lower_only: bool, runs: int, blocks: int) -> int:
         summary["captures"][name] = r
         log(row(name, r) + f"  ({r['seconds']} s)")
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    tag = f"{part}{'-lowered' if lower_only else ''}"
+    tag = f"{part}{'-quick' if quick else ''}{'-lowered' if lower_only else ''}"
     (out / f"issue5-{tag}.json").write_text(json.dumps(summary, indent=1))
     with tarfile.open(out / f"issue5-{tag}.tar.gz", "w:gz") as tar:
         for b in sorted(bundles.glob("*.bundle")):
@@ -183,6 +191,8 @@ if __name__ == "__main__":
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/issue5-out"))
     ap.add_argument("--part", choices=("pallas", "cute", "all"), default="all")
     ap.add_argument("--lower-only", action="store_true", help="lower every configuration; run nothing")
+    ap.add_argument("--quick", action="store_true",
+                    help="the re-check subset (2 tuned CuTe configs, cuBLAS, Pallas s4), 4 blocks x 20 runs")
     ap.add_argument("--runs", type=int, default=30, help="timed runs per block")
     ap.add_argument("--blocks", type=int, default=10, help="blocks (their medians' range is the noise)")
     ap.add_argument("--child-cublas", nargs=4, metavar=("OUT", "RESULT", "RUNS", "BLOCKS"))
@@ -190,4 +200,6 @@ if __name__ == "__main__":
     if a.child_cublas:
         dest, result, runs_, blocks_ = a.child_cublas
         sys.exit(child_cublas(dest, result, int(runs_), int(blocks_)))
-    sys.exit(main(Path(a.out), a.part, a.lower_only, a.runs, a.blocks))
+    if a.quick:
+        a.runs, a.blocks = min(a.runs, 20), min(a.blocks, 4)
+    sys.exit(main(Path(a.out), a.part, a.lower_only, a.runs, a.blocks, a.quick))

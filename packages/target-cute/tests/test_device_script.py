@@ -36,3 +36,15 @@ def test_issue5_lower_only_on_cpu(tmp_path):
         names = tar.getnames()
     assert "cute-128x128-s4.bundle/kernel.ptx" in names and "cute-naive.bundle/kernel.cubin" in names
     assert any(n.startswith("pallas-jax-128x128x64-s4.bundle/source/") for n in names)
+
+
+def test_issue5_quick_recheck_lowers_its_subset(tmp_path):
+    env = {**os.environ, "ISSUE5_WORK": str(tmp_path / "work")}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--part", "all", "--quick", "--lower-only",
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "out" / "issue5-all-quick-lowered.json").read_text())
+    assert {n: c["status"] for n, c in summary["captures"].items()} == {
+        "pallas-jax-128x128x64-s4": "lowered", "cute-128x128-s4": "lowered",
+        "cute-128x256-s4-persistent-c2x1-sw8": "lowered"}
+    assert summary["quick"] is True

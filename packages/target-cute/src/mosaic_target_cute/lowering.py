@@ -8,6 +8,7 @@ against the GpuTarget record.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -75,6 +76,8 @@ def compile_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype: str, arch: str
     kernel = make_kernel(knobs, m, n, sm_count)
     args = tensors if tensors is not None else gemm_tensors(m, n, k, dtype)
     options = f"--gpu-arch {arch} --keep-ptx --keep-cubin --dump-dir {dump_dir}"
+    if os.environ.get("MOSAIC_CUTE_DEBUG"):  # opt-in: line info for compute-sanitizer / cuda-gdb reports
+        options += " --generate-line-info"
     start = time.perf_counter()
     try:
         compiled = cute.compile(kernel, *args, stream if stream is not None else make_fake_stream(),

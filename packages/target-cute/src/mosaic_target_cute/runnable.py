@@ -24,7 +24,7 @@ class CuteRunnable:
         from cutlass.cute.runtime import from_dlpack
 
         from mosaic_target_cute import budget
-        from mosaic_target_cute.lowering import compile_gemm
+        from mosaic_target_cute.lowering import compile_gemm, gemm_tensors
 
         m, n, k = mnk
         tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
@@ -32,10 +32,16 @@ class CuteRunnable:
         self.a = torch.as_tensor(np.asarray(a, np.float32)).to("cuda", tdt).contiguous()
         self.b = torch.as_tensor(np.asarray(b, np.float32)).to("cuda", tdt).contiguous()
         self.c = torch.empty((m, n), device="cuda", dtype=tdt)
-        # CuTe views: A (M, K, L), B (N, K, L) over the k×n row-major buffer, C (M, N, L)
-        ta = from_dlpack(self.a.unsqueeze(-1), assumed_align=16)
-        tb = from_dlpack(self.b.t().unsqueeze(-1), assumed_align=16)
-        tc = from_dlpack(self.c.unsqueeze(-1), assumed_align=16)
+        # CuTe views: A (M, K, L), B (N, K, L) over the k×n row-major buffer, C (M, N, L), with the strides
+        # of the fake tensors that lower() compiled (L stride m*k etc., as permute gives; unsqueeze(-1) gave
+        # stride 1), so the kernel run here is the one whose PTX/SASS the bundle holds
+        ta = from_dlpack(self.a[None].permute(1, 2, 0), assumed_align=16)
+        tb = from_dlpack(self.b[None].permute(2, 1, 0), assumed_align=16)
+        tc = from_dlpack(self.c[None].permute(1, 2, 0), assumed_align=16)
+        want = [(tuple(f.shape), tuple(f.stride)) for f in gemm_tensors(m, n, k, dtype)]
+        got = [(tuple(t.shape), tuple(t.stride)) for t in (ta, tb, tc)]
+        if got != want:
+            raise Unbuildable(f"device views {got} differ from the lowered layouts {want}", "prepare")
         self.stream_t = torch.cuda.current_stream()
         self.stream = cuda.CUstream(self.stream_t.cuda_stream)
         self.compiled, self.build = compile_gemm(knobs, m, n, k, dtype, gpu.arch, gpu.sm_count,

@@ -189,7 +189,7 @@ def test_unbuildable_candidate_is_recorded_and_read_back_offline(tmp_path):
     _reference(tmp_path, [[1, 2, 3]] * 10)
     off = OfflineWorkbench(tmp_path, "gemm", "bf16").build(k)
     assert (off.ok, off.reason_code, off.reason) == (False, "unbuildable", built.reason)
-    assert off.cost_s == pytest.approx(built.cost_s, abs=1e-3)
+    assert off.cost_s == built.cost_s  # one figure, the bundle's, for live and offline
 
 
 def test_prefetched_lowering_is_waited_for_and_moved_into_place(tmp_path):

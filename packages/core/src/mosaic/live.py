@@ -250,6 +250,12 @@ class LiveWorkbench:
         p = self.dest(key)
         return str(p) if p.is_dir() else None
 
+    def cost(self, key: str) -> float:
+        """The cost recorded in the kernel's bundle (what the offline re-decision will count)."""
+        from mosaic.bundle import read_manifest
+
+        return float(read_manifest(self.dest(key))["mosaic_run"].get("cost_s", 0.0))
+
     def close(self) -> None:
         for proc, *_ in self.prefetching.values():
             if proc.poll() is None:
@@ -387,7 +393,7 @@ class LiveWorkbench:
                         files={"source/edited.txt": ("source", kernel.source), "build.log": ("log", reason)},
                         gpu=self.c.gpu, overwrite=True,
                         extra=run_meta(kernel.key, "candidate", False, reason, time.monotonic() - t0))
-            return Built(kernel.key, False, reason, "unbuildable", str(dest), time.monotonic() - t0)
+            return Built(kernel.key, False, reason, "unbuildable", str(dest), self.cost(kernel.key))
         self.progress(f"build {kernel.key} ({kernel.spec.language}: {_knob_label(kernel.spec)})"
                       + (" (prefetched)" if kernel.key in self.prefetching else ""))
         status, message, record = self._lower(kernel)
@@ -398,14 +404,15 @@ class LiveWorkbench:
                 save_bundle(dest, kernel=kernel.spec, language=kernel.spec.language,
                             files={"build.log": ("log", reason)}, gpu=self.c.gpu, overwrite=True)
             update_bundle(dest, extra=run_meta(kernel.key, "candidate", False, reason, t_lower))
-            return Built(kernel.key, False, reason, "unbuildable", str(dest), t_lower)
+            return Built(kernel.key, False, reason, "unbuildable", str(dest), self.cost(kernel.key))
         update_bundle(dest, extra={**run_meta(kernel.key, "candidate", True, "", t_lower), "lowering": record})
         self.progress(f"build {kernel.key}: lowered in {t_lower:.1f} s; numerics gate in its own process")
         checked = self._gate(kernel, dest)
         self.checked[kernel.key] = checked
         self.progress(f"gate {kernel.key}: {'pass' if checked.passed else 'FAIL'}"
                       + ("" if checked.passed else f" ({checked.reason}); never timed"))
-        return Built(kernel.key, True, "", "", str(dest), t_lower)
+        # the gate's cost is part of the build step: one figure, the bundle's, for live and offline alike
+        return Built(kernel.key, True, "", "", str(dest), self.cost(kernel.key))
 
     def _gate(self, kernel: Kernel, dest: Path) -> Checked:
         """Poison, one run, float64 oracle (capture's ``check_and_time``, one short self-pair for the launch
@@ -467,7 +474,8 @@ class LiveWorkbench:
         if "numerics_pass" in summary:  # resume: the gate ran before the stop
             ok = bool(summary["numerics_pass"])
             return Checked(kernel.key, ok, "recorded verdict of the gate" + ("" if ok else ": failed"))
-        checked = self._gate(kernel, self.dest(kernel.key))
+        before = self.cost(kernel.key)
+        checked = attrs.evolve(self._gate(kernel, self.dest(kernel.key)), cost_s=self.cost(kernel.key) - before)
         self.checked[kernel.key] = checked
         return checked
 
@@ -494,9 +502,15 @@ class LiveWorkbench:
                    "kernels_per_run": d.get("kernels_per_run"), "launch": d.get("launch"),
                    "kernel_names": d.get("kernel_names"), "clocks": d.get("clocks"),
                    "outputs_sha256": d.get("outputs_sha256"), "wall_s": round(r.wall_s, 3)}
+        gate_meta = load_bundle(self.dest(kernel.key)).root / "outputs-meta.json"
+        full = self.c.check_shape is None or dict(self.c.check_shape) == dict(kernel.spec.shape)
+        if full and gate_meta.is_file() and d.get("outputs_sha256"):  # the same bits as in the gate's process?
+            gate_sha = {k: v.get("sha256") for k, v in json.loads(gate_meta.read_text()).get("arrays", {}).items()}
+            session["same_bits_as_gate"] = gate_sha == d["outputs_sha256"][1]
+        before = self.cost(kernel.key)
         add_session(self.dest(kernel.key), session, r.wall_s)
         t = Timed(kernel.key, incumbent.key, d["blocks"][0], d["blocks"][1], "ABAB", "same-session",
-                  round(r.wall_s, 3))
+                  self.cost(kernel.key) - before)
         self.progress(f"time {kernel.key}: {t.t_candidate / 1e3:.2f} us vs {incumbent.key} "
                       f"{t.t_incumbent / 1e3:.2f} us ({d['timer']}, {r.wall_s:.0f} s)")
         return t

@@ -1,0 +1,692 @@
+"""The validator as it was before the columnar fast path (commit ddd2d89), frozen as a reference.
+
+``validate_reference`` is the rule-table implementation that the 100,000-schedule audit found sound;
+``mosaic_amk.validator.validate`` must return exactly the same diagnostics (code, where, expected,
+actual, message, in the same order) on every input. The parity tests
+(packages/amk/tests/test_validator_parity.py) and benchmarks/amk_validate_parity.py check that on
+audit mutants, random DAGs, damaged JSON and real lowerings. Do not edit this module except to fix a
+soundness bug found in both implementations.
+
+Original description:
+The static schedule validator: a total function over a schedule, written as a rule table.
+
+``validate(schedule_or_raw_json) -> ValidationResult`` never raises on bad data: it returns every
+:class:`~mosaic.errors.Diagnostic` it finds (a stable ``code``, the task ids in ``where``, expected and
+actual values). A schedule it accepts cannot deadlock or race under any legal interleaving of the
+execution model in docs/amk-schedule.md; the argument, rule by rule, is in docs/amk-schedule.md.
+
+How it works (one pass each, no search):
+
+1. *facts*: per task, the checked references, capacity, op arity/parameters and access footprints
+   (rows of axis 0 per buffer, from ``ranges``; a footprint narrower than what the op's semantics touch
+   is ``malformed``);
+2. *ordering*: every producer of every waited counter must come earlier in the task list. Then the
+   wait-for graph (producer -> waiter, plus each SM's queue order) is acyclic, and with satisfiable
+   thresholds no SM can block forever. Violations are classified (``cycle``, ``queue-order``,
+   ``list-order``) with a strongly-connected-components pass that runs only when there are any;
+3. *happens-before*: over the list order, ``pred[i]`` is the bitset (a Python int) of tasks
+   guaranteed to finish before task ``i`` starts: its SM predecessor and that one's ``pred``, and for
+   each wait ``(c, t)`` on a counter with producers ``P``: the union of ``P`` and their ``pred`` when
+   ``t == |P|`` (an all-join), else only the *intersection* (whatever precedes every producer, since
+   some unknown ``t`` of them have finished);
+4. *races*: each buffer is a list of row segments holding its last writer and the readers since; each
+   access (list order) must have every conflicting earlier access in its ``pred``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+from mosaic.errors import CheckFailed, Diagnostic
+
+from mosaic_amk import ops as _ops
+from mosaic_amk.schedule import (
+    FORMAT,
+    MAX_INPUTS,
+    MAX_OUTPUTS,
+    MAX_RANK,
+    MAX_WAITS,
+    VERSION,
+    Buffer,
+    Schedule,
+    Task,
+)
+
+CODES: dict[str, str] = {
+    "malformed": "bad reference, bad arity, missing parameter, out-of-bounds counter, SM, buffer or rows, "
+                 "duplicate id or name, a write to a weight, not a schedule structure",
+    "capacity": "more than 8 inputs, 4 outputs or 8 waits on a task, or a buffer of rank > 4 (the VM ABI)",
+    "unsatisfiable-wait": "threshold < 1, a counter with no producer, or threshold > its producer count",
+    "cycle": "a cycle in the wait-for graph (producer -> consumer edges, or those plus SM queue order), "
+             "including a task that waits on its own signal",
+    "queue-order": "a wait whose producer is later in the waiter's own SM queue",
+    "list-order": "a wait whose producer comes later in the task list (which must be a topological order) "
+                  "without forming a cycle",
+    "partial-join": "a wait with 1 < threshold < producers on a shared counter (a first-k-of-N race)",
+    "unordered-read": "a read of rows whose writer is not a transitive predecessor (or is an unordered later "
+                      "writer, or no task writes them)",
+    "kv-order": "a KV-cache read not ordered with a same-pass append to those rows",
+    "unreachable-output": "an output buffer (or rows of it) that no task writes",
+    "write-race": "two writers of overlapping rows of one buffer with no happens-before between them",
+}
+
+_INIT_KINDS = frozenset(("weight", "input", "kv_cache"))  # valid before the launch starts
+# ops whose every operand is read or written whole (ops.py: `outs[0][...] = ...`)
+_WHOLE_OPS = frozenset(("embed", "rmsnorm", "silu_mul", "add", "rope"))
+_UNINIT, _LAUNCH = -2, -1  # segment writer markers: never written / written before the launch
+
+
+@attrs.frozen
+class ValidationResult:
+    """Every diagnostic found; ``ok`` when there are none."""
+
+    diagnostics: tuple = ()
+    num_tasks: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.diagnostics
+
+    def codes(self) -> set[str]:
+        return {d.code for d in self.diagnostics}
+
+    def by_code(self, code: str) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.code == code]
+
+    def lines(self) -> list[str]:
+        return [d.line() for d in self.diagnostics]
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "num_tasks": self.num_tasks,
+                "diagnostics": [d.to_json() for d in self.diagnostics]}
+
+    def check(self) -> None:
+        """Raise :class:`CheckFailed` (exit 1) carrying every diagnostic unless the schedule is safe."""
+        if self.diagnostics:
+            raise CheckFailed("schedule is unsafe", list(self.diagnostics))
+
+
+def _where(*ids: Any) -> str:
+    uniq = {i for i in ids if i is not None}
+    ids = sorted(i for i in uniq if isinstance(i, int)) + sorted(str(i) for i in uniq if not isinstance(i, int))
+    if len(ids) == 1:
+        return f"task {ids[0]}"
+    return "tasks " + ", ".join(map(str, ids))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# --------------------------------------------------------------------------------------------------- facts
+
+class Facts:
+    """What the rules read: computed once per schedule, lazily, in list order."""
+
+    def __init__(self, s: Schedule):
+        self.s = s
+        self.tasks: tuple[Task, ...] = s.tasks
+        self.n = len(s.tasks)
+        self.diags: list[Diagnostic] = []  # malformed + capacity, filled by _scan
+        self.bufs: dict[str, Buffer] = {}
+        self.prods: dict[int, list[int]] = {}  # counter -> producer indices (list order)
+        self.access: list[tuple] = []  # per task: (reads, writes): tuples of (buffer, lo, hi)
+        self._scan()
+        self._order()
+
+    # 1. structure, references, capacity, footprints ---------------------------------------------------
+    def _scan(self) -> None:
+        s, diags = self.s, self.diags
+        add = diags.append
+        if s.num_sms < 1:
+            add(Diagnostic("malformed", "schedule", ">= 1", s.num_sms, "num_sms must be at least 1"))
+        if s.num_counters < 0:
+            add(Diagnostic("malformed", "schedule", ">= 0", s.num_counters, "num_counters must be >= 0"))
+        bufs = self.bufs
+        for b in s.buffers:
+            if b.name in bufs:
+                add(Diagnostic("malformed", f"buffer {b.name}", "unique names", "duplicate", "buffer name repeated"))
+            bufs[b.name] = b
+            if len(b.shape) > MAX_RANK:
+                add(Diagnostic("capacity", f"buffer {b.name}", f"rank <= {MAX_RANK}", len(b.shape),
+                               "buffer rank exceeds the VM ABI"))
+            if not b.shape or any(d < 1 for d in b.shape):
+                add(Diagnostic("malformed", f"buffer {b.name}", "rank >= 1 and extents >= 1", list(b.shape),
+                               "bad buffer shape"))
+        # buffers whose accesses the race rules track (axis-0 extent): all but weights and bad shapes
+        self.tracked = {b.name: b.shape[0] for b in bufs.values() if b.kind != "weight" and b.shape and b.shape[0] >= 1}
+        for name in s.outputs:
+            if name not in bufs:
+                add(Diagnostic("malformed", "schedule outputs", "a declared buffer", name, "unknown output buffer"))
+        nsm, ncnt = s.num_sms, s.num_counters
+        prods = self.prods
+        seen: set[int] = set()
+        access = self.access
+        spec_of = _ops.SPECS.get
+        for i, t in enumerate(self.tasks):
+            tid = t.id
+            if tid in seen:
+                add(Diagnostic("malformed", _where(tid), "unique task ids", "duplicate", "task id repeated"))
+            seen.add(tid)
+            if not 0 <= t.sm < nsm:
+                add(Diagnostic("malformed", _where(tid), f"sm in [0, {nsm})", t.sm, "SM out of bounds"))
+            sig = t.signal
+            if not 0 <= sig < ncnt:
+                add(Diagnostic("malformed", _where(tid), f"signal in [0, {ncnt})", sig, "signal counter out of bounds"))
+            else:
+                p = prods.get(sig)
+                if p is None:
+                    prods[sig] = [i]
+                else:
+                    p.append(i)
+            ins, outs, waits = t.inputs, t.outputs, t.waits
+            if len(ins) > MAX_INPUTS or len(outs) > MAX_OUTPUTS or len(waits) > MAX_WAITS:
+                add(Diagnostic("capacity", _where(tid), f"<= {MAX_INPUTS} inputs, {MAX_OUTPUTS} outputs, {MAX_WAITS} waits",
+                               f"{len(ins)} inputs, {len(outs)} outputs, {len(waits)} waits",
+                               "task descriptor exceeds the VM ABI"))
+            for w in waits:
+                if not 0 <= w.counter < ncnt:
+                    add(Diagnostic("malformed", _where(tid), f"counter in [0, {ncnt})", w.counter,
+                                   "wait on an out-of-bounds counter"))
+            access.append(self._footprint(t, spec_of(t.op)))
+
+    def _footprint(self, t: Task, spec: Any) -> tuple:
+        """(reads, writes) as (buffer, lo, hi) row ranges of axis 0; reports malformed references,
+        arity, parameters, bounds, and ranges narrower than the op's own footprint."""
+        bufs, add, tid = self.bufs, self.diags.append, t.id
+        ranges, params = t.ranges, t.params
+        ok = True
+        for name in (*t.inputs, *t.outputs):
+            if name not in bufs:
+                add(Diagnostic("malformed", _where(tid), "a declared buffer", name, "unknown buffer"))
+                ok = False
+        for name in t.outputs:
+            b = bufs.get(name)
+            if b is not None and b.kind == "weight":
+                add(Diagnostic("malformed", _where(tid), "a writable buffer", name, "task writes a weight"))
+        for name, (lo, hi) in ranges.items():
+            b = bufs.get(name)
+            if name not in t.inputs and name not in t.outputs:
+                add(Diagnostic("malformed", _where(tid), "a buffer the task names", name,
+                               "ranges entry for a buffer the task does not access"))
+                ok = False
+            elif b is not None and not 0 <= lo < hi <= b.shape[0]:
+                add(Diagnostic("malformed", _where(tid), f"0 <= lo < hi <= {b.shape[0]}", [lo, hi],
+                               f"rows of {name} out of bounds"))
+                ok = False
+        if spec is None:
+            add(Diagnostic("malformed", _where(tid), "an op of the op table", t.op, "unknown op"))
+            ok = False
+        else:
+            missing = [p for p in spec.params if p not in params]
+            if missing:
+                add(Diagnostic("malformed", _where(tid), list(spec.params), sorted(params),
+                               f"{t.op}: missing parameter(s) {', '.join(missing)}"))
+                ok = False
+            else:
+                roles = spec.input_roles(params)
+                if len(t.inputs) != len(roles) or len(t.outputs) != len(spec.outputs):
+                    add(Diagnostic("malformed", _where(tid), f"{len(roles)} inputs, {len(spec.outputs)} outputs",
+                                   f"{len(t.inputs)} inputs, {len(t.outputs)} outputs", f"{t.op}: bad arity"))
+                    ok = False
+        # Footprints: the rows the op's semantics touch (exact at row granularity for writes, which the
+        # must-write analyses need), checked against the declared ranges; weights are valid at launch and
+        # never written (a write is malformed), so no race can involve them and they are not tracked.
+        track = self.tracked
+        if ok and (ranges or t.op not in _WHOLE_OPS):
+            need = _op_rows(t, bufs)
+            if isinstance(need, str):
+                add(Diagnostic("malformed", _where(tid), "op parameters within the buffers", need, f"{t.op}: {need}"))
+            else:
+                if ranges:
+                    for name, lo, hi in need:
+                        got = ranges.get(name)
+                        if got is not None and (lo < got[0] or hi > got[1]):
+                            add(Diagnostic("malformed", _where(tid), f"ranges[{name}] covering rows [{lo}, {hi})",
+                                           list(got), "declared rows narrower than what the op touches"))
+                k = len(t.inputs)
+                return (tuple(x for x in need[:k] if x[0] in track), tuple(x for x in need[k:] if x[0] in track))
+        reads = tuple((n, *(ranges[n] if n in ranges else (0, track[n]))) for n in t.inputs if n in track)
+        writes = tuple((n, *(ranges[n] if n in ranges else (0, track[n]))) for n in t.outputs if n in track)
+        return reads, writes
+
+    # 2. ordering --------------------------------------------------------------------------------------
+    def _order(self) -> None:
+        """Satisfiability, partial joins, and backward edges (producer not earlier in the list)."""
+        self.backward: list[tuple[int, int]] = []  # (producer index, waiter index)
+        self.self_waits: list[int] = []
+        prods, add, ncnt = self.prods, self.diags.append, self.s.num_counters
+        for i, t in enumerate(self.tasks):
+            for w in t.waits:
+                c, th = w.counter, w.threshold
+                if not 0 <= c < ncnt:
+                    continue
+                p = prods.get(c)
+                n = len(p) if p else 0
+                if th < 1 or n == 0 or th > n:
+                    add(Diagnostic("unsatisfiable-wait", _where(t.id), f"1 <= threshold <= {n} producer(s)",
+                                   th, f"wait on counter {c}" + ("" if n else " which no task signals")))
+                    if th < 1 or n == 0:
+                        continue
+                elif 1 < th < n:
+                    add(Diagnostic("partial-join", _where(t.id, *(self.tasks[j].id for j in p)),
+                                   f"threshold {n} (all producers) or 1", th,
+                                   f"counter {c} has {n} producers: a first-{th}-of-{n} wait"))
+                if p[-1] >= i:
+                    for j in p:
+                        if j == i:
+                            self.self_waits.append(i)
+                        elif j > i:
+                            self.backward.append((j, i))
+
+    # 3. happens-before --------------------------------------------------------------------------------
+    def happens_before(self) -> list[int]:
+        """pred[i]: bitset of tasks guaranteed to have finished before task i starts (list order must
+        be topological: call only without backward edges)."""
+        tasks, prods, ncnt = self.tasks, self.prods, self.s.num_counters
+        pred = [0] * self.n
+        last_on: dict[int, int] = {}
+        join_all: dict[int, int] = {}
+        join_any: dict[int, int] = {}
+        for i, t in enumerate(tasks):
+            prev = last_on.get(t.sm)
+            acc = (pred[prev] | (1 << prev)) if prev is not None else 0
+            last_on[t.sm] = i
+            for w in t.waits:
+                c, th = w.counter, w.threshold
+                if th < 1 or not 0 <= c < ncnt:
+                    continue
+                p = prods.get(c)
+                if not p or th > len(p):
+                    continue
+                if th == len(p):
+                    v = join_all.get(c)
+                    if v is None:
+                        v = 0
+                        for j in p:
+                            v |= pred[j] | (1 << j)
+                        join_all[c] = v
+                else:
+                    v = join_any.get(c)
+                    if v is None:
+                        v = -1
+                        for j in p:
+                            v &= pred[j] | (1 << j)
+                        join_any[c] = v
+                acc |= v
+            pred[i] = acc
+        return pred
+
+
+def _op_rows(t: Task, bufs: Mapping[str, Buffer]) -> list[tuple[str, int, int]] | str:
+    """Rows of axis 0 that the op's semantics (mosaic_amk.ops) touch, one entry per operand role (a
+    buffer in two roles appears twice: its one declared range must cover both), or a problem
+    (parameters that are not integers, or that reach outside a buffer)."""
+    p, op = t.params, t.op
+    spec = _ops.SPECS[op]
+    ins = [(0, bufs[n].shape[0]) for n in t.inputs]  # default: the whole buffer
+    outs = [(0, bufs[n].shape[0]) for n in t.outputs]
+    if spec.writes == "rows" and op != "attention":
+        rs, re = p.get("row_start"), p.get("row_end")
+        if not (_is_int(rs) and _is_int(re)) or not 0 <= rs < re:
+            return f"row_start/row_end {rs!r}/{re!r} not integers with 0 <= start < end"
+        for name in (t.outputs[0], *t.inputs[1:]):  # y and every weight/bias/residual operand: rows r
+            if re > bufs[name].shape[0]:
+                return f"rows [{rs}, {re}) beyond {name} ({bufs[name].shape[0]} rows)"
+        outs[0] = (rs, re)
+        ins[1:] = [(rs, re)] * (len(ins) - 1)
+    elif spec.writes == "kv_slot":
+        pos, pt = p.get("position"), p.get("page_tokens")
+        cache = bufs[t.outputs[0]]
+        if not (_is_int(pos) and _is_int(pt)) or pos < 0 or pt < 1:
+            return f"position/page_tokens {pos!r}/{pt!r} invalid"
+        if cache.kind != "kv_cache":
+            return f"appends into {cache.name}, which is not a kv_cache buffer"
+        if len(cache.shape) != 3 or cache.shape[1] != pt:
+            return f"cache {cache.name} shape {list(cache.shape)} is not [pages, {pt}, kv_dim]"
+        if pos // pt >= cache.shape[0]:
+            return f"position {pos} beyond the cache ({cache.shape[0] * pt} tokens)"
+        outs[0] = (pos // pt, pos // pt + 1)
+    elif op == "attention":
+        q, kc, vc = (bufs[n] for n in t.inputs)
+        y = bufs[t.outputs[0]]
+        vals = [p.get(k) for k in ("position", "head_dim", "row_start", "row_end", "window", "num_heads",
+                                   "num_kv_heads")]
+        if not all(_is_int(v) for v in vals):
+            return "attention parameters must be integers"
+        pos, hd, rs, re, window, nh, nkv = vals
+        if pos < 0 or hd < 1 or window < 0 or not 0 <= rs < re or nkv < 1 or nh % nkv:
+            return "attention parameters out of range"
+        h0, h1 = rs // hd, re // hd
+        if h1 <= h0:
+            return f"rows [{rs}, {re}) hold no whole head of {hd}"
+        if h1 * hd > min(q.shape[0], y.shape[0]) or h1 > nh:
+            return f"heads [{h0}, {h1}) beyond q/y"
+        for k, cache in ((1, kc), (2, vc)):
+            if len(cache.shape) != 3:
+                return f"cache {cache.name} is not [pages, page_tokens, kv_dim]"
+            per = cache.shape[1]
+            if pos >= cache.shape[0] * per or cache.shape[2] != nkv * hd:
+                return f"cache {cache.name} does not hold position {pos} of {nkv} kv heads"
+            first = max(0, pos - window + 1) if window > 0 else 0
+            ins[k] = (first // per, pos // per + 1)
+        ins[0] = outs[0] = (h0 * hd, h1 * hd)
+    elif op == "argmax":
+        outs[0] = (0, 1)  # token[0] only
+    return [(n, lo, hi) for n, (lo, hi) in zip((*t.inputs, *t.outputs), (*ins, *outs), strict=True)]
+
+
+# --------------------------------------------------------------------------------------------------- rules
+
+@attrs.frozen
+class Rule:
+    code: str
+    doc: str
+    run: Callable[[Facts, dict], list[Diagnostic]]
+
+
+def rule_structure(f: Facts, ctx: dict) -> list[Diagnostic]:
+    """malformed, capacity, unsatisfiable-wait, partial-join: found while scanning (facts)."""
+    return list(f.diags)
+
+
+def rule_ordering(f: Facts, ctx: dict) -> list[Diagnostic]:
+    """cycle, queue-order, list-order: every producer of a waited counter must precede the waiter."""
+    out: list[Diagnostic] = []
+    tasks = f.tasks
+    for i in f.self_waits:
+        out.append(Diagnostic("cycle", _where(tasks[i].id), "a producer other than itself", tasks[i].signal,
+                              "task waits on its own signal counter"))
+    if not f.backward:
+        return out
+    pc_edges: dict[int, set[int]] = {}
+    all_edges: dict[int, set[int]] = {}
+    for i, t in enumerate(tasks):  # producer -> waiter edges (satisfiable waits) and queue order
+        for w in t.waits:
+            if w.threshold >= 1:
+                for j in f.prods.get(w.counter, ()):
+                    if j != i:
+                        pc_edges.setdefault(j, set()).add(i)
+                        all_edges.setdefault(j, set()).add(i)
+    last: dict[int, int] = {}
+    for i, t in enumerate(tasks):
+        if t.sm in last:
+            all_edges.setdefault(last[t.sm], set()).add(i)
+        last[t.sm] = i
+    pc_sccs = [c for c in _sccs(f.n, pc_edges) if len(c) > 1]
+    in_pc = set().union(*pc_sccs) if pc_sccs else set()
+    for comp in pc_sccs:
+        out.append(Diagnostic("cycle", _where(*(tasks[k].id for k in comp)), "an acyclic producer graph",
+                              len(comp), "producer -> consumer cycle"))
+    explained: set[tuple[int, int]] = set()
+    for j, i in f.backward:
+        if tasks[j].sm == tasks[i].sm:
+            explained.add((j, i))
+            out.append(Diagnostic("queue-order", _where(tasks[i].id, tasks[j].id),
+                                  f"producer {tasks[j].id} before consumer {tasks[i].id} on SM {tasks[i].sm}",
+                                  "after", "consumer is queued before its producer on the same SM"))
+    comp_of: dict[int, int] = {}
+    for k, comp in enumerate(c for c in _sccs(f.n, all_edges) if len(c) > 1):
+        for v in comp:
+            comp_of[v] = k
+        back = [(j, i) for j, i in f.backward if j in comp and i in comp]
+        if not (comp & in_pc) and not all(e in explained for e in back):
+            out.append(Diagnostic("cycle", _where(*(tasks[v].id for v in comp)), "an acyclic wait-for graph",
+                                  len(comp), "wait-for cycle through SM queue order (deadlock)"))
+        explained.update(back)
+    for j, i in f.backward:
+        if (j, i) not in explained and not (j in in_pc and i in in_pc):
+            out.append(Diagnostic("list-order", _where(tasks[i].id, tasks[j].id),
+                                  f"producer {tasks[j].id} listed before consumer {tasks[i].id}", "after",
+                                  "the task list is not a topological order"))
+    return out
+
+
+def _sccs(n: int, edges: Mapping[int, set[int]]) -> list[set[int]]:
+    """Tarjan's strongly connected components, iterative."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on: set[int] = set()
+    stack: list[int] = []
+    out: list[set[int]] = []
+    counter = 0
+    for root in list(edges):
+        if root in index:
+            continue
+        work = [(root, iter(edges.get(root, ())))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(edges.get(w, ()))))
+                    advanced = True
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    x = stack.pop()
+                    on.discard(x)
+                    comp.add(x)
+                    if x == v:
+                        break
+                out.append(comp)
+    return out
+
+
+def rule_races(f: Facts, ctx: dict) -> list[Diagnostic]:
+    """unordered-read, kv-order, write-race: every conflicting pair of accesses to overlapping rows
+    must be ordered by happens-before (checked against each segment's last writer and readers since)."""
+    if f.backward or f.self_waits:
+        return []  # happens-before is undefined on a cyclic/unsorted list; already rejected
+    pred = f.happens_before()
+    bufs = f.bufs
+    segs: dict[str, list] = {}  # buffer -> [starts, writers, readers]
+    found: dict[tuple, set] = {}
+    tasks = f.tasks
+    for i, (reads, writes) in enumerate(f.access):
+        mine = pred[i] | (1 << i)
+        for name, lo, hi in reads:
+            st = segs.get(name)
+            if st is None:
+                st = segs[name] = [[0], [_LAUNCH if bufs[name].kind in _INIT_KINDS else _UNINIT], [0]]
+            starts, writers, readers = st
+            a, b = _split(st, lo, hi)
+            for k in range(a, b):
+                w = writers[k]
+                if w >= 0:
+                    if not (mine >> w) & 1:
+                        code = "kv-order" if bufs[name].kind == "kv_cache" else "unordered-read"
+                        found.setdefault((code, i, name, "raw"), set()).add(w)
+                elif w == _UNINIT:
+                    found.setdefault(("unordered-read", i, name, "uninit"), set())
+                readers[k] |= 1 << i
+        for name, lo, hi in writes:
+            st = segs.get(name)
+            if st is None:
+                st = segs[name] = [[0], [_LAUNCH if bufs[name].kind in _INIT_KINDS else _UNINIT], [0]]
+            starts, writers, readers = st
+            a, b = _split(st, lo, hi)
+            for k in range(a, b):
+                w = writers[k]
+                if w >= 0 and not (mine >> w) & 1:
+                    found.setdefault(("write-race", i, name, "waw"), set()).add(w)
+                bad = readers[k] & ~mine
+                if bad:
+                    code = "kv-order" if bufs[name].kind == "kv_cache" else "unordered-read"
+                    found.setdefault((code, i, name, "war"), set()).update(_bits(bad))
+                writers[k] = i
+                readers[k] = 0
+    ctx["segments"] = segs
+    out = []
+    for (code, i, name, kind), others in found.items():
+        t = tasks[i]
+        if kind == "uninit":
+            out.append(Diagnostic(code, _where(t.id), f"rows of {name} written before the read", "none",
+                                  f"{t.op} reads rows of {name} that no earlier task writes"))
+            continue
+        ids = sorted(tasks[j].id for j in others)
+        msg = {"waw": f"{t.op} writes {name} unordered with writer(s) {ids}",
+               "war": f"{t.op} overwrites rows of {name} that reader(s) {ids} may not have read yet",
+               "raw": f"{t.op} reads {name}, whose writer(s) {ids} are not transitive predecessors"}[kind]
+        out.append(Diagnostic(code, _where(t.id, *ids), "happens-before", "unordered", msg))
+    return out
+
+
+def _split(st: list, lo: int, hi: int) -> tuple[int, int]:
+    """Make segment boundaries at lo and hi; return the index range of the segments in [lo, hi)."""
+    starts, writers, readers = st
+    a = bisect_right(starts, lo) - 1
+    if starts[a] != lo:
+        a += 1
+        starts.insert(a, lo)
+        writers.insert(a, writers[a - 1])
+        readers.insert(a, readers[a - 1])
+    b = bisect_right(starts, hi) - 1
+    if starts[b] != hi:
+        b += 1
+        starts.insert(b, hi)
+        writers.insert(b, writers[b - 1])
+        readers.insert(b, readers[b - 1])
+    return a, b
+
+
+def _bits(v: int) -> list[int]:
+    out = []
+    while v:
+        low = v & -v
+        out.append(low.bit_length() - 1)
+        v ^= low
+    return out
+
+
+def rule_outputs(f: Facts, ctx: dict) -> list[Diagnostic]:
+    """unreachable-output: every output buffer is written (all its rows) by some task."""
+    out = []
+    written: dict[str, list[tuple[int, int]]] = {}
+    for _, writes in f.access:
+        for name, lo, hi in writes:
+            written.setdefault(name, []).append((lo, hi))
+    for name in f.s.outputs:
+        b = f.bufs.get(name)
+        if b is None or not b.shape:
+            continue  # malformed, reported
+        spans = sorted(written.get(name, ()))
+        if not spans:
+            out.append(Diagnostic("unreachable-output", f"output {name}", "a task that writes it", "none",
+                                  "no task produces this output"))
+            continue
+        if b.kind in _INIT_KINDS:
+            continue
+        reach, gaps = 0, []
+        for lo, hi in spans:
+            if lo > reach:
+                gaps.append([reach, lo])
+            reach = max(reach, hi)
+        if reach < b.shape[0]:
+            gaps.append([reach, b.shape[0]])
+        if gaps:
+            out.append(Diagnostic("unreachable-output", f"output {name}", "every row written", gaps,
+                                  "rows of this output that no task writes"))
+    return out
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("malformed|capacity|unsatisfiable-wait|partial-join", "structure, references, ABI capacity, waits",
+         rule_structure),
+    Rule("cycle|queue-order|list-order", "the task list is a topological order of the wait-for graph",
+         rule_ordering),
+    Rule("unordered-read|kv-order|write-race", "conflicting accesses are ordered by happens-before",
+         rule_races),
+    Rule("unreachable-output", "every output is produced", rule_outputs),
+)
+
+
+# --------------------------------------------------------------------------------------------------- entry
+
+def validate_reference(schedule: Any) -> ValidationResult:
+    """Check a :class:`Schedule` (or its raw JSON object). Total: returns every diagnostic, never raises
+    on bad data (an internal failure is itself reported as ``malformed``, so the verdict fails closed)."""
+    if not isinstance(schedule, Schedule):
+        built, diags = _build_lenient(schedule)
+        if built is None:
+            return ValidationResult(tuple(diags), 0)
+        schedule = built
+    try:
+        facts = Facts(schedule)
+        ctx: dict = {}
+        diags = []
+        for rule in RULES:
+            diags.extend(rule.run(facts, ctx))
+    except Exception as exc:  # noqa: BLE001 - totality: fail closed, never raise on data
+        return ValidationResult((Diagnostic("malformed", "schedule", "an analysable schedule",
+                                            type(exc).__name__, f"validator could not analyse it: {exc}"),),
+                                len(getattr(schedule, "tasks", ())))
+    return ValidationResult(tuple(diags), facts.n)
+
+
+def _build_lenient(data: Any) -> tuple[Schedule | None, list[Diagnostic]]:
+    """Raw JSON -> Schedule, or every structural problem as a ``malformed`` diagnostic."""
+    diags: list[Diagnostic] = []
+    bad = lambda where, what, actual=None: diags.append(  # noqa: E731
+        Diagnostic("malformed", where, None, actual, what))
+    if not isinstance(data, Mapping):
+        bad("schedule", f"not a JSON object ({type(data).__name__})")
+        return None, diags
+    if data.get("format") != FORMAT:
+        bad("schedule", f"format tag must be {FORMAT!r}", data.get("format"))
+    if data.get("version") != VERSION or isinstance(data.get("version"), bool):
+        bad("schedule", f"version must be {VERSION}", data.get("version"))
+    known = {"format", "version", "num_sms", "buffers", "num_counters", "tasks", "outputs", "meta"}
+    for k in sorted(set(map(str, data)) - known):
+        bad("schedule", "unknown top-level field", k)
+    for k in ("num_sms", "num_counters"):
+        if not _is_int(data.get(k)):
+            bad("schedule", f"{k} must be an integer", data.get(k))
+    if "meta" in data and not isinstance(data["meta"], Mapping):
+        bad("schedule", "meta must be a JSON object", type(data["meta"]).__name__)
+    for key, cls in (("buffers", Buffer), ("tasks", Task)):
+        items = data.get(key)
+        if not isinstance(items, list):
+            bad("schedule", f"{key} must be a list", type(items).__name__)
+            continue
+        for n, item in enumerate(items):
+            try:
+                cls.from_json(item)
+            except Exception as exc:  # noqa: BLE001 - BadInput/RecordError and anything odd in the data
+                where = f"{key}[{n}]"
+                if isinstance(item, Mapping) and "id" in item and key == "tasks":
+                    where += f" (task {item.get('id')!r})"
+                bad(where, getattr(exc, "what", str(exc)))
+    outs = data.get("outputs")
+    if not isinstance(outs, list) or any(not isinstance(o, str) for o in outs):
+        bad("schedule", "outputs must be a list of buffer names", outs if not isinstance(outs, list) else None)
+    if diags:
+        return None, diags
+    body = {k: v for k, v in data.items() if k not in ("format", "version")}
+    try:
+        return Schedule(**body), []
+    except Exception as exc:  # noqa: BLE001
+        bad("schedule", getattr(exc, "what", str(exc)))
+        return None, diags
+
+
+__all__ = ["validate_reference"]

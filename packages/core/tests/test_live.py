@@ -284,3 +284,37 @@ def test_the_device_demo_command_without_a_gpu_exits_2_in_one_line(tmp_path):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: no GPU here")
     assert not (tmp_path / "d").exists()
+
+
+def test_a_failed_reference_capture_stops_the_campaign_with_its_bundle_kept(tmp_path):
+    """The reference capture (its own process, through mosaic.capture) fails for real; the bundle
+    it leaves carries the loop's mosaic_run entry passed through capture's manifest extras."""
+    from mosaic.bundle import load_bundle
+    from mosaic.live import LiveError
+
+    lines: list[str] = []
+    bench = LiveWorkbench(campaign(yardstick=False), tmp_path, progress=lines.append)
+    spec = KernelSpec("gemm", {"m": 256, "n": 256, "k": 128}, "bf16", "cutlass", {"tile_m": 64})  # a rule rejects
+    with pytest.raises(LiveError, match="the reference capture ended 'unbuildable': .*CUTLASS-COOP-TILE") as info:
+        bench.capture_reference(spec)
+    assert "\n" not in info.value.line() and lines[0].startswith("reference cutlass (tile_m=64): capture")
+    b = load_bundle(tmp_path / "bundles" / "reference.bundle")
+    assert b.manifest["mosaic_run"]["role"] == "reference" and b.manifest["capture"]["status"] == "unbuildable"
+
+
+def test_device_script_parses_and_its_summary_reads_a_journal(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    import run_fixture as rf
+
+    script = Path(__file__).resolve().parents[3] / "scripts" / "device" / "issue6.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert "--source pallas --target cutlass" in text and "--offline" in text and "--exclude=.work" in text
+    summary = text.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    src = rf.build_campaign(tmp_path / "c")
+    mosaic = str(Path(sys.executable).parent / "mosaic")
+    subprocess.run([mosaic, "run", "--offline", str(src), "--out", str(tmp_path / "o"), "--quiet"], check=True,
+                   capture_output=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", summary, str(tmp_path / "o")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "stop: converged" in done.stdout and "cuBLAS (same run): 168." in done.stdout

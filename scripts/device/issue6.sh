@@ -18,7 +18,8 @@ set -uo pipefail
 export PYTHONPATH="$(cat /tmp/site/.pythonpath 2>/dev/null || true)${PYTHONPATH:+:$PYTHONPATH}"
 export MOSAIC_CUTLASS_INCLUDE=${MOSAIC_CUTLASS_INCLUDE:-/tmp/site/cutlass_library/source/include}
 export MOSAIC_CACHE_DIR=${MOSAIC_CACHE_DIR:-/tmp/mosaic-cache}
-export MOSAIC_LOAD_PLUGINS=${MOSAIC_LOAD_PLUGINS:-hopper,pallas,cutlass}
+TARGET=${TARGET:-cutlass}  # TARGET=cute once the CuTe tuned kernel runs on the device
+export MOSAIC_LOAD_PLUGINS=${MOSAIC_LOAD_PLUGINS:-hopper,pallas,$TARGET}
 export MOSAIC_NVCC_TIMEOUT=${MOSAIC_NVCC_TIMEOUT:-240}
 OUT=${OUT:-/tmp/issue6-out}
 DIR=${ISSUE6_DIR:-/tmp/issue6-campaign}
@@ -33,11 +34,11 @@ MOSAIC=(python3 -c "from mosaic.cli import main; main()")
 [ -f "$MOSAIC_CUTLASS_INCLUDE/cutlass/cutlass.h" ] || echo "warning: no CUTLASS headers at $MOSAIC_CUTLASS_INCLUDE (run the staging)"
 python3 -c "import cupti" 2>/dev/null || echo "warning: cupti-python is not importable: timings fall back to CUDA events (each bundle says so)"
 python3 -m pip install -q --no-deps --no-build-isolation -e packages/core -e packages/gpu-hopper \
-  -e packages/target-pallas -e packages/target-cutlass 2>&1 | tail -2
+  -e packages/target-pallas -e packages/target-cutlass -e packages/target-cute 2>&1 | tail -2
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 
-echo "== live campaign: mosaic run --source pallas --target cutlass ... (wall cap ${WALL} s) =="
-timeout -s INT -k 30 "$WALL" "${MOSAIC[@]}" run --source pallas --target cutlass --family gemm \
+echo "== live campaign: mosaic run --source pallas --target $TARGET ... (wall cap ${WALL} s) =="
+timeout -s INT -k 30 "$WALL" "${MOSAIC[@]}" run --source pallas --target "$TARGET" --family gemm \
   --shape 4096x4096x4096 --dtype bf16 --gpu h200 --budget-min "$BUDGET_MIN" --max-candidates "$MAX_CAND" \
   --out "$DIR" > "$OUT/run.stdout" 2> "$OUT/run.log"
 rc=$?

@@ -21,6 +21,11 @@ How it works (one pass each, no search):
    some unknown ``t`` of them have finished);
 4. *races*: each buffer is a list of row segments holding its last writer and the readers since; each
    access (list order) must have every conflicting earlier access in its ``pred``.
+
+Speed: ``validate`` first runs ``_screen`` over the columnar form (``mosaic_amk.columns``), the same
+rules as whole-column numpy checks. It can only conclude "no diagnostic at all"; anything it flags or
+does not recognise goes to the rule table above, which names every problem. The pre-screen
+implementation is frozen in ``mosaic_amk.validator_reference``; the parity tests hold the two equal.
 """
 
 from __future__ import annotations
@@ -724,9 +729,13 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
         group = list(map(params.__getitem__, idx.tolist()))
         if spec.params:
             got = list(map(itemgetter(*spec.params), group))  # KeyError: a missing parameter
+            if len(spec.params) == 1:
+                got = [(v,) for v in got]
         want = len(spec.inputs)
-        for flag, _ in spec.optional:
-            want = want + np.fromiter(map(bool, map(dict.get, group, repeat(flag))), np.int64, len(group))
+        for flag, _ in spec.optional:  # every optional flag is a required parameter too
+            vals = list(map(itemgetter(spec.params.index(flag)), got))
+            if any(vals):
+                want = want + np.fromiter(map(bool, vals), np.int64, len(vals))
         if not ((in_len_a[idx] == want).all() and (out_len_a[idx] == len(spec.outputs)).all()):
             return False
         if k in _ROW_OPS:
@@ -759,41 +768,44 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
             bufs = {nm: _BufView(nm, sh, kd) for nm, sh, kd in zip(names, shapes, kinds, strict=True)}
         in_start = in_off.tolist()
         out_start = (np.cumsum(out_len_a) - out_len_a).tolist()
+        pos_i, pos_o, need_i, need_o = [], [], [], []
         for i in per_task:
             t = tasks[i] if recs is not None else _TaskView(c.ops[i], ins[i], outs[i], params[i])
             need = _op_rows(t, bufs)
             if isinstance(need, str):
                 return False
-            a, m = in_start[i], in_len[i]
-            for j in range(m):
-                in_lo[a + j], in_hi[a + j] = need[j][1], need[j][2]
-            b = out_start[i]
-            for j in range(out_len[i]):
-                out_lo[b + j], out_hi[b + j] = need[m + j][1], need[m + j][2]
+            m = in_len[i]
+            pos_i.extend(range(in_start[i], in_start[i] + m))
+            pos_o.extend(range(out_start[i], out_start[i] + out_len[i]))
+            need_i.extend(need[:m])
+            need_o.extend(need[m:])
+        in_lo[pos_i] = [x[1] for x in need_i]
+        in_hi[pos_i] = [x[2] for x in need_i]
+        out_lo[pos_o] = [x[1] for x in need_o]
+        out_hi[pos_o] = [x[2] for x in need_o]
     # -- malformed: ranges (named operands only, within bounds, covering what the op touches) ------------
     rngs = c.ranges
     r_len = np.fromiter(map(len, rngs), np.int64, n)
     n_r = int(r_len.sum())
     if n_r:
-        items = list(chain.from_iterable(map(dict.items, rngs)))
-        r_b = np.fromiter(map(bid.get, map(itemgetter(0), items), repeat(-1)), np.int64, n_r)
-        lohi = np.fromiter(chain.from_iterable(map(itemgetter(1), items)), np.int64, 2 * n_r)
+        r_b = np.fromiter(map(bid.get, chain.from_iterable(rngs), repeat(-1)), np.int64, n_r)
+        lohi = np.fromiter(chain.from_iterable(chain.from_iterable(map(dict.values, rngs))), np.int64, 2 * n_r)
         r_lo, r_hi = lohi[0::2], lohi[1::2]
         if (r_b < 0).any() or not ((r_lo >= 0) & (r_lo < r_hi) & (r_hi <= rows[r_b])).all():
             return False
-        r_key = np.repeat(ar, r_len) * nb + r_b  # unique per task (dict keys)
-        op_key = np.concatenate((in_task * nb + in_b, out_task * nb + out_b))
-        op_lo, op_hi = np.concatenate((in_lo, out_lo)), np.concatenate((in_hi, out_hi))
-        s_op = np.sort(op_key)
-        pos = np.minimum(np.searchsorted(s_op, r_key), len(s_op) - 1)
-        if not (s_op[pos] == r_key).all():
+        # each task's operands as a padded row (inputs, then outputs): buffer id and the rows it needs
+        mi = int(in_len_a.max())
+        width = mi + int(out_len_a.max())
+        op_b = np.full((n, width), -1, np.int64)
+        op_lo, op_hi = np.zeros((n, width), np.int64), np.zeros((n, width), np.int64)
+        out_slot = np.arange(n_out) - (np.cumsum(out_len_a) - out_len_a)[out_task] + mi
+        op_b[in_task, in_slot], op_lo[in_task, in_slot], op_hi[in_task, in_slot] = in_b, in_lo, in_hi
+        op_b[out_task, out_slot], op_lo[out_task, out_slot], op_hi[out_task, out_slot] = out_b, out_lo, out_hi
+        r_t = np.repeat(ar, r_len)
+        hit = op_b[r_t] == r_b[:, None]
+        if not hit.any(axis=1).all():
             return False  # a ranges entry for a buffer the task does not name
-        order = np.argsort(r_key)
-        s_r = r_key[order]
-        pos = np.minimum(np.searchsorted(s_r, op_key), n_r - 1)
-        hit = s_r[pos] == op_key
-        rr = order[pos[hit]]
-        if not ((op_lo[hit] >= r_lo[rr]) & (op_hi[hit] <= r_hi[rr])).all():
+        if (hit & ((op_lo[r_t] < r_lo[:, None]) | (op_hi[r_t] > r_hi[:, None]))).any():
             return False  # declared rows narrower than what the op touches
     # -- unordered-read, kv-order, write-race: per buffer, all writes (disjoint rows) before all reads ----
     tracked = ~is_weight

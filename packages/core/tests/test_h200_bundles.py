@@ -80,3 +80,20 @@ def test_a_tampered_capture_is_refused(tmp_path):
     (copy / "timings.json").write_text(json.dumps(t))
     proc = mosaic("bundle", "verify", str(copy), check=1)
     assert "timings.json" in proc.stderr
+
+
+def test_pallas_to_cute_diff_of_real_captures():
+    """The port the product exists for: jax's Pallas hopper matmul (182.8 us) against the project's CuTe
+    gemm (172.7 us), both captured on the H200; the Pallas SASS was assembled from jax's PTX by ptxas."""
+    ref = DATA / "pallas-jax-128x128x64-s4-sass.bundle"
+    cand = DATA / "cute-128x256-s4-persistent-c2x1-sw8.bundle"
+    notes = (ref / "capture.log").read_text() + json.dumps(json.loads((ref / "manifest.json").read_text()))
+    assert "ptxas" in notes
+    rows = json.loads(mosaic("diff", "--json", str(ref), str(cand), check=0).stdout)["rows"]
+    by_key = {(r["layer"], r["key"]): r for r in rows}
+    assert by_key[("launch", "cluster")]["reference"] == [1, 1, 1]
+    assert by_key[("launch", "cluster")]["candidate"] == [2, 1, 1]
+    assert by_key[("instruction", "mma.shape")]["reference"] == ["m64n128k16"]
+    assert by_key[("instruction", "mma.shape")]["candidate"] == ["m64n256k16"]
+    assert by_key[("control", "persistent")]["candidate"] is True
+    assert [r["rank"] for r in rows] == sorted(r["rank"] for r in rows)

@@ -30,10 +30,13 @@ $(STAMP312): requirements/py312.txt $(foreach p,$(PKGS312),packages/$(p)/pyproje
 	$(VENV312)/bin/python -m pip install -q --no-build-isolation $(foreach p,$(PKGS312),-e packages/$(p))
 	touch $(STAMP312)
 
+H200_DATA := packages/core/tests/data/h200
 demo: $(STAMP)
 	$(BIN)/mosaic --version
 	$(BIN)/mosaic plugins
 	$(BIN)/mosaic gpus
+	@echo "==> Pallas (jax hopper matmul) vs CuTe DSL gemm, both captured on an H200, diffed from their bundles"
+	$(BIN)/mosaic diff $(H200_DATA)/pallas-jax-128x128x64-s4-sass.bundle $(H200_DATA)/cute-128x256-s4-persistent-c2x1-sw8.bundle
 
 # pytest exits 5 when it collects nothing; that is a failure here, as is any failed test.
 test: $(STAMP) $(STAMP312)

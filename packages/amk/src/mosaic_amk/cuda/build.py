@@ -3,7 +3,7 @@
 ``build(threads=512)`` returns a :class:`VmBuild`: the cubin path and what ptxas reported (registers,
 spill stores/loads, stack frame, static shared memory). The cache key is the SHA-256 of the three source
 files, the nvcc version line and the flags, so an edited source or another toolchain rebuilds; the cache
-lives in ``$MOSAIC_AMK_CACHE`` (default ``~/.cache/mosaic/amk-cuda``). No GPU is needed to build.
+lives in ``$MOSAIC_CACHE_DIR/amk-cuda`` (``MOSAIC_CACHE_DIR`` defaults to ``~/.cache/mosaic``; the CUTLASS plugin shares it). No GPU is needed to build.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class VmBuild:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MOSAIC_AMK_CACHE") or Path.home() / ".cache" / "mosaic" / "amk-cuda")
+    return Path(os.environ.get("MOSAIC_CACHE_DIR") or Path.home() / ".cache" / "mosaic") / "amk-cuda"
 
 
 def nvcc_path() -> str:

@@ -97,3 +97,11 @@ def test_pallas_to_cute_diff_of_real_captures():
     assert by_key[("instruction", "mma.shape")]["candidate"] == ["m64n256k16"]
     assert by_key[("control", "persistent")]["candidate"] is True
     assert [r["rank"] for r in rows] == sorted(r["rank"] for r in rows)
+
+
+def test_diff_text_shows_each_bundles_measured_time():
+    out = mosaic("diff", str(DATA / "coop-128x128x64-c1x2-4096.bundle"),
+                 str(DATA / "coop-128x256x64-c2x1-4096.bundle"), check=0).stdout.splitlines()
+    t = json.loads((DATA / "coop-128x256x64-c2x1-4096.bundle" / "timings.json").read_text())
+    assert out[0].startswith("reference ") and "204.82 us (noise 0.77 us, cupti)" in out[0]
+    assert f"{t['time_ns'] / 1e3:.2f} us" in out[1] and out[1].startswith("candidate ")

@@ -76,6 +76,23 @@ def lift(path: str, kernel: str | None, gpu_name: str | None, as_json: bool) -> 
     click.echo(_table(rows, ["layer", "key", "where", "value"]))
 
 
+def _measured(path: str) -> str:
+    """`` — 172.74 us (noise 0.45 us, cupti)`` when ``path`` is a bundle with recorded device time."""
+    from pathlib import Path
+
+    timings = Path(path) / "timings.json"
+    if not timings.is_file():
+        return ""
+    try:
+        t = json.loads(timings.read_text())
+        text = f" — {t['time_ns'] / 1e3:.2f} us"
+    except (ValueError, KeyError, TypeError):
+        return ""
+    noise = (t.get("noise") or {}).get("value_ns")
+    return text + (f" (noise {noise / 1e3:.2f} us, {t.get('source', '?')})" if noise is not None
+                   else f" ({t.get('source', '?')}, no noise figure)")
+
+
 @click.command("diff")
 @click.argument("reference", type=click.Path(path_type=str))
 @click.argument("candidate", type=click.Path(path_type=str))
@@ -99,7 +116,9 @@ def diff(reference: str, candidate: str, kernel: str | None, gpu_name: str | Non
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
         return
-    click.echo(f"reference {ref.kernel} ({ref.origin})\ncandidate {cand.kernel} ({cand.origin})\n")
+    for label, fp, path in (("reference", ref, reference), ("candidate", cand, candidate)):
+        click.echo(f"{label} {fp.kernel} ({fp.origin}){_measured(path)}")
+    click.echo("")
     if not result.rows:
         click.echo("no differences in the compared features")
     for layer in LAYERS:

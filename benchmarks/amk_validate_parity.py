@@ -1,4 +1,4 @@
-"""Schedule-by-schedule parity of the fast validator with the frozen pre-optimisation one.
+"""Schedule-by-schedule parity of the fast validator with the rule table alone (validate_rules).
 
 Regenerates exactly the schedules of ``mosaic amk audit --n N --seed S`` (same bases, same class plan,
 same per-schedule seeds as ``mosaic_amk.audit.run_audit``/``_job``; the oracle is not needed because its
@@ -41,7 +41,7 @@ def _job(args: tuple) -> dict:
     from mosaic_amk import columns
     from mosaic_amk.audit import MUTATORS, random_dag
     from mosaic_amk.validator import _screen, validate
-    from mosaic_amk.validator_reference import validate_reference
+    from mosaic_amk.validator import validate_rules as validate_reference
 
     name, start, count, seed = args
     row = {"class": name, "schedules": 0, "rejected": 0, "screen_accepted": 0, "differences": [],
@@ -82,7 +82,7 @@ def main() -> None:
 
     from mosaic_amk.audit import real_lowerings
     from mosaic_amk.validator import validate
-    from mosaic_amk.validator_reference import validate_reference
+    from mosaic_amk.validator import validate_rules as validate_reference
 
     t0 = time.perf_counter()
     bases = real_lowerings(quick=args.n < 5000)

@@ -24,8 +24,8 @@ How it works (one pass each, no search):
 
 Speed: ``validate`` first runs ``_screen`` over the columnar form (``mosaic_amk.columns``), the same
 rules as whole-column numpy checks. It can only conclude "no diagnostic at all"; anything it flags or
-does not recognise goes to the rule table above, which names every problem. The pre-screen
-implementation is frozen in ``mosaic_amk.validator_reference``; the parity tests hold the two equal.
+does not recognise goes to the rule table above, which names every problem. The
+rule table alone is ``validate_rules``; the parity tests hold ``validate`` equal to it.
 """
 
 from __future__ import annotations
@@ -627,7 +627,7 @@ RULES: tuple[Rule, ...] = (
 # overlapping writes, an exception) answers False and the exact rule table runs and names every problem.
 # So the screen decides nothing on its own about an unsafe schedule: it only lets safe ones skip the
 # per-task walk. tests/test_validator_parity.py checks verdict and diagnostics against the frozen
-# pre-screen implementation (mosaic_amk.validator_reference).
+# rule table alone (validate_rules).
 
 _OPS = tuple(_ops.SPECS)
 _OPCODE = {name: k for k, name in enumerate(_OPS)}
@@ -947,7 +947,9 @@ def _pred_bits(c: Any, nprod: Any) -> list[int]:
 
 def validate(schedule: Any) -> ValidationResult:
     """Check a :class:`Schedule` (or its raw JSON object). Total: returns every diagnostic, never raises
-    on bad data (an internal failure is itself reported as ``malformed``, so the verdict fails closed)."""
+    on bad data (an internal failure is itself reported as ``malformed``, so the verdict fails closed).
+
+    The columnar screen may only say "no problem at all"; anything else goes to the rule table."""
     if isinstance(schedule, Schedule):
         if _screen(_columns.from_schedule(schedule)):
             return ValidationResult((), len(schedule.tasks))
@@ -955,6 +957,12 @@ def validate(schedule: Any) -> ValidationResult:
         cols = _columns.from_raw(schedule)
         if cols is not None and _screen(cols):
             return ValidationResult((), cols.n)
+    return validate_rules(schedule)
+
+
+def validate_rules(schedule: Any) -> ValidationResult:
+    """The rule table alone, without the screen: the reference the screen is tested against."""
+    if not isinstance(schedule, Schedule):
         built, diags = _build_lenient(schedule)
         if built is None:
             return ValidationResult(tuple(diags), 0)

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from mosaic.bundle import load_bundle, verify_bundle
 from mosaic.oracle import check
 from mosaic.timing import measure_noise

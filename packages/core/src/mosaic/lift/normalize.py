@@ -2,7 +2,8 @@
 
 Register numbers are renamed to their file (``R``, ``UR``, ``P``, ``UP``, ``B``; PTX ``%r`` ...), immediates
 become ``imm``, constant-bank and parameter references ``const``, memory operands ``[addr]``. Loops are
-split into work loops and spin loops (an mbarrier try-wait retried in place is a wait, not a loop of work),
+split into work loops and spin loops (an mbarrier try-wait or a setmaxnreg retried in place is a wait, and
+ptxas's elect-one TMA issue loop an issue, not a loop of work; see ``is_spin_loop``),
 and each work loop's kernel is cut into prologue (straight-line code that dominates its header), the
 steady-state body (the loop's own blocks, without nested work loops) and epilogue (straight-line code after
 it).
@@ -20,6 +21,7 @@ from mosaic.lift.opclass import REPLICATED
 
 _REG_RE = re.compile(r"^-?!?\|?(U?R|U?P|B|SR_)[\dZT]*")
 _SPIN_OK = {"mbar.wait", "branch", "sync", "nop", "int", "uniform", "move", "shuffle"}
+_ISSUED = {"tma.load", "tma.store", "bulk.copy", "mbar.arrive.tx", "mbar.arrive", "other.prefetch", "fence"}
 
 
 def operand_shape(op: str) -> str:
@@ -44,9 +46,21 @@ def normal_form(insn) -> str:
 
 
 def is_spin_loop(cfg: CFG, loop: Loop) -> bool:
+    """A loop that repeats one step in place rather than iterating over work (at most 12 instructions):
+    an mbarrier try-wait retried until the phase flips; ``USETMAXREG.TRY_ALLOC`` retried until the register
+    pool grants; or ptxas's elect-one issue loop (``ELECT`` ... ``UTMALDG`` ... ``BRA.U.ANY``), which issues
+    a TMA/bulk copy once per distinct uniform operand and runs once when the operands are warp-uniform."""
     insns = cfg.instructions(loop.blocks)
-    return len(insns) <= 12 and any(i.opclass == "mbar.wait" for i in insns) and \
-        all(i.opclass in _SPIN_OK for i in insns)
+    if len(insns) > 12:
+        return False
+    classes = {i.opclass for i in insns}
+    if "mbar.wait" in classes and classes <= _SPIN_OK:
+        return True
+    if "setmaxnreg" in classes and classes <= _SPIN_OK | {"setmaxnreg"}:
+        return True
+    elect = any(i.opcode == "ELECT" for i in insns)
+    uniform_back = any(i.opclass == "branch" and {"U", "ANY"} <= set(i.mods) for i in insns)
+    return elect and uniform_back and classes <= _SPIN_OK | _ISSUED
 
 
 @attrs.define

@@ -22,6 +22,9 @@ from mosaic.lift.cfg import CFG
 MIN_ROLE_INSNS = 16
 _SHIFT_OPS = {"SHF", "SHR", "USHF", "USHR", "shr"}
 _CMP_OPS = {"ISETP", "UISETP", "setp"}
+_PRED = re.compile(r"U?P(\d+|T)")
+_PRED_OPS = {"PLOP3", "UPLOP3", "mov", "and", "or"}
+_SINKS = {"PT", "UPT", "RZ", "URZ"}
 _PRODUCE = {"tma.load", "bulk.copy", "cp.async", "mbar.arrive.tx"}
 
 
@@ -52,6 +55,19 @@ def _is_tid_source(insn) -> bool:
     return False
 
 
+def split_dests(insn) -> tuple[list[str], tuple]:
+    """(destinations, sources). SASS writes a second destination when the first is a predicate
+    (``SHFL.IDX PT, R14, ...``, ``LOP3.LUT P0, RZ, ...``) or the second is one (``ISETP P0, PT, ...``,
+    ``IADD3 R1, P2, ...``); PTX has one (``setp`` pairs are ``%p1|%p2``)."""
+    ops = insn.operands
+    first = ops[0].split("|")
+    if len(first) > 1 or insn.opcode.islower():
+        return first, ops[1:]
+    if len(ops) > 2 and (_PRED.fullmatch(ops[0]) or _PRED.fullmatch(ops[1])):
+        return [ops[0], ops[1]], ops[2:]
+    return [ops[0]], ops[1:]
+
+
 def role_branches(cfg: CFG) -> set[int]:
     """Indices of conditional branches/exits whose guard is a role predicate when they execute."""
     taint: dict[str, str] = {}  # register -> "tid" | "warp"
@@ -63,14 +79,24 @@ def role_branches(cfg: CFG) -> set[int]:
         ops = insn.operands
         if not ops:
             continue
-        dst = ops[0].split("|")[0]
-        preds.pop(dst.replace("%", ""), None)
+        dests, srcs = split_dests(insn)
+        srcs = tuple(x.removesuffix(".reuse") for x in srcs)
+        dst = next((d for d in dests if d not in _SINKS), dests[0])
+        carried = [preds[x.lstrip("!")] for x in srcs if x.lstrip("!") in preds] \
+            if insn.opcode in _PRED_OPS else []
+        for d in dests:
+            preds.pop(d.replace("%", ""), None)
+        if carried:  # PLOP3.LUT P0, PT, PT, PT, UP0 (a role predicate moved between files)
+            preds[dst.replace("%", "")] = carried[0]
+            continue
         if _is_tid_source(insn):
             taint[dst] = "tid"
             continue
-        srcs = ops[1:]
         if not taint:
             continue
+        for d in dests:
+            if d != dst:
+                taint.pop(d, None)
         kinds = [taint.get(s.lstrip("-!|")) for s in srcs]
         tainted = [k for k in kinds if k]
         if not tainted:
@@ -109,10 +135,13 @@ def find_roles(cfg: CFG, loop_headers: set[int]) -> tuple[list[Role], int]:
     regions: list[Role] = []
     branches = 0
     for blk in cfg.blocks:
-        if blk.id not in cfg.reachable or len(blk.succs) < 2:
+        if blk.id not in cfg.reachable:
             continue
         last = insns[blk.end - 1]
         if last.index not in role_br:
+            continue
+        guarded_exit = last.opclass == "exit" and len(blk.succs) == 1
+        if len(blk.succs) < 2 and not guarded_exit:
             continue
         sides = []
         for s in blk.succs:
@@ -124,8 +153,13 @@ def find_roles(cfg: CFG, loop_headers: set[int]) -> tuple[list[Role], int]:
             # a side that the other side flows into is the join, not a role
             if any(o in dom for o in other) or any(_reaches(cfg, o, s) for o in other):
                 continue
+            has_loop = bool(dom & loop_headers)
+            # a side that flows back into the other (``if (warp == 0) { init barriers }``) or the warps left
+            # after a role-guarded exit are a role only when they loop over work
+            if (guarded_exit or any(_reaches(cfg, s, o) for o in other)) and not has_loop:
+                continue
             size = sum(cfg.blocks[b].end - cfg.blocks[b].start for b in dom)
-            if dom & loop_headers or size >= MIN_ROLE_INSNS:
+            if has_loop or size >= MIN_ROLE_INSNS:
                 regions.append(Role("", dom, last.index))
     branches = len({r.branch_index for r in regions})
     # keep outermost regions only

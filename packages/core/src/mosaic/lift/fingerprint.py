@@ -22,6 +22,7 @@ from mosaic.lift.normalize import WorkLoop, class_counts, unroll_estimate, work_
 from mosaic.lift.opclass import CRITICAL
 from mosaic.lift.resources import METRICS, metric, occupancy, stall_top
 from mosaic.lift.roles import find_roles
+from mosaic.lift.stages import pipeline_stages
 from mosaic.records import LAYERS
 
 KINDS = ("cat", "num", "set", "map", "seq")
@@ -148,6 +149,18 @@ def reduce_sequence(seq: list[str]) -> list[str]:
     return out
 
 
+_TIER = (("mma",), ("tma.load", "bulk.copy", "cp.async"))
+
+
+def _hotness(w: WorkLoop) -> tuple:
+    """The hot loop of a role: the deepest loop that issues MMAs (a GEMM's k-loop, not the persistent tile loop
+    around it, whose body also holds a peeled first k-step and the epilogue); with no MMA loop the deepest that
+    issues async copies (a producer's k-loop); otherwise the loop with the most weighted work."""
+    classes = {i.opclass for i in w.body}
+    tier = next((len(_TIER) - n for n, t in enumerate(_TIER) if classes & set(t)), 0)
+    return (tier, w.depth if tier else 0, sum(_SCORE.get(i.opclass, 0) for i in w.body), w.depth, -w.header)
+
+
 # -- the lift ------------------------------------------------------------------------------------------------
 def lift_program(program: Program, ctx: Context | None = None) -> Fingerprint:
     ctx = ctx or Context()
@@ -170,8 +183,7 @@ def lift_program(program: Program, ctx: Context | None = None) -> Fingerprint:
         role_loops["all"] = loops
     hot: dict[str, WorkLoop | None] = {}
     for name, wls in role_loops.items():
-        hot[name] = max(wls, key=lambda w: (sum(_SCORE.get(i.opclass, 0) for i in w.body), w.depth,
-                                            -w.header)) if wls else None
+        hot[name] = max(wls, key=_hotness) if wls else None
     scored = [(sum(_SCORE.get(i.opclass, 0) for i in w.body), name) for name, w in hot.items() if w]
     main_role = max(scored)[1] if scored else next(iter(role_loops))
     F: list[Feature] = []
@@ -284,8 +296,8 @@ def _control(add, program, cfg, insns, loops, hot, role_branches) -> None:
         if w is None:
             continue
         add("control", "loop.unroll", unroll_estimate(class_counts(w.body)), "num", role, _where(role, w))
-    # pipeline depth: async-copy groups issued in the prologue of the loop that issues them, plus the one
-    # issued per iteration; the wait depth is the immediate of the steady-state wait.
+    # pipeline depth: the rules of ``stages`` on the role's hot loop (S3 on the loop that issues async-copy
+    # groups); the wait depth is the immediate of the steady-state wait.
     for role, w in hot.items():
         issuing = [x for x in loops if any(i.opclass in ("cp.async.commit", "mbar.arrive.tx") for i in x.body)]
         if role != "all":
@@ -293,10 +305,9 @@ def _control(add, program, cfg, insns, loops, hot, role_branches) -> None:
                 [x for x in issuing if w and x.depth >= 1 and x in loops and x is w]
         target = w if w in issuing else (max(issuing, key=lambda x: len(x.body)) if issuing and role == "all"
                                          else None)
-        stages = wait = None
+        stages, rule = pipeline_stages(w, target, insns)
+        wait = None
         if target is not None:
-            groups = sum(1 for i in target.prologue if i.opclass in ("cp.async.commit", "mbar.arrive.tx"))
-            stages = groups + 1
             waits = [i for i in target.body if i.opclass == "cp.async.wait"]
             imms = []
             for i in waits:
@@ -304,7 +315,8 @@ def _control(add, program, cfg, insns, loops, hot, role_branches) -> None:
                     if re.fullmatch(r"0x[0-9a-fA-F]+|\d+", o):
                         imms.append(int(o, 0))
             wait = max(imms) if imms else None
-        add("control", "pipeline.stages", stages, "num", role, _where(role, target))
+        where = _where(role, w if rule and not rule.startswith("S3") else target)
+        add("control", "pipeline.stages", stages, "num", role, f"{where} [{rule}]" if rule else where)
         add("control", "pipeline.wait_depth", wait, "num", role, _where(role, target))
     main = max((w for w in hot.values() if w), key=lambda w: len(w.body), default=None)
     if main is not None:

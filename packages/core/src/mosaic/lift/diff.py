@@ -1,7 +1,9 @@
 """Compare two fingerprints: ranked discrepancy rows and one distance per layer.
 
-Features are matched by key and warp role (roles with the same name; the two main roles -- those holding
-the hottest loop -- with each other when their names differ). A feature either side cannot tell (``None``)
+Features are matched by key and warp role: roles with the same name (producer with producer, consumer with
+consumer); the two main roles -- those holding the MMA loop, else the hottest -- with each other when their
+names differ, so a kernel without warp roles (``all``) is compared with the other's consumer, and the row's
+``where`` says so. A feature either side cannot tell (``None``)
 is not compared. Each differing feature gives one :class:`~mosaic.records.Discrepancy` whose edit class and
 sentence come from ``rules``; rows are ranked by ``rank_key``. A layer's distance is the mean of its compared
 features' distances (each in [0, 1]); it is a tiebreaker for search, not a score.
@@ -77,6 +79,16 @@ def _role_pairs(ref: Fingerprint, cand: Fingerprint) -> list[tuple[str, str]]:
     return pairs
 
 
+def _pair_note(ref_role: str, cand_role: str) -> str:
+    if ref_role == "all":
+        return (f"reference has no warp roles: its one loop nest is compared with the candidate's {cand_role} "
+                "(MMA) loop")
+    if cand_role == "all":
+        return (f"candidate has no warp roles: its one loop nest is compared with the reference's {ref_role} "
+                "(MMA) loop")
+    return f"reference role {ref_role}"
+
+
 def rank_key(row: Discrepancy, distance: float) -> tuple:
     """Layer order first, then the rule's importance within its layer, then the size of the difference."""
     return (LAYERS.index(row.layer), ORDER.get(row.key, len(ORDER)), -distance, row.where, row.key)
@@ -108,7 +120,7 @@ def diff_fingerprints(ref: Fingerprint, cand: Fingerprint) -> DiffResult:
         rule = BY_KEY.get(a.key)
         edit = rule.edit if rule else "rewrite"
         why = rule.why if rule else "differs"
-        where = b.where if b.role == a.role else f"{b.where} (reference role {a.role})"
+        where = b.where if b.role == a.role else f"{b.where} ({_pair_note(a.role, b.role)})"
         row = Discrepancy(layer=a.layer, key=a.key, reference=_json(_show(a)), candidate=_json(_show(b)), rank=1,
                           edit=edit, where=where, why=why)
         scored.append((rank_key(row, d), row, d))

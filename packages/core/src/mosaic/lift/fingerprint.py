@@ -184,8 +184,9 @@ def lift_program(program: Program, ctx: Context | None = None) -> Fingerprint:
     hot: dict[str, WorkLoop | None] = {}
     for name, wls in role_loops.items():
         hot[name] = max(wls, key=_hotness) if wls else None
-    scored = [(sum(_SCORE.get(i.opclass, 0) for i in w.body), name) for name, w in hot.items() if w]
-    main_role = max(scored)[1] if scored else next(iter(role_loops))
+    # the main role holds the MMA loop (a warp-specialised kernel's consumer), else the most weighted loop
+    scored = [(_hotness(w)[0], sum(_SCORE.get(i.opclass, 0) for i in w.body), name) for name, w in hot.items() if w]
+    main_role = max(scored)[-1] if scored else next(iter(role_loops))
     F: list[Feature] = []
 
     def add(layer, key, value, kind, role="", where="kernel"):

@@ -1,0 +1,113 @@
+"""The lifter on real Hopper GEMMs captured on the H200 (CUTLASS cooperative and pingpong, the project's CuTe
+gemm, jax's Pallas hopper matmul): warp roles and pipeline stages against the truth each bundle records
+(CUTLASS: the mainloop template's stage count in the mangled kernel name in lowering.json; CuTe and Pallas:
+the capture's knobs in manifest.json)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _corpus import ARTIFACTS  # noqa: E402
+from mosaic.lift.diff import diff_fingerprints  # noqa: E402
+from mosaic.lift.inputs import lift_bundle, lift_path  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "h200"
+COOP_C1X2 = "coop-128x128x64-c1x2-4096"
+COOP_C2X1 = "coop-128x256x64-c2x1-4096"
+PINGPONG = "pingpong-64x128x64-c1x1-s4-4096"
+CUTE = "cute-128x256-s4-persistent-c2x1-sw8"
+PALLAS = "pallas-jax-128x128x64-s4-sass"
+SPECIALISED = (COOP_C1X2, COOP_C2X1, PINGPONG, CUTE)
+
+
+@functools.cache
+def lifted(name: str):
+    return lift_bundle(DATA / f"{name}.bundle")
+
+
+def true_stages(name: str) -> int:
+    root = DATA / f"{name}.bundle"
+    kernel = json.loads((root / "manifest.json").read_text())["kernel"]
+    knobs = kernel["knobs"]
+    if kernel["language"] == "cutlass":
+        mangled = json.loads((root / "lowering.json").read_text())["kernel_name"]
+        return int(re.search(r"MainloopSm90TmaGmmaWarpSpecialized\w*?ILi(\d+)E", mangled).group(1))
+    return knobs.get("stages") or knobs["max_concurrent_steps"]
+
+
+def test_the_truth_is_read_from_the_records():
+    assert [true_stages(n) for n in (COOP_C1X2, COOP_C2X1, PINGPONG, CUTE, PALLAS)] == [6, 4, 4, 4, 4]
+
+
+@pytest.mark.parametrize("name", SPECIALISED)
+def test_warp_specialised_kernels_have_a_producer_and_a_consumer(name):
+    fp = lifted(name)
+    roles = {r["name"]: r for r in fp.roles}
+    assert set(roles) == {"producer", "consumer"}
+    # setmaxnreg: the producer gives registers back (40), the consumers take them (232)
+    assert roles["producer"]["setmaxnreg"] == 40 and roles["consumer"]["setmaxnreg"] == 232
+    assert fp.main_role == "consumer"
+    producer = fp.get("hot_loop.mix", "producer").value
+    consumer = fp.get("hot_loop.mix", "consumer").value
+    # the producer's hot loop: TMA loads and mbarrier traffic, no MMA; the consumer's: HGMMA and waits, no TMA
+    assert producer.get("tma.load", 0) > 0 and producer.get("mbar.wait", 0) > 0 and "mma" not in producer
+    assert consumer.get("mma", 0) > 0 and consumer.get("mbar.wait", 0) > 0 and "tma.load" not in consumer
+    assert fp.get("roles.registers").value == {"producer": 40, "consumer": 232}
+
+
+def test_pallas_matmul_is_not_warp_specialised():
+    fp = lifted(PALLAS)
+    assert [r["name"] for r in fp.roles] == ["all"]
+    assert "mma" in fp.get("hot_loop.mix", "all").value
+
+
+@pytest.mark.parametrize("name", (*SPECIALISED, PALLAS))
+def test_pipeline_stages_match_the_recorded_truth(name):
+    fp = lifted(name)
+    feats = [f for f in fp.features if f.key == "pipeline.stages"]
+    assert feats and all(f.value == true_stages(name) for f in feats), [(f.role, f.value, f.where) for f in feats]
+    assert all(re.search(r"\[S[12] ", f.where) for f in feats)  # read from the loop, not guessed from inits
+
+
+def test_cutlass_cooperative_pair_compares_like_roles():
+    rows = diff_fingerprints(lifted(COOP_C1X2), lifted(COOP_C2X1)).rows
+    stages = [r for r in rows if r.key == "pipeline.stages"]
+    assert {(r.reference, r.candidate) for r in stages} == {(6, 4)}
+    assert sorted(r.where.split(",")[0] for r in stages) == ["role consumer", "role producer"]
+    # producer rows only ever hold producer work and consumer rows consumer work
+    for r in rows:
+        if r.key == "hot_loop.mix" and "producer" in r.where:
+            assert "mma" not in r.reference and "mma" not in r.candidate
+        assert "reference role" not in r.where
+
+
+def test_pallas_to_cute_compares_the_single_loop_with_the_consumer():
+    rows = diff_fingerprints(lifted(PALLAS), lifted(CUTE)).rows
+    by_key = {r.key: r for r in rows}
+    assert by_key["roles"].reference == ["all"] and by_key["roles"].candidate == ["consumer", "producer"]
+    assert "pipeline.stages" not in by_key  # 4 and 4
+    loop_rows = [r for r in rows if r.key in ("hot_loop.mix", "loop.unroll", "hot_loop.order", "hot_loop.length")]
+    assert loop_rows
+    for r in loop_rows:
+        assert r.where.startswith("role consumer") and "reference has no warp roles" in r.where
+    assert "mma" in by_key["hot_loop.mix"].candidate
+
+
+def test_setmaxnreg_retry_and_elect_issue_loops_are_not_work_loops():
+    # CUTLASS retries USETMAXREG.TRY_ALLOC in a 4-instruction loop; it is a wait, not a loop of work
+    fp = lifted(COOP_C1X2)
+    assert all(lp["body"] > 8 for lp in fp.loops), fp.loops
+    assert [lp["depth"] for lp in fp.loops if lp["role"] == "consumer"] == [1, 2]
+    # the corpus TMA kernel: ptxas wraps each UTMALDG in an ELECT ... BRA.U.ANY issue loop; the k-loop is
+    # still one loop, unrolled 4 like its cp.async twin
+    ref, cand = lift_path(ARTIFACTS / "cpasync.cubin"), lift_path(ARTIFACTS / "tma.cubin")
+    assert cand.get("loops.depth").value == 1 == ref.get("loops.depth").value
+    assert cand.get("loop.unroll", "all").value == 4 == ref.get("loop.unroll", "all").value
+    assert not {r.key for r in diff_fingerprints(ref, cand).rows} & {"loops.depth", "loop.unroll"}

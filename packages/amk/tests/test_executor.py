@@ -93,7 +93,7 @@ def test_cross_sm_queue_cycle_deadlocks():
     (lambda s: with_task(s, 2, inputs=("y", "ghost")), "does not exist"),
     (lambda s: with_task(s, 2, sm=5), "SM 5"),
     (lambda s: with_task(s, 2, waits=(Wait(0, 2),) * 9), "fixed slots"),
-    (lambda s: with_task(s, 1, params={**G, "row_start": 2, "row_end": 5}), "touches elements"),
+    (lambda s: with_task(s, 1, params={**G, "row_start": 2, "row_end": 5}), "beyond w"),
     (lambda s: with_task(s, 2, op="conv"), "unknown op"),
     (lambda s: with_task(s, 0, params={"row_start": 0}), "missing parameter"),
 ])

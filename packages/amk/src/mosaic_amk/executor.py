@@ -23,9 +23,14 @@ What the oracle reports (each a :class:`Finding`):
   covers;
 - ``unwritten-output``: an output buffer with elements no task wrote.
 
-Footprints are the op's own semantics (mosaic_amk.ops) in flattened element offsets, derived here
-independently of the declared ``ranges`` (which the oracle ignores, so a lying ``ranges`` shows up as
-a race).
+Footprints: the op's declared footprint (``ops.OpSpec.footprint``, flattened element intervals; the
+one declaration the validator reads too), never the schedule's ``ranges`` (which the oracle ignores, so
+a lying ``ranges`` shows up as a race). The declaration itself is not trusted: the *probe*
+(:func:`probe_footprint`) runs the op's numpy semantics (``ops.KERNELS``, what the ReferenceVM runs) on
+random data with sentinel-filled outputs and NaN-poisoned inputs outside the declared read intervals,
+and a task whose op writes outside (or leaves unwritten part of) its declared write interval, or whose
+outputs change when elements outside its read intervals change, is a ``fault``. So a wrong declaration
+shows up here as an unsafe schedule the validator (which trusts it) accepts: a false accept in the audit.
 
 Interleavings: ``random`` (a ready SM uniformly at random each step), ``priority`` (a random fixed
 priority per SM; always the highest ready one, which starves the others as long as possible) and
@@ -40,6 +45,7 @@ from math import prod
 from typing import Any
 
 import attrs
+import numpy as np
 from mosaic.errors import MosaicError
 
 from mosaic_amk import ops as _ops
@@ -97,8 +103,9 @@ class Verdict:
 class _Loaded:
     """The schedule as the VM's loader sees it: per-SM queues of packed descriptors, or faults."""
 
-    def __init__(self, s: Schedule):
+    def __init__(self, s: Schedule, probe: bool = True):
         self.s = s
+        self.probe = probe
         self.faults: list[Finding] = []
         bufs: dict[str, Any] = {}
         for b in s.buffers:
@@ -135,7 +142,7 @@ class _Loaded:
                 fault(Finding("fault", (), name, "output buffer does not exist"))
 
     def _footprint(self, t: Task) -> tuple[list, str | None]:
-        spec = _ops.SPECS.get(t.op)
+        spec = _ops.OP_SPECS.get(t.op)
         if spec is None:
             return [], f"unknown op {t.op!r}"
         p = t.params
@@ -147,58 +154,111 @@ class _Loaded:
         bufs = self.bufs
         if any(n not in bufs for n in (*t.inputs, *t.outputs)):
             return [], None  # already a fault
-        region: dict[tuple[str, bool], tuple[int, int]] = {}
-        for n in t.inputs:
-            region[(n, False)] = (0, self.numel[n])
-        for n in t.outputs:
-            region[(n, True)] = (0, self.numel[n])
-
-        def rows(name: str, r0: int, r1: int) -> tuple[int, int]:
-            b = bufs[name]
-            per = prod(b.shape[1:]) if len(b.shape) > 1 else 1
-            return r0 * per, r1 * per
-
+        if spec.writes == "kv_slot" and bufs[t.outputs[0]].kind != "kv_cache":
+            return [], f"{t.op} appends into {t.outputs[0]}, which is not a KV cache"
         try:
-            if t.op in ("gemv", "gemv_silu_mul"):
-                r0, r1 = int(p["row_start"]), int(p["row_end"])
-                if not 0 <= r0 < r1:
-                    return [], f"empty or negative row range {r0}..{r1}"
-                for n in t.inputs[1:]:
-                    region[(n, False)] = rows(n, r0, r1)
-                region[(t.outputs[0], True)] = rows(t.outputs[0], r0, r1)
-            elif t.op in ("kv_append", "rope_append"):
-                cache = bufs[t.outputs[0]]
-                pos, pt = int(p["position"]), int(p["page_tokens"])
-                if len(cache.shape) != 3 or pt < 1 or pos < 0:
-                    return [], "KV append into a cache that is not [pages, page_tokens, dim]"
-                page, slot = pos // pt, pos % pt
-                if page >= cache.shape[0] or slot >= cache.shape[1]:
-                    return [], f"KV slot ({page}, {slot}) outside {list(cache.shape)}"
-                d = cache.shape[2]
-                start = (page * cache.shape[1] + slot) * d
-                region[(cache.name, True)] = (start, start + d)
-            elif t.op == "argmax":
-                region[(t.outputs[0], True)] = (0, 1)
-            elif t.op == "attention":
-                pos, hd = int(p["position"]), int(p["head_dim"])
-                window = int(p["window"])
-                h0, h1 = int(p["row_start"]) // hd, int(p["row_end"]) // hd
-                first = max(0, pos - window + 1) if window > 0 else 0
-                for n in t.inputs[1:3]:
-                    d = bufs[n].shape[-1]
-                    region[(n, False)] = (first * d, (pos + 1) * d)
-                region[(t.inputs[0], False)] = (h0 * hd, h1 * hd)
-                region[(t.outputs[0], True)] = (h0 * hd, h1 * hd)
+            got = spec.footprint(p, [bufs[n].shape for n in t.inputs], [bufs[n].shape for n in t.outputs])
         except (TypeError, ValueError, ZeroDivisionError, KeyError, IndexError) as exc:
             return [], f"{t.op} parameters unusable: {exc}"
-        foot = []
-        for (n, write), (lo, hi) in region.items():
+        if isinstance(got, str):
+            return [], f"{t.op}: {got}"
+        k = len(t.inputs)
+        region: dict[tuple[str, bool], tuple[int, int]] = {}  # a buffer in two roles: the hull of both
+        for j, (n, (lo, hi)) in enumerate(zip((*t.inputs, *t.outputs), got, strict=True)):
             if lo < 0 or hi > self.numel[n]:
                 return [], f"{t.op} touches elements [{lo}, {hi}) of {n} ({self.numel[n]} elements)"
-            if hi > lo:
-                foot.append((n, lo, hi, write))
+            if hi <= lo:
+                continue
+            old = region.get((n, j >= k))
+            region[(n, j >= k)] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+        if self.probe:
+            problem = probe_footprint(t.op, p, [bufs[n] for n in t.inputs], [bufs[n] for n in t.outputs], got)
+            if problem:
+                return [], problem
+        foot = [(n, lo, hi, write) for (n, write), (lo, hi) in region.items()]
         foot.sort(key=lambda a: a[3])  # reads first, then writes
         return foot, None
+
+
+# ----------------------------------------------------------------------------------------------- the probe
+
+_PROBED: dict[Any, str | None] = {}
+_NP = {"f32": np.float32, "i32": np.int32}
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, dict):
+        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    return (type(v).__name__, v)
+
+
+def probe_footprint(op: str, params: Any, ins: list, outs: list, declared: list) -> str | None:
+    """Run the op itself (``ops.KERNELS``, the ReferenceVM's numpy semantics) on random data and check
+    its declared footprint at element level: every output element inside the declared write interval
+    is written and none outside (outputs start as a sentinel), and the outputs do not change when every
+    input element outside the declared read interval is replaced (NaN, or a flipped integer). Returns
+    the problem, or None. Memoised per (op, params, buffer shapes and dtypes)."""
+    key = (op, _freeze(params), tuple((tuple(b.shape), b.dtype) for b in ins),
+           tuple((tuple(b.shape), b.dtype) for b in outs))
+    if key not in _PROBED:
+        _PROBED[key] = _probe(op, params, ins, outs, declared)
+    return _PROBED[key]
+
+
+def _probe(op: str, params: Any, ins: list, outs: list, declared: list) -> str | None:
+    kernel = _ops.KERNELS.get(op)
+    if kernel is None or any(b.dtype not in _NP for b in (*ins, *outs)):
+        return None  # nothing the numpy semantics run: the op cannot be probed here
+    rng = np.random.default_rng(0)
+
+    def fill(b):
+        if b.dtype == "i32":
+            return rng.integers(0, 2, b.shape).astype(np.int32)
+        return rng.standard_normal(b.shape).astype(np.float32)
+
+    def fresh():
+        return [np.full(b.shape, np.nan if b.dtype == "f32" else -7, _NP[b.dtype]) for b in outs]
+
+    def run(arrays):
+        o = fresh()
+        with np.errstate(all="ignore"):
+            kernel(arrays, o, params)
+        return o
+
+    a = [fill(b) for b in ins]
+    k = len(ins)
+    try:
+        first = run(a)
+    except Exception as exc:  # noqa: BLE001 - an op that crashes on in-bounds data is a fault
+        return f"{op} raised {type(exc).__name__}: {exc}"
+    for j, o in enumerate(first):
+        lo, hi = declared[k + j]
+        flat = o.reshape(-1)
+        written = ~np.isnan(flat) if outs[j].dtype == "f32" else flat != -7
+        if written[:lo].any() or written[hi:].any():
+            return f"{op} writes {outs[j].name} outside its declared footprint [{lo}, {hi})"
+        if not written[lo:hi].all():
+            return f"{op} leaves elements of its declared write footprint [{lo}, {hi}) of {outs[j].name} unwritten"
+    b = []
+    for j, arr in enumerate(a):
+        lo, hi = declared[j]
+        arr = arr.copy()
+        flat = arr.reshape(-1)
+        if ins[j].dtype == "f32":
+            flat[:lo], flat[hi:] = np.nan, np.nan
+        else:
+            flat[:lo], flat[hi:] = 1 - flat[:lo], 1 - flat[hi:]
+        b.append(arr)
+    try:
+        second = run(b)
+    except Exception:  # noqa: BLE001
+        return f"{op} reads outside its declared footprint (fails when those elements change)"
+    for j, (x, y) in enumerate(zip(first, second, strict=True)):
+        if not np.array_equal(x, y, equal_nan=True):
+            return f"{op} reads outside its declared footprint ({outs[j].name} changes when they change)"
+    return None
 
 
 # ----------------------------------------------------------------------------------------------- running

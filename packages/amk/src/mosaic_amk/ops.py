@@ -8,6 +8,8 @@ Conventions (documented in docs/amk.md):
   shape (``[out, in]`` for a projection); a KV cache is ``[num_pages, page_tokens, kv_dim]``.
 - A task with ``row_start``/``row_end`` parameters writes only rows ``[row_start, row_end)`` of dimension
   0 of its output; tasks whose row ranges are disjoint therefore never write the same element.
+- Each op's exact footprint (element intervals per operand) is declared on its ``OpSpec`` (``row_roles``
+  or ``footprint_fn``): the one declaration the validator, its screen and the executor read.
 - ``kv_append`` and ``rope_append`` write exactly one cache slot: token ``position`` (page
   ``position // page_tokens``, slot ``position % page_tokens``); ``attention`` reads slots
   ``[0, position]`` (or the last ``window`` of them when ``window > 0``).
@@ -26,14 +28,42 @@ import numpy as np
 F32 = np.float32
 
 
+Interval = tuple[int, int]  # [lo, hi) of a buffer's flattened elements (row-major)
+Shape = Sequence[int]
+
+
+def numel(shape: Shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def row_len(shape: Shape) -> int:
+    """Elements in one row of axis 0."""
+    return numel(shape[1:])
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 @attrs.frozen
 class OpSpec:
-    """The signature of one op.
+    """The signature of one op, and its memory footprint.
 
     ``inputs``/``outputs`` name the positional buffer roles; ``optional`` adds input roles when a boolean
     parameter is true (in the order listed, after ``inputs``); ``params`` are required parameter names;
-    ``writes`` is ``"all"``, ``"rows"`` (rows ``[row_start, row_end)`` of output 0) or ``"kv_slot"``
-    (one cache slot at ``position``)."""
+    ``writes`` is ``"all"``, ``"rows"`` (rows ``[row_start, row_end)`` of output 0), ``"kv_slot"`` (part of
+    one cache slot at ``position``; the output must be a ``kv_cache`` buffer) or ``"part"`` (a custom part).
+
+    The footprint is declared here and nowhere else: ``row_roles`` are the roles touched only at rows
+    ``[row_start, row_end)`` of axis 0 (every other role is touched whole), or ``footprint_fn`` computes
+    it for ops whose footprint is not that simple. ``footprint(params, in_shapes, out_shapes)`` returns
+    one element interval of the flattened buffer per operand (inputs, then outputs): exact for writes
+    (every element in it is written, none outside), a superset for reads. The validator's rules, its
+    numpy screen and the executor's shadow memory all read it; the executor's probe runs the op itself
+    on sentinel-filled data to check that the declaration is true (docs/amk-schedule.md)."""
 
     name: str
     inputs: tuple[str, ...]
@@ -42,43 +72,299 @@ class OpSpec:
     optional: tuple[tuple[str, str], ...] = ()
     writes: str = "all"
     doc: str = ""
+    row_roles: tuple[str, ...] = ()
+    footprint_fn: Callable[..., list[Interval] | str] | None = None
 
     def input_roles(self, params: Mapping[str, Any]) -> tuple[str, ...]:
         extra = tuple(role for flag, role in self.optional if params.get(flag))
         return self.inputs + extra
+
+    def footprint(self, params: Mapping[str, Any], in_shapes: Sequence[Shape],
+                  out_shapes: Sequence[Shape]) -> list[Interval] | str:
+        """Element intervals per operand (inputs, then outputs), or a problem (parameters that are not
+        integers, or that reach outside a buffer). The arity must already match ``input_roles``."""
+        if self.footprint_fn is not None:
+            return self.footprint_fn(params, in_shapes, out_shapes)
+        return rows_footprint(self.input_roles(params) + self.outputs, self.row_roles, params,
+                              (*in_shapes, *out_shapes))
+
+    def whole_prefix(self) -> int | None:
+        """For a plain row-split op (no footprint_fn): how many leading input roles are read whole (every
+        later input role, optional ones included, and output 0 are row roles). None for other ops. The
+        validator's numpy screen vectorises exactly these ops from this declaration."""
+        if self.footprint_fn is not None or not self.row_roles:
+            return None
+        roles = self.inputs + tuple(r for _, r in self.optional)
+        k = 0
+        while k < len(roles) and roles[k] not in self.row_roles:
+            k += 1
+        if any(r not in self.row_roles for r in roles[k:]) or tuple(self.outputs) != (self.row_roles[-1],) \
+                or len(self.row_roles) != len(roles) - k + 1:
+            return None
+        return k
+
+
+def rows_footprint(roles: Sequence[str], row_roles: Sequence[str], p: Mapping[str, Any],
+                   shapes: Sequence[Shape]) -> list[Interval] | str:
+    """Roles in ``row_roles``: rows [row_start, row_end) of axis 0; every other role: the whole buffer."""
+    out = []
+    rs = re = None
+    if row_roles:
+        rs, re = p.get("row_start"), p.get("row_end")
+        if not (_is_int(rs) and _is_int(re)) or not 0 <= rs < re:
+            return f"row_start/row_end {rs!r}/{re!r} not integers with 0 <= start < end"
+    for role, shape in zip(roles, shapes, strict=True):
+        if role in row_roles:
+            if re > shape[0]:
+                return f"rows [{rs}, {re}) beyond {role} ({shape[0]} rows)"
+            rl = row_len(shape)
+            out.append((rs * rl, re * rl))
+        else:
+            out.append((0, numel(shape)))
+    return out
+
+
+def _whole(shapes: Sequence[Shape]) -> list[Interval]:
+    return [(0, numel(s)) for s in shapes]
+
+
+def _ints(p: Mapping[str, Any], *names: str) -> list[int] | None:
+    vals = [p.get(k) for k in names]
+    return vals if all(_is_int(v) for v in vals) else None
+
+
+def _kv_slot(p: Mapping[str, Any], cache: Shape) -> tuple[int, int] | str:
+    """(first element, elements per slot) of the cache slot at ``position``."""
+    got = _ints(p, "position", "page_tokens")
+    if got is None or got[0] < 0 or got[1] < 1:
+        return f"position/page_tokens {p.get('position')!r}/{p.get('page_tokens')!r} invalid"
+    pos, pt = got
+    if len(cache) != 3 or cache[1] != pt:
+        return f"cache shape {list(cache)} is not [pages, {pt}, kv_dim]"
+    if pos // pt >= cache[0]:
+        return f"position {pos} beyond the cache ({cache[0] * pt} tokens)"
+    return pos * cache[2], cache[2]
+
+
+def _fp_kv_append(p, ins, outs):
+    got = _kv_slot(p, outs[0])
+    if isinstance(got, str):
+        return got
+    start, d = got
+    return [*_whole(ins), (start, start + d)]
+
+
+def _fp_argmax(p, ins, outs):
+    return [*_whole(ins), (0, 1)]
+
+
+def _visible(p: Mapping[str, Any]) -> tuple[int, int] | str:
+    """Cached tokens [first, position] an attention at ``position`` reads (``window`` > 0: the last
+    ``window`` of them)."""
+    got = _ints(p, "position", "window")
+    if got is None or got[0] < 0 or got[1] < 0:
+        return "position/window must be integers >= 0"
+    pos, window = got
+    return (max(0, pos - window + 1) if window > 0 else 0), pos + 1
+
+
+def _attn_heads(p, q: Shape, y: Shape, caches: Sequence[Shape], aligned: bool = False
+                ) -> tuple[int, int, int] | str:
+    got = _ints(p, "head_dim", "row_start", "row_end", "num_heads", "num_kv_heads", "position")
+    if got is None:
+        return "attention parameters must be integers"
+    hd, rs, re, nh, nkv, pos = got
+    if hd < 1 or not 0 <= rs < re or nkv < 1 or nh % nkv or (aligned and (rs % hd or re % hd)):
+        return "attention parameters out of range"
+    h0, h1 = rs // hd, re // hd
+    if h1 <= h0:
+        return f"rows [{rs}, {re}) hold no whole head of {hd}"
+    if h1 * hd > min(numel(q), numel(y)) or h1 > nh:
+        return f"heads [{h0}, {h1}) beyond q/y"
+    for cache in caches:
+        if len(cache) != 3:
+            return f"cache shape {list(cache)} is not [pages, page_tokens, kv_dim]"
+        if pos >= cache[0] * cache[1] or cache[2] != nkv * hd:
+            return f"cache {list(cache)} does not hold position {pos} of {nkv} kv heads"
+    return h0, h1, hd
+
+
+def _fp_attention(p, ins, outs):
+    heads = _attn_heads(p, ins[0], outs[0], ins[1:3])
+    if isinstance(heads, str):
+        return heads
+    h0, h1, hd = heads
+    vis = _visible(p)
+    if isinstance(vis, str):
+        return vis
+    first, end = vis
+    d = ins[1][2]
+    return [(h0 * hd, h1 * hd), (first * d, end * d), (first * d, end * d), (h0 * hd, h1 * hd)]
+
+
+def split_range(first: int, end: int, split: int, num_splits: int) -> tuple[int, int]:
+    """Tokens [lo, hi) of chunk ``split`` of ``num_splits`` over [first, end) (ceil-sized chunks, the
+    last ones possibly empty: lo == hi)."""
+    size = -(-(end - first) // num_splits)
+    lo = min(end, first + split * size)
+    return lo, min(end, lo + size)
+
+
+def _fp_attention_partial(p, ins, outs):
+    heads = _attn_heads(p, ins[0], ins[0], ins[1:3], aligned=True)
+    if isinstance(heads, str):
+        return heads
+    h0, h1, hd = heads
+    got = _ints(p, "split", "num_splits", "num_heads")
+    if got is None or not 0 <= got[0] < got[1]:
+        return "split/num_splits must be integers with 0 <= split < num_splits"
+    split, ns, nh = got
+    part, ml = outs
+    qd = numel(ins[0])
+    if tuple(part) != (ns, qd) or tuple(ml) != (ns, nh, 2):
+        return f"partial buffers {list(part)}/{list(ml)} are not [{ns}, {qd}] and [{ns}, {nh}, 2]"
+    vis = _visible(p)
+    if isinstance(vis, str):
+        return vis
+    lo, hi = split_range(*vis, split, ns)
+    d = ins[1][2]
+    return [(h0 * hd, h1 * hd), (lo * d, hi * d), (lo * d, hi * d),
+            (split * qd + h0 * hd, split * qd + h1 * hd), ((split * nh + h0) * 2, (split * nh + h1) * 2)]
+
+
+def _fp_attention_combine(p, ins, outs):
+    got = _ints(p, "row_start", "row_end", "head_dim", "num_heads", "num_splits")
+    if got is None:
+        return "attention_combine parameters must be integers"
+    rs, re, hd, nh, ns = got
+    if hd < 1 or ns < 1 or not 0 <= rs < re or rs % hd or re % hd or re // hd > nh:
+        return "attention_combine parameters out of range (rows must hold whole heads)"
+    part, ml, y = ins[0], ins[1], outs[0]
+    qd = nh * hd
+    if tuple(part) != (ns, qd) or tuple(ml) != (ns, nh, 2) or re > y[0]:
+        return f"partial buffers {list(part)}/{list(ml)} are not [{ns}, {qd}] and [{ns}, {nh}, 2]"
+    h0, h1 = rs // hd, re // hd
+    # reads the heads' columns of every split: the hull from split 0 to the last (a superset)
+    return [(rs, (ns - 1) * qd + re), (h0 * 2, ((ns - 1) * nh + h1) * 2), (rs, re)]
+
+
+def _fp_argmax_partial(p, ins, outs):
+    got = _ints(p, "row_start", "row_end", "part")
+    if got is None:
+        return "row_start/row_end/part must be integers"
+    rs, re, k = got
+    if not 0 <= rs < re or re > numel(ins[0]):
+        return f"rows [{rs}, {re}) outside the logits ({numel(ins[0])})"
+    if not 0 <= k < min(numel(outs[0]), numel(outs[1])):
+        return f"part {k} outside the partial buffers"
+    return [(rs, re), (k, k + 1), (k, k + 1)]
+
+
+def _fp_gemv_rope(p, ins, outs):
+    spec = FUSED_SPECS["gemv_rope"]
+    fp = rows_footprint(spec.input_roles(p) + spec.outputs, ("w", "b", "y"), p, (*ins, *outs))
+    if isinstance(fp, str):
+        return fp
+    return _head_aligned(p, fp)
+
+
+def _head_aligned(p, fp):
+    hd = p.get("head_dim")
+    if not _is_int(hd) or hd < 2 or hd % 2 or p["row_start"] % hd or p["row_end"] % hd:
+        return f"rows [{p['row_start']}, {p['row_end']}) do not hold whole heads of {hd!r}"
+    return fp
+
+
+def _fp_gemv_rope_append(p, ins, outs):
+    spec = FUSED_SPECS["gemv_rope_append"]
+    roles = spec.input_roles(p)
+    fp = rows_footprint(roles, ("w", "b"), p, ins)
+    if isinstance(fp, str):
+        return fp
+    if p.get("rope") and isinstance(_head_aligned(p, fp), str):
+        return _head_aligned(p, fp)
+    got = _kv_slot(p, outs[0])
+    if isinstance(got, str):
+        return got
+    start, d = got
+    if p["row_end"] > d:
+        return f"rows [{p['row_start']}, {p['row_end']}) beyond the slot ({d})"
+    return [*fp, (start + p["row_start"], start + p["row_end"])]
 
 
 _GEMV_PARAMS = ("row_start", "row_end", "bias", "residual")
 _ATTN_PARAMS = ("position", "num_heads", "num_kv_heads", "head_dim", "row_start", "row_end", "window",
                 "scale", "page_tokens")
 _ROPE_PARAMS = ("position", "num_heads", "head_dim", "attention_scaling")
+_GEMV_ROWS = ("w", "b", "res", "y")
+_SILU_ROWS = ("w_gate", "w_up", "b_gate", "b_up", "y")
 
+# The ops the CUDA VM implements (mosaic_amk.cuda.encode.OPS must equal this table's keys).
 SPECS: dict[str, OpSpec] = {s.name: s for s in (
     OpSpec("embed", ("table", "token"), ("x",), (), doc="x = table[token[0]]"),
     OpSpec("rmsnorm", ("x", "weight"), ("y",), ("eps",),
            doc="y = weight * (x * rsqrt(mean(x^2) + eps))"),
     OpSpec("gemv", ("x", "w"), ("y",), _GEMV_PARAMS, optional=(("bias", "b"), ("residual", "res")),
-           writes="rows", doc="y[r] = res[r] + (w[r] @ x + b[r]) for r in [row_start, row_end)"),
+           writes="rows", row_roles=_GEMV_ROWS,
+           doc="y[r] = res[r] + (w[r] @ x + b[r]) for r in [row_start, row_end)"),
     OpSpec("gemv_silu_mul", ("x", "w_gate", "w_up"), ("y",), ("row_start", "row_end", "bias"),
-           optional=(("bias", "b_gate"), ("bias", "b_up")), writes="rows",
+           optional=(("bias", "b_gate"), ("bias", "b_up")), writes="rows", row_roles=_SILU_ROWS,
            doc="y[r] = silu(w_gate[r] @ x + b_gate[r]) * (w_up[r] @ x + b_up[r])"),
     OpSpec("silu_mul", ("gate", "up"), ("y",), (), doc="y = silu(gate) * up"),
     OpSpec("add", ("a", "b"), ("y",), (), doc="y = a + b"),
     OpSpec("rope", ("x", "inv_freq"), ("y",), _ROPE_PARAMS,
            doc="rotate-half RoPE of each head of x at `position`"),
     OpSpec("kv_append", ("x",), ("cache",), ("position", "page_tokens"), writes="kv_slot",
-           doc="cache[position // page_tokens, position % page_tokens] = x"),
+           footprint_fn=_fp_kv_append, doc="cache[position // page_tokens, position % page_tokens] = x"),
     OpSpec("rope_append", ("x", "inv_freq"), ("cache",), (*_ROPE_PARAMS, "page_tokens"), writes="kv_slot",
-           doc="kv_append(rope(x))"),
+           footprint_fn=_fp_kv_append, doc="kv_append(rope(x))"),
     OpSpec("attention", ("q", "k_cache", "v_cache"), ("y",), _ATTN_PARAMS, writes="rows",
+           footprint_fn=_fp_attention,
            doc="decode attention of heads row_start/head_dim .. row_end/head_dim over cached tokens"),
-    OpSpec("argmax", ("logits",), ("token",), (), doc="token[0] = first index of max(logits)"),
+    OpSpec("argmax", ("logits",), ("token",), (), footprint_fn=_fp_argmax,
+           doc="token[0] = first index of max(logits)"),
 )}
+
+_FUSED_GEMV = ("row_start", "row_end", "bias", "eps")
+_GEMV_ROPE = ("row_start", "row_end", "bias", "norm", "eps", "position", "head_dim", "attention_scaling")
+
+# Fused ops with numpy semantics only: the ReferenceVM, the validator and the executor know them; the CUDA
+# VM does not yet (its encoder refuses them as unknown ops), so ScheduleConfig leaves them off by default.
+FUSED_SPECS: dict[str, OpSpec] = {s.name: s for s in (
+    OpSpec("rmsnorm_gemv", ("x", "nw", "w"), ("y",), (*_FUSED_GEMV, "residual"),
+           optional=(("bias", "b"), ("residual", "res")), writes="rows", row_roles=_GEMV_ROWS,
+           doc="y[r] = res[r] + (w[r] @ rmsnorm(x, nw, eps) + b[r]): each row task normalises x itself"),
+    OpSpec("rmsnorm_gemv_silu_mul", ("x", "nw", "w_gate", "w_up"), ("y",), _FUSED_GEMV,
+           optional=(("bias", "b_gate"), ("bias", "b_up")), writes="rows", row_roles=_SILU_ROWS,
+           doc="y[r] = silu(w_gate[r] @ xn + b_gate[r]) * (w_up[r] @ xn + b_up[r]), xn = rmsnorm(x, nw, eps)"),
+    OpSpec("gemv_rope", ("x", "w", "inv_freq"), ("y",), _GEMV_ROPE,
+           optional=(("norm", "nw"), ("bias", "b")), writes="rows", footprint_fn=_fp_gemv_rope,
+           doc="y[r] = rope(w[r] @ xn + b[r]) for whole heads r (xn = rmsnorm(x, nw, eps) when norm, else x)"),
+    OpSpec("gemv_rope_append", ("x", "w"), ("cache",), (*_GEMV_ROPE, "rope", "page_tokens"),
+           optional=(("rope", "inv_freq"), ("norm", "nw"), ("bias", "b")), writes="kv_slot",
+           footprint_fn=_fp_gemv_rope_append,
+           doc="cache[slot(position)][r] = (rope if rope)(w[r] @ xn + b[r]): a row task's columns of one slot"),
+    OpSpec("attention_partial", ("q", "k_cache", "v_cache"), ("part", "ml"), (*_ATTN_PARAMS, "split", "num_splits"),
+           writes="part", footprint_fn=_fp_attention_partial,
+           doc="heads row_start/head_dim .. over KV chunk `split` of `num_splits`: part[split, heads] = "
+               "softmax-weighted V of the chunk, ml[split, h] = (max score, sum of exp(score - max))"),
+    OpSpec("attention_combine", ("part", "ml"), ("y",), ("row_start", "row_end", "head_dim", "num_heads",
+                                                          "num_splits"),
+           writes="rows", footprint_fn=_fp_attention_combine,
+           doc="y[heads] = sum_s exp(m_s - M) l_s part[s] / sum_s exp(m_s - M) l_s"),
+    OpSpec("argmax_partial", ("logits",), ("val", "idx"), ("row_start", "row_end", "part"), writes="part",
+           footprint_fn=_fp_argmax_partial,
+           doc="val[part], idx[part] = max and first index of max of logits[row_start:row_end]"),
+    OpSpec("argmax_combine", ("val", "idx"), ("token",), (), footprint_fn=_fp_argmax,
+           doc="token[0] = idx[first k of max(val)] (first index of the global max when parts are in order)"),
+)}
+
+OP_SPECS: dict[str, OpSpec] = {**SPECS, **FUSED_SPECS}  # every op: what the validator/executor/ReferenceVM know
 
 
 def spec(op: str) -> OpSpec | None:
     """The signature of ``op``, or None for an unknown op."""
-    return SPECS.get(op)
+    return OP_SPECS.get(op)
 
 
 # ---------------------------------------------------------------------------------------------- semantics
@@ -92,11 +378,14 @@ def op_embed(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], p: Mapping[s
     outs[0][...] = table[int(token[0])]
 
 
-def op_rmsnorm(ins, outs, p) -> None:
-    x, w = ins
+def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     x = x.astype(F32, copy=False)
     var = np.mean(x * x, dtype=F32)
-    outs[0][...] = w * (x * (F32(1.0) / np.sqrt(var + F32(p["eps"]), dtype=F32)))
+    return w * (x * (F32(1.0) / np.sqrt(var + F32(eps), dtype=F32)))
+
+
+def op_rmsnorm(ins, outs, p) -> None:
+    outs[0][...] = _rmsnorm(ins[0], ins[1], p["eps"])
 
 
 def op_gemv(ins, outs, p) -> None:
@@ -202,9 +491,106 @@ def op_argmax(ins, outs, p) -> None:
     outs[0][0] = int(np.argmax(ins[0]))
 
 
+# fused ops (FUSED_SPECS) ---------------------------------------------------------------------------------
+
+def op_rmsnorm_gemv(ins, outs, p) -> None:
+    op_gemv([_rmsnorm(ins[0], ins[1], p["eps"]), *ins[2:]], outs, p)
+
+
+def op_rmsnorm_gemv_silu_mul(ins, outs, p) -> None:
+    op_gemv_silu_mul([_rmsnorm(ins[0], ins[1], p["eps"]), *ins[2:]], outs, p)
+
+
+def _rope_heads(y: np.ndarray, inv_freq: np.ndarray, p: Mapping[str, Any]) -> np.ndarray:
+    hd = int(p["head_dim"])
+    return _rope(y, inv_freq, {**p, "num_heads": y.shape[0] // hd})
+
+
+def _gemv_pre(ins, p, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of w @ xn + b, remaining inputs) for gemv_rope(_append): inputs x, w, then k fixed roles, then
+    nw if norm, b if bias."""
+    x, w = ins[0], ins[1]
+    rest = list(ins[2 + k:])
+    if p.get("norm"):
+        x = _rmsnorm(x, rest.pop(0), p["eps"])
+    r = _rows(p)
+    y = w[r] @ x
+    if p.get("bias"):
+        y = y + rest.pop(0)[r]
+    return y
+
+
+def op_gemv_rope(ins, outs, p) -> None:
+    y = _gemv_pre(ins, p, 1)
+    outs[0][_rows(p)] = _rope_heads(y, ins[2], p)
+
+
+def op_gemv_rope_append(ins, outs, p) -> None:
+    rope = bool(p.get("rope"))
+    y = _gemv_pre(ins, p, 1 if rope else 0)
+    if rope:
+        y = _rope_heads(y, ins[2], p)
+    outs[0][_slot(p)][_rows(p)] = y
+
+
+def op_attention_partial(ins, outs, p) -> None:
+    q, kc, vc = ins
+    part, ml = outs
+    pos, hd = int(p["position"]), int(p["head_dim"])
+    nh, nkv = int(p["num_heads"]), int(p["num_kv_heads"])
+    window, split, ns = int(p["window"]), int(p["split"]), int(p["num_splits"])
+    rep = nh // nkv
+    first = max(0, pos - window + 1) if window > 0 else 0
+    lo, hi = split_range(first, pos + 1, split, ns)
+    kv_dim = kc.shape[-1]
+    keys = kc.reshape(-1, kv_dim)[lo:hi].reshape(hi - lo, nkv, hd)
+    vals = vc.reshape(-1, kv_dim)[lo:hi].reshape(hi - lo, nkv, hd)
+    h0, h1 = int(p["row_start"]) // hd, int(p["row_end"]) // hd
+    scale = F32(p["scale"])
+    for h in range(h0, h1):
+        if hi == lo:  # an empty chunk: no weight in the combine
+            part[split, h * hd:(h + 1) * hd] = F32(0.0)
+            ml[split, h] = (-np.inf, 0.0)
+            continue
+        g = h // rep
+        scores = (keys[:, g, :] @ q[h * hd:(h + 1) * hd]) * scale
+        m = scores.max()
+        e = np.exp(scores - m, dtype=F32)
+        s = e.sum(dtype=F32)
+        part[split, h * hd:(h + 1) * hd] = (e / s) @ vals[:, g, :]
+        ml[split, h] = (m, s)
+
+
+def op_attention_combine(ins, outs, p) -> None:
+    part, ml = ins
+    hd = int(p["head_dim"])
+    h0, h1 = int(p["row_start"]) // hd, int(p["row_end"]) // hd
+    for h in range(h0, h1):
+        m, s = ml[:, h, 0], ml[:, h, 1]
+        big = m.max()
+        wgt = np.exp(m - big, dtype=F32) * s
+        wgt = wgt / wgt.sum(dtype=F32)
+        outs[0][h * hd:(h + 1) * hd] = wgt @ part[:, h * hd:(h + 1) * hd]
+
+
+def op_argmax_partial(ins, outs, p) -> None:
+    seg = ins[0][_rows(p)]
+    k = int(np.argmax(seg))
+    outs[0][int(p["part"])] = seg[k]
+    outs[1][int(p["part"])] = int(p["row_start"]) + k
+
+
+def op_argmax_combine(ins, outs, p) -> None:
+    outs[0][0] = int(ins[1][int(np.argmax(ins[0]))])
+
+
 KERNELS: dict[str, Callable[[Sequence[np.ndarray], Sequence[np.ndarray], Mapping[str, Any]], None]] = {
     "embed": op_embed, "rmsnorm": op_rmsnorm, "gemv": op_gemv, "gemv_silu_mul": op_gemv_silu_mul,
     "silu_mul": op_silu_mul, "add": op_add, "rope": op_rope, "kv_append": op_kv_append,
     "rope_append": op_rope_append, "attention": op_attention, "argmax": op_argmax,
+    "rmsnorm_gemv": op_rmsnorm_gemv, "rmsnorm_gemv_silu_mul": op_rmsnorm_gemv_silu_mul,
+    "gemv_rope": op_gemv_rope, "gemv_rope_append": op_gemv_rope_append,
+    "attention_partial": op_attention_partial, "attention_combine": op_attention_combine,
+    "argmax_partial": op_argmax_partial, "argmax_combine": op_argmax_combine,
 }
-assert set(KERNELS) == set(SPECS)
+assert set(KERNELS) == set(OP_SPECS)

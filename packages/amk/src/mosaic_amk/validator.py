@@ -8,8 +8,8 @@ execution model in docs/amk-schedule.md; the argument, rule by rule, is in docs/
 How it works (one pass each, no search):
 
 1. *facts*: per task, the checked references, capacity, op arity/parameters and access footprints
-   (rows of axis 0 per buffer, from ``ranges``; a footprint narrower than what the op's semantics touch
-   is ``malformed``);
+   (element intervals per operand, from the op's declared footprint, ``ops.OpSpec.footprint``; a
+   ``ranges`` entry narrower than that footprint is ``malformed``);
 2. *ordering*: every producer of every waited counter must come earlier in the task list. Then the
    wait-for graph (producer -> waiter, plus each SM's queue order) is acyclic, and with satisfiable
    thresholds no SM can block forever. Violations are classified (``cycle``, ``queue-order``,
@@ -19,8 +19,8 @@ How it works (one pass each, no search):
    each wait ``(c, t)`` on a counter with producers ``P``: the union of ``P`` and their ``pred`` when
    ``t == |P|`` (an all-join), else only the *intersection* (whatever precedes every producer, since
    some unknown ``t`` of them have finished);
-4. *races*: each buffer is a list of row segments holding its last writer and the readers since; each
-   access (list order) must have every conflicting earlier access in its ``pred``.
+4. *races*: each buffer is a list of element segments holding its last writer and the readers since;
+   each access (list order) must have every conflicting earlier access in its ``pred``.
 
 Speed: ``validate`` first runs ``_screen`` over the columnar form (``mosaic_amk.columns``), the same
 rules as whole-column numpy checks. It can only conclude "no diagnostic at all"; anything it flags or
@@ -73,8 +73,9 @@ CODES: dict[str, str] = {
 }
 
 _INIT_KINDS = frozenset(("weight", "input", "kv_cache"))  # valid before the launch starts
-# ops whose every operand is read or written whole (ops.py: `outs[0][...] = ...`)
-_WHOLE_OPS = frozenset(("embed", "rmsnorm", "silu_mul", "add", "rope"))
+_SPECS = _ops.OP_SPECS
+# ops whose every operand is read or written whole (declared so in ops.py: no row roles, no footprint_fn)
+_WHOLE_OPS = frozenset(k for k, v in _SPECS.items() if not v.row_roles and v.footprint_fn is None)
 _UNINIT, _LAUNCH = -2, -1  # segment writer markers: never written / written before the launch
 
 
@@ -155,8 +156,9 @@ class Facts:
             if not b.shape or any(d < 1 for d in b.shape):
                 add(Diagnostic("malformed", f"buffer {b.name}", "rank >= 1 and extents >= 1", list(b.shape),
                                "bad buffer shape"))
-        # buffers whose accesses the race rules track (axis-0 extent): all but weights and bad shapes
-        self.tracked = {b.name: b.shape[0] for b in bufs.values() if b.kind != "weight" and b.shape and b.shape[0] >= 1}
+        # buffers whose accesses the race rules track (elements): all but weights and bad shapes
+        self.tracked = {b.name: _ops.numel(b.shape) for b in bufs.values()
+                        if b.kind != "weight" and b.shape and min(b.shape) >= 1}
         for name in s.outputs:
             if name not in bufs:
                 add(Diagnostic("malformed", "schedule outputs", "a declared buffer", name, "unknown output buffer"))
@@ -164,7 +166,7 @@ class Facts:
         prods = self.prods
         seen: set[int] = set()
         access = self.access
-        spec_of = _ops.SPECS.get
+        spec_of = _SPECS.get
         for i, t in enumerate(self.tasks):
             tid = t.id
             if tid in seen:
@@ -193,8 +195,8 @@ class Facts:
             access.append(self._footprint(t, spec_of(t.op)))
 
     def _footprint(self, t: Task, spec: Any) -> tuple:
-        """(reads, writes) as (buffer, lo, hi) row ranges of axis 0; reports malformed references,
-        arity, parameters, bounds, and ranges narrower than the op's own footprint."""
+        """(reads, writes) as (buffer, lo, hi) element intervals; reports malformed references, arity,
+        parameters, bounds, and ranges narrower than the op's own footprint."""
         bufs, add, tid = self.bufs, self.diags.append, t.id
         ranges, params = t.ranges, t.params
         ok = True
@@ -231,25 +233,37 @@ class Facts:
                     add(Diagnostic("malformed", _where(tid), f"{len(roles)} inputs, {len(spec.outputs)} outputs",
                                    f"{len(t.inputs)} inputs, {len(t.outputs)} outputs", f"{t.op}: bad arity"))
                     ok = False
-        # Footprints: the rows the op's semantics touch (exact at row granularity for writes, which the
-        # must-write analyses need), checked against the declared ranges; weights are valid at launch and
-        # never written (a write is malformed), so no race can involve them and they are not tracked.
+        # Footprints: the elements the op touches, as its OpSpec declares them (exact for writes, which
+        # the must-write analyses need), checked against the declared ranges (rows of axis 0); weights are
+        # valid at launch and never written (a write is malformed), so no race involves them: untracked.
         track = self.tracked
         if ok and (ranges or t.op not in _WHOLE_OPS):
-            need = _op_rows(t, bufs)
+            need = _op_elems(t, bufs)
             if isinstance(need, str):
                 add(Diagnostic("malformed", _where(tid), "op parameters within the buffers", need, f"{t.op}: {need}"))
             else:
                 if ranges:
                     for name, lo, hi in need:
                         got = ranges.get(name)
-                        if got is not None and (lo < got[0] or hi > got[1]):
-                            add(Diagnostic("malformed", _where(tid), f"ranges[{name}] covering rows [{lo}, {hi})",
+                        if got is None or hi <= lo:
+                            continue
+                        rl = _ops.row_len(bufs[name].shape)
+                        if lo < got[0] * rl or hi > got[1] * rl:
+                            add(Diagnostic("malformed", _where(tid),
+                                           f"ranges[{name}] covering rows [{lo // rl}, {-(-hi // rl)})",
                                            list(got), "declared rows narrower than what the op touches"))
                 k = len(t.inputs)
-                return (tuple(x for x in need[:k] if x[0] in track), tuple(x for x in need[k:] if x[0] in track))
-        reads = tuple((n, *(ranges[n] if n in ranges else (0, track[n]))) for n in t.inputs if n in track)
-        writes = tuple((n, *(ranges[n] if n in ranges else (0, track[n]))) for n in t.outputs if n in track)
+                return (tuple(x for x in need[:k] if x[0] in track and x[2] > x[1]),
+                        tuple(x for x in need[k:] if x[0] in track and x[2] > x[1]))
+
+        def declared(n: str) -> tuple:
+            if n not in ranges:
+                return (n, 0, track[n])
+            rl = _ops.row_len(bufs[n].shape)
+            return (n, ranges[n][0] * rl, ranges[n][1] * rl)
+
+        reads = tuple(declared(n) for n in t.inputs if n in track)
+        writes = tuple(declared(n) for n in t.outputs if n in track)
         return reads, writes
 
     # 2. ordering --------------------------------------------------------------------------------------
@@ -320,62 +334,18 @@ class Facts:
         return pred
 
 
-def _op_rows(t: Task, bufs: Mapping[str, Buffer]) -> list[tuple[str, int, int]] | str:
-    """Rows of axis 0 that the op's semantics (mosaic_amk.ops) touch, one entry per operand role (a
-    buffer in two roles appears twice: its one declared range must cover both), or a problem
-    (parameters that are not integers, or that reach outside a buffer)."""
-    p, op = t.params, t.op
-    spec = _ops.SPECS[op]
-    ins = [(0, bufs[n].shape[0]) for n in t.inputs]  # default: the whole buffer
-    outs = [(0, bufs[n].shape[0]) for n in t.outputs]
-    if spec.writes == "rows" and op != "attention":
-        rs, re = p.get("row_start"), p.get("row_end")
-        if not (_is_int(rs) and _is_int(re)) or not 0 <= rs < re:
-            return f"row_start/row_end {rs!r}/{re!r} not integers with 0 <= start < end"
-        for name in (t.outputs[0], *t.inputs[1:]):  # y and every weight/bias/residual operand: rows r
-            if re > bufs[name].shape[0]:
-                return f"rows [{rs}, {re}) beyond {name} ({bufs[name].shape[0]} rows)"
-        outs[0] = (rs, re)
-        ins[1:] = [(rs, re)] * (len(ins) - 1)
-    elif spec.writes == "kv_slot":
-        pos, pt = p.get("position"), p.get("page_tokens")
-        cache = bufs[t.outputs[0]]
-        if not (_is_int(pos) and _is_int(pt)) or pos < 0 or pt < 1:
-            return f"position/page_tokens {pos!r}/{pt!r} invalid"
-        if cache.kind != "kv_cache":
-            return f"appends into {cache.name}, which is not a kv_cache buffer"
-        if len(cache.shape) != 3 or cache.shape[1] != pt:
-            return f"cache {cache.name} shape {list(cache.shape)} is not [pages, {pt}, kv_dim]"
-        if pos // pt >= cache.shape[0]:
-            return f"position {pos} beyond the cache ({cache.shape[0] * pt} tokens)"
-        outs[0] = (pos // pt, pos // pt + 1)
-    elif op == "attention":
-        q, kc, vc = (bufs[n] for n in t.inputs)
-        y = bufs[t.outputs[0]]
-        vals = [p.get(k) for k in ("position", "head_dim", "row_start", "row_end", "window", "num_heads",
-                                   "num_kv_heads")]
-        if not all(_is_int(v) for v in vals):
-            return "attention parameters must be integers"
-        pos, hd, rs, re, window, nh, nkv = vals
-        if pos < 0 or hd < 1 or window < 0 or not 0 <= rs < re or nkv < 1 or nh % nkv:
-            return "attention parameters out of range"
-        h0, h1 = rs // hd, re // hd
-        if h1 <= h0:
-            return f"rows [{rs}, {re}) hold no whole head of {hd}"
-        if h1 * hd > min(q.shape[0], y.shape[0]) or h1 > nh:
-            return f"heads [{h0}, {h1}) beyond q/y"
-        for k, cache in ((1, kc), (2, vc)):
-            if len(cache.shape) != 3:
-                return f"cache {cache.name} is not [pages, page_tokens, kv_dim]"
-            per = cache.shape[1]
-            if pos >= cache.shape[0] * per or cache.shape[2] != nkv * hd:
-                return f"cache {cache.name} does not hold position {pos} of {nkv} kv heads"
-            first = max(0, pos - window + 1) if window > 0 else 0
-            ins[k] = (first // per, pos // per + 1)
-        ins[0] = outs[0] = (h0 * hd, h1 * hd)
-    elif op == "argmax":
-        outs[0] = (0, 1)  # token[0] only
-    return [(n, lo, hi) for n, (lo, hi) in zip((*t.inputs, *t.outputs), (*ins, *outs), strict=True)]
+def _op_elems(t: Any, bufs: Mapping[str, Any]) -> list[tuple[str, int, int]] | str:
+    """The op's declared footprint (``ops.OpSpec.footprint``): one (buffer, lo, hi) element interval per
+    operand role (a buffer in two roles appears twice: its one declared range must cover both), or a
+    problem (parameters that are not integers, or that reach outside a buffer)."""
+    spec = _SPECS[t.op]
+    ins, outs = t.inputs, t.outputs
+    if spec.writes == "kv_slot" and bufs[outs[0]].kind != "kv_cache":
+        return f"appends into {outs[0]}, which is not a kv_cache buffer"
+    got = spec.footprint(t.params, [bufs[n].shape for n in ins], [bufs[n].shape for n in outs])
+    if isinstance(got, str):
+        return got
+    return [(n, lo, hi) for n, (lo, hi) in zip((*ins, *outs), got, strict=True)]
 
 
 # --------------------------------------------------------------------------------------------------- rules
@@ -600,11 +570,12 @@ def rule_outputs(f: Facts, ctx: dict) -> list[Diagnostic]:
             if lo > reach:
                 gaps.append([reach, lo])
             reach = max(reach, hi)
-        if reach < b.shape[0]:
-            gaps.append([reach, b.shape[0]])
+        size = _ops.numel(b.shape)
+        if reach < size:
+            gaps.append([reach, size])
         if gaps:
-            out.append(Diagnostic("unreachable-output", f"output {name}", "every row written", gaps,
-                                  "rows of this output that no task writes"))
+            out.append(Diagnostic("unreachable-output", f"output {name}", "every element written", gaps,
+                                  "elements of this output that no task writes"))
     return out
 
 
@@ -629,15 +600,16 @@ RULES: tuple[Rule, ...] = (
 # per-task walk. tests/test_validator_parity.py checks verdict and diagnostics against the frozen
 # rule table alone (validate_rules).
 
-_OPS = tuple(_ops.SPECS)
+_OPS = tuple(_SPECS)
 _OPCODE = {name: k for k, name in enumerate(_OPS)}
-_ROW_OPS = frozenset(k for k, name in enumerate(_OPS) if _ops.SPECS[name].writes == "rows" and name != "attention")
+# plain row-split ops, vectorised from their declaration: opcode -> leading input roles read whole
+_ROW_OPS = {k: _SPECS[name].whole_prefix() for k, name in enumerate(_OPS) if _SPECS[name].whole_prefix() is not None}
 _PER_TASK_OPS = frozenset(k for k, name in enumerate(_OPS) if name not in _WHOLE_OPS and k not in _ROW_OPS)
 _INT_ONLY = frozenset((int,))
 
 
 class _TaskView:
-    """What ``_op_rows`` reads of a task (for columns built from raw JSON)."""
+    """What ``_op_elems`` reads of a task (for columns built from raw JSON)."""
 
     __slots__ = ("op", "inputs", "outputs", "params")
 
@@ -704,6 +676,8 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
             return False
     # -- malformed: references, weights written, op table, parameters, arity ------------------------------
     rows = np.fromiter(map(itemgetter(0), shapes), np.int64, nb)
+    size = np.fromiter(map(_ops.numel, shapes), np.int64, nb)  # elements
+    rlen = size // rows  # elements per row of axis 0 (extents checked >= 1 above)
     is_weight = np.fromiter((k == "weight" for k in kinds), bool, nb)
     n_in, n_out = sum(in_len), sum(out_len)
     in_b = np.fromiter(map(bid.__getitem__, chain.from_iterable(ins)), np.int64, n_in)  # KeyError: unknown
@@ -715,16 +689,16 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
     in_task, out_task = np.repeat(ar, in_len_a), np.repeat(ar, out_len_a)
     in_off = np.cumsum(in_len_a) - in_len_a
     in_slot = np.arange(n_in) - in_off[in_task]
-    in_lo, in_hi = np.zeros(n_in, np.int64), rows[in_b]
-    out_lo, out_hi = np.zeros(n_out, np.int64), rows[out_b].copy()
-    in_hi = in_hi.copy()
+    in_lo, in_hi = np.zeros(n_in, np.int64), size[in_b]
+    out_lo, out_hi = np.zeros(n_out, np.int64), size[out_b]
     params = c.params
     present = np.bincount(op_a, minlength=len(_OPS))
     rows_task = np.zeros(n, bool)
+    prefix = np.zeros(n, np.int64)
     rs_all, re_all = np.zeros(n, np.int64), np.zeros(n, np.int64)
     per_task: list[int] = []
     for k in np.flatnonzero(present).tolist():
-        spec = _ops.SPECS[_OPS[k]]
+        spec = _SPECS[_OPS[k]]
         idx = np.flatnonzero(op_a == k)
         group = list(map(params.__getitem__, idx.tolist()))
         if spec.params:
@@ -748,19 +722,22 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
             if not ((rs_a >= 0) & (rs_a < re_a)).all():
                 return False
             rows_task[idx] = True
+            prefix[idx] = _ROW_OPS[k]
             rs_all[idx], re_all[idx] = rs_a, re_a
         elif k in _PER_TASK_OPS:
             per_task.extend(idx.tolist())
-    if rows_task.any():  # y and every operand after x: rows [row_start, row_end), within the buffer
-        sel = rows_task[in_task] & (in_slot >= 1)
+    if rows_task.any():  # y and every input role after the whole-read prefix: rows [row_start, row_end)
+        sel = rows_task[in_task] & (in_slot >= prefix[in_task])
         t_sel = in_task[sel]
-        in_lo[sel], in_hi[sel] = rs_all[t_sel], re_all[t_sel]
+        b_sel = in_b[sel]
         sel_o = rows_task[out_task]  # arity checked: exactly one output
         t_o = out_task[sel_o]
-        out_lo[sel_o], out_hi[sel_o] = rs_all[t_o], re_all[t_o]
-        if not ((in_hi[sel] <= rows[in_b[sel]]).all() and (out_hi[sel_o] <= rows[out_b[sel_o]]).all()):
+        b_o = out_b[sel_o]
+        if not ((re_all[t_sel] <= rows[b_sel]).all() and (re_all[t_o] <= rows[b_o]).all()):
             return False
-    if per_task:  # kv appends, attention, argmax: the exact footprint function, task by task
+        in_lo[sel], in_hi[sel] = rs_all[t_sel] * rlen[b_sel], re_all[t_sel] * rlen[b_sel]
+        out_lo[sel_o], out_hi[sel_o] = rs_all[t_o] * rlen[b_o], re_all[t_o] * rlen[b_o]
+    if per_task:  # kv appends, attention, argmax, ...: the declared footprint function, task by task
         recs = c.records
         if recs is not None:
             bufs, tasks = recs.buffer_map(), recs.tasks
@@ -771,7 +748,7 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
         pos_i, pos_o, need_i, need_o = [], [], [], []
         for i in per_task:
             t = tasks[i] if recs is not None else _TaskView(c.ops[i], ins[i], outs[i], params[i])
-            need = _op_rows(t, bufs)
+            need = _op_elems(t, bufs)
             if isinstance(need, str):
                 return False
             m = in_len[i]
@@ -793,6 +770,7 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
         r_lo, r_hi = lohi[0::2], lohi[1::2]
         if (r_b < 0).any() or not ((r_lo >= 0) & (r_lo < r_hi) & (r_hi <= rows[r_b])).all():
             return False
+        r_lo, r_hi = r_lo * rlen[r_b], r_hi * rlen[r_b]
         # each task's operands as a padded row (inputs, then outputs): buffer id and the rows it needs
         mi = int(in_len_a.max())
         width = mi + int(out_len_a.max())
@@ -805,11 +783,12 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
         hit = op_b[r_t] == r_b[:, None]
         if not hit.any(axis=1).all():
             return False  # a ranges entry for a buffer the task does not name
-        if (hit & ((op_lo[r_t] < r_lo[:, None]) | (op_hi[r_t] > r_hi[:, None]))).any():
+        lo_t, hi_t = op_lo[r_t], op_hi[r_t]
+        if (hit & (hi_t > lo_t) & ((lo_t < r_lo[:, None]) | (hi_t > r_hi[:, None]))).any():
             return False  # declared rows narrower than what the op touches
     # -- unordered-read, kv-order, write-race: per buffer, all writes (disjoint rows) before all reads ----
     tracked = ~is_weight
-    wsel, rsel = tracked[out_b], tracked[in_b]
+    wsel, rsel = tracked[out_b] & (out_hi > out_lo), tracked[in_b] & (in_hi > in_lo)  # empty: no access
     w_t, w_b, w_lo, w_hi = out_task[wsel], out_b[wsel], out_lo[wsel], out_hi[wsel]
     r_t, r_b2, r_lo2, r_hi2 = in_task[rsel], in_b[rsel], in_lo[rsel], in_hi[rsel]
     max_w = np.full(nb, -1, np.int64)
@@ -822,7 +801,7 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
     sb, slo, shi, st = w_b[order], w_lo[order], w_hi[order], w_t[order]
     if len(sb) > 1 and ((sb[1:] == sb[:-1]) & (shi[:-1] > slo[1:])).any():
         return False  # overlapping writes of one buffer
-    big = int(rows.max()) + 1
+    big = int(size.max()) + 1
     k_hi, k_lo = sb * big + shi, sb * big + slo
     a = np.searchsorted(k_hi, r_b2 * big + r_lo2, "right")
     b = np.searchsorted(k_lo, r_b2 * big + r_hi2, "left")
@@ -865,7 +844,7 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
         rows_w = np.bincount(w_b, weights=(w_hi - w_lo), minlength=nb)
         for name in c.outputs:
             k = bid[name]
-            if not n_w[k] or (not init[k] and rows_w[k] != rows[k]):
+            if not n_w[k] or (not init[k] and rows_w[k] != size[k]):
                 return False
     return True
 

@@ -111,3 +111,36 @@ def test_setmaxnreg_retry_and_elect_issue_loops_are_not_work_loops():
     assert cand.get("loops.depth").value == 1 == ref.get("loops.depth").value
     assert cand.get("loop.unroll", "all").value == 4 == ref.get("loop.unroll", "all").value
     assert not {r.key for r in diff_fingerprints(ref, cand).rows} & {"loops.depth", "loop.unroll"}
+
+
+@pytest.mark.parametrize("name,stages", [("pallas-jax-128x128x64-s3", 3), ("pallas-jax-128x128x64-s4", 4)])
+def test_pallas_ptx_stages_including_a_modulo_by_three(name, stages):
+    # the bundles hold jax's PTX only; s3 computes step % 3 with a magic multiply (mul.hi by 0xAAAAAAAB)
+    fp = lift_path(DATA / f"{name}.bundle" / "kernel.ptx")
+    assert true_stages(name) == stages
+    f = fp.get("pipeline.stages", "all")
+    assert f.value == stages and "[S1 " in f.where
+
+
+def test_mbarrier_pairs_cross_check_and_refusal():
+    from mosaic.lift.inputs import parse_text
+    from mosaic.lift.stages import mbarrier_pairs
+
+    def pairs(name, file):
+        path = DATA / f"{name}.bundle" / file
+        prog = max(parse_text(path.read_text(), str(path)).values(), key=lambda p: len(p.instructions))
+        return mbarrier_pairs(None, prog.instructions)
+
+    assert pairs("pallas-jax-128x128x64-s3", "kernel.ptx") == 3
+    assert pairs(CUTE, "kernel.sass") == 4
+    # CUTLASS also initialises epilogue and order barriers: 22 inits for 6 stages; the rule declines
+    assert pairs(COOP_C1X2, "kernel.sass") is None
+
+
+def test_ptx_line_info_does_not_swallow_the_next_instruction():
+    from mosaic.lift.ptx import parse_ptx
+
+    text = (".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{\n.reg .b64 %rd<3>;\n"
+            "\tmov.b64 \t%rd1, 0;\n\t.loc\t1 184 10\n\tadd.s64 \t%rd1, %rd1, 1;\n\tret;\n}\n")
+    prog = parse_ptx(text)["k"]
+    assert [i.opcode for i in prog.instructions] == ["mov", "add", "ret"]

@@ -80,6 +80,9 @@ def parse_ptx(text: str, *, where: str = "PTX") -> dict[str, Program]:
     return programs
 
 
+_LINE_INFO_RE = re.compile(r"^[ \t]*\.(loc|file)\b[^\n;]*$", re.M)
+
+
 def _parse_body(name: str, header: str, body: str, arch: str | None, where: str, module_shared: dict) -> Program:
     directives: dict = {}
     for key, n in _DIRECTIVES.items():
@@ -94,6 +97,9 @@ def _parse_body(name: str, header: str, body: str, arch: str | None, where: str,
     pending: list[str] = []
     unknown: dict[str, int] = {}
     decls = []
+    # ``.loc``/``.file`` line-info directives end at the newline, not at a ';': left in, they would swallow the
+    # instruction that follows them into one "declaration"
+    body = _LINE_INFO_RE.sub("", body)
     for piece in body.split(";"):
         stmt = piece
         while True:

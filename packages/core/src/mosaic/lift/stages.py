@@ -9,14 +9,15 @@ wins; its code is reported with the value):
 - ``S1`` stage index wrap: in the hot loop, a counter stepped by one (``VIADD R, R, 0x1``, ``UIADD3``,
   ``add``) is compared for (in)equality with a constant N (``ISETP.NE.AND P, PT, R, 0x6``: CUTLASS's
   ``PipelineState`` wraps its index at N) or masked with N-1 (``LOP3.LUT R, c, 0x3, RZ, 0xc0``: index mod
-  a power of two, as Pallas lowers ``step % max_concurrent_steps``) -> N.
+  a power of two, as Pallas lowers ``step % max_concurrent_steps``) or divided by N with a magic multiply
+  (``mul.hi x, 0xAAAAAAAB; shr 1; mul.lo q, 3; sub``: index mod 3) -> N.
 - ``S2`` unrolled barrier ring: the hot loop waits on mbarriers at N >= 2 distinct constant offsets 8 bytes
   apart (``TRYWAIT [UR17+0x20]`` ... ``[UR17+0x38]``: the loop unrolled over the whole ring) -> N.
 - ``S3`` prologue groups: async-copy groups (``cp.async`` commits, mbarrier expect-tx arrivals) issued in
   the straight-line prologue of the loop that issues them, plus the one issued per iteration.
-- ``S4`` mbarrier pairs: the kernel initialises 2N mbarriers (``SYNCS.EXCH.64`` / ``mbarrier.init``) and
-  no rule above applies -> N (one full and one empty barrier per stage). Weakest: a kernel with other
-  barriers (epilogue pipelines, cluster order barriers) over-counts, so it is used only as the last resort.
+- ``S4`` mbarrier pairs: the kernel initialises 2N mbarriers (``SYNCS.EXCH.64`` / ``mbarrier.init``) with
+  one arrival-count operand, or N and N with two, and no rule above applies -> N (one full and one empty
+  barrier per stage). More count operands (CUTLASS: epilogue and order barriers too) -> unknown.
 """
 
 from __future__ import annotations
@@ -71,7 +72,37 @@ def stage_index_wrap(loop: WorkLoop, kernel) -> int | None:
             masks = [_imm(o) for o in srcs[:2] if _imm(o) is not None]
             if regs and masks and masks[0] >= 3 and (masks[0] + 1) & masks[0] == 0 and masks[0] < MAX_STAGES:
                 found[masks[0] + 1] += 1
+    found.update(_magic_modulo(loop.body, counters))
     return found.most_common(1)[0][0] if found else None
+
+
+def _is_magic(m: int, n: int) -> bool:
+    """``m`` is the multiplier of an unsigned division by ``n`` (``ceil(2**(w+s) / n)``, w = 32 or 64)."""
+    return any(m % 2**w == -(-(2 ** (w + s)) // n) for w in (32, 64) for s in range(6))
+
+
+def _magic_modulo(body, counters: set[str]) -> Counter:
+    """``x % N`` for a non-power-of-two N: ``q = mul.hi(x, magic) >> s; r = x - q * N`` with x a counter."""
+    derived = set(counters)
+    magic: dict[str, int] = {}
+    found: Counter = Counter()
+    for i in body:
+        if not i.operands:
+            continue
+        d, srcs = i.operands[0], [o.removesuffix(".reuse") for o in i.operands[1:]]
+        imms = [int(o, 0) for o in srcs if re.fullmatch(r"-?(0x[0-9a-fA-F]+|\d+)", o)]
+        if i.opcode in ("cvt", "mov", "MOV", "UMOV", "R2UR") and srcs and srcs[0] in derived:
+            derived.add(d)
+        elif {"hi", "HI"} & set(i.mods) and i.opcode in ("mul", "IMAD", "UIMAD") and imms and \
+                any(o in derived for o in srcs):
+            magic[d] = imms[0]
+        elif i.opcode in ("shr", "SHF", "USHF") and any(o in magic for o in srcs):
+            magic[d] = next(magic[o] for o in srcs if o in magic)
+        elif i.opcode in ("mul", "IMAD", "UIMAD") and imms and any(o in magic for o in srcs):
+            n = abs(imms[0])
+            if 2 <= n <= MAX_STAGES and _is_magic(next(magic[o] for o in srcs if o in magic), n):
+                found[n] += 1
+    return found
 
 
 def barrier_ring(loop: WorkLoop, kernel) -> int | None:
@@ -98,10 +129,17 @@ def prologue_groups(loop: WorkLoop, kernel) -> int | None:
 
 
 def mbarrier_pairs(loop: WorkLoop, kernel) -> int | None:
-    inits = sum(1 for i in kernel if i.opclass == "mbar.init")
-    if inits >= 4 and inits % 2 == 0 and inits // 2 <= MAX_STAGES:
-        return inits // 2
-    return None
+    """2N inits sharing one arrival-count operand, or N + N over two: one ring of full/empty pairs. More
+    count operands mean more pipelines (epilogue, cluster order barriers) that cannot be told apart here."""
+    groups = Counter(i.operands[-1] for i in kernel if i.opclass == "mbar.init" and i.operands)
+    total = sum(groups.values())
+    if len(groups) == 1 and total >= 4 and total % 2 == 0:
+        n = total // 2
+    elif len(groups) == 2 and len(set(groups.values())) == 1 and total >= 4:
+        n = total // 2
+    else:
+        return None
+    return n if n <= MAX_STAGES else None
 
 
 @attrs.frozen

@@ -10,7 +10,7 @@ import time
 import pytest
 from mosaic.cli import main
 from mosaic_amk import ops
-from mosaic_amk.config import ScheduleConfig
+from mosaic_amk.config import FUSIONS, ScheduleConfig
 from mosaic_amk.importer import import_checkpoint
 from mosaic_amk.parity import compare, hf_greedy
 from mosaic_amk.reference_vm import ReferenceVM
@@ -24,6 +24,10 @@ CONFIGS = {
     # no fusion, ragged row split, least-loaded placement on 5 SMs: a different DAG, same semantics
     "unfused": ScheduleConfig(gemv_rows_per_task=7, fusion=(), sm_policy="least_loaded", num_sms=5,
                               attention_kv_heads_per_task=2, kv_page_tokens=4),
+    # every switch on, the CPU-only fused ops included (rmsnorm_gemv, gemv_rope_append, split-KV attention
+    # with 3 chunks: some empty at the first positions, split argmax over 16-logit parts)
+    "fused": ScheduleConfig(gemv_rows_per_task=16, fusion=FUSIONS, attention_kv_splits=3, argmax_rows_per_task=16,
+                            kv_page_tokens=4, num_sms=6),
 }
 
 

@@ -16,7 +16,11 @@ from mosaic.errors import BadInput
 from mosaic.records import GpuTarget, _fail, non_negative_int, one_of, positive
 from mosaic.tomlfile import read_toml
 
-FUSIONS = ("residual", "gate_up_silu", "rope_append")
+DEFAULT_FUSIONS = ("residual", "gate_up_silu", "rope_append")
+# Fusions that use ops.FUSED_SPECS: numpy semantics, validator and executor support, not yet in the CUDA
+# VM (docs/amk-cuda.md lists what it must implement), so they are off by default.
+CPU_FUSIONS = ("rmsnorm_gemv", "gemv_rope_append", "split_kv", "split_argmax")
+FUSIONS = DEFAULT_FUSIONS + CPU_FUSIONS
 SM_POLICIES = ("round_robin", "least_loaded", "single")
 
 
@@ -52,7 +56,11 @@ class ScheduleConfig:
     - ``attention_kv_heads_per_task``: KV heads (with their query-head group) per attention task.
     - ``fusion``: which fusions to apply (see docs/amk.md): ``residual`` (o-proj/down GEMV tasks add the
       residual), ``gate_up_silu`` (one task computes rows of silu(gate)*up), ``rope_append`` (RoPE of k
-      and the KV append in one task).
+      and the KV append in one task); off by default (CPU only until the CUDA VM has the ops):
+      ``rmsnorm_gemv`` (each GEMV row task normalises its input itself: no RMSNorm stage),
+      ``gemv_rope_append`` (q GEMV rows apply RoPE, k/v GEMV rows write their columns of the KV slot:
+      no RoPE/append stage), ``split_kv`` (attention per KV chunk, ``attention_kv_splits`` chunks, then a
+      combine), ``split_argmax`` (argmax per ``argmax_rows_per_task`` logits, then a combine).
     - ``sm_policy``: ``round_robin`` (task i of the list on SM i mod num_sms), ``least_loaded`` (each task
       on the SM with the fewest weight bytes so far), ``single`` (everything on SM 0; for debugging).
     - ``num_sms``: SMs to use (0: all SMs of the GPU).
@@ -65,7 +73,9 @@ class ScheduleConfig:
     gemv_rows_per_task: int = attrs.field(default=64, validator=_int_pos)
     lm_head_rows_per_task: int = attrs.field(default=0, validator=non_negative_int)
     attention_kv_heads_per_task: int = attrs.field(default=1, validator=_int_pos)
-    fusion: tuple = attrs.field(default=FUSIONS, converter=tuple, validator=_fusion)
+    fusion: tuple = attrs.field(default=DEFAULT_FUSIONS, converter=tuple, validator=_fusion)
+    attention_kv_splits: int = attrs.field(default=4, validator=_int_pos)
+    argmax_rows_per_task: int = attrs.field(default=4096, validator=_int_pos)
     sm_policy: str = attrs.field(default="round_robin", validator=one_of(*SM_POLICIES))
     num_sms: int = attrs.field(default=0, validator=non_negative_int)
     prefetch_depth: int = attrs.field(default=2, validator=non_negative_int)

@@ -20,7 +20,7 @@ from mosaic.records import GpuTarget
 
 from mosaic_amk.config import ScheduleConfig
 from mosaic_amk.model import INV_FREQ, ModelSpec
-from mosaic_amk.ops import SPECS
+from mosaic_amk.ops import OP_SPECS, split_range
 from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
 
 TOKEN = "token"
@@ -83,7 +83,7 @@ class _Builder:
 
     def task(self, op: str, inputs: list[str], outputs: list[str], waits: list[Wait], signal: int,
              params: dict[str, Any], ranges: dict[str, tuple[int, int]] | None = None, cost: int = 0) -> None:
-        spec = SPECS[op]
+        spec = OP_SPECS[op]
         assert len(inputs) == len(spec.input_roles(params)) and len(outputs) == len(spec.outputs), op
         self.tasks.append(Task(id=len(self.tasks), op=op, sm=self._sm(cost), inputs=tuple(inputs),
                                outputs=tuple(outputs), waits=tuple(waits), signal=signal, params=params,
@@ -91,17 +91,46 @@ class _Builder:
         self.producers[signal] += 1
 
     def gemv(self, x: str, weight: str, bias: str | None, out: str, waits: list[Wait], signal: int,
-             rows_per_task: int, residual: str | None = None) -> None:
-        """Row-split GEMV: out[r0:r1] = (residual[r0:r1] +) W[r0:r1] @ x (+ b[r0:r1])."""
+             rows_per_task: int, residual: str | None = None, norm: tuple[str, float] | None = None) -> None:
+        """Row-split GEMV: out[r0:r1] = (residual[r0:r1] +) W[r0:r1] @ x (+ b[r0:r1]); with ``norm`` =
+        (norm weight, eps) each task normalises x itself (``rmsnorm_gemv``)."""
         n_out, n_in = self.buffers[weight].shape
         for r0 in range(0, n_out, rows_per_task):
             r1 = min(n_out, r0 + rows_per_task)
-            inputs = [x, weight] + ([bias] if bias else []) + ([residual] if residual else [])
-            ranges = {n: (r0, r1) for n in inputs[1:]}
+            rest = [weight] + ([bias] if bias else []) + ([residual] if residual else [])
+            ranges = {n: (r0, r1) for n in rest}
             ranges[out] = (r0, r1)
-            self.task("gemv", inputs, [out], waits, signal,
-                      {"row_start": r0, "row_end": r1, "bias": bool(bias), "residual": bool(residual)},
-                      ranges, cost=(r1 - r0) * n_in * 4)
+            params = {"row_start": r0, "row_end": r1, "bias": bool(bias), "residual": bool(residual)}
+            if norm:
+                self.task("rmsnorm_gemv", [x, norm[0], *rest], [out], waits, signal, {**params, "eps": norm[1]},
+                          ranges, cost=(r1 - r0) * n_in * 4)
+            else:
+                self.task("gemv", [x, *rest], [out], waits, signal, params, ranges, cost=(r1 - r0) * n_in * 4)
+
+    def gemv_rope(self, op: str, x: str, weight: str, bias: str | None, out: str, waits: list[Wait], signal: int,
+                  rows_per_task: int, norm: tuple[str, float] | None, rope: dict, inv_freq: str | None,
+                  page_tokens: int = 0) -> None:
+        """``gemv_rope`` (rows of out, whole heads) or ``gemv_rope_append`` (columns of the KV slot)."""
+        n_out, n_in = self.buffers[weight].shape
+        hd = rope["head_dim"]
+        step = max(hd, rows_per_task // hd * hd)
+        position = rope["position"]
+        for r0 in range(0, n_out, step):
+            r1 = min(n_out, r0 + step)
+            extra = ([inv_freq] if inv_freq else []) + ([norm[0]] if norm else []) + ([bias] if bias else [])
+            ranges = {weight: (r0, r1)}
+            if bias:
+                ranges[bias] = (r0, r1)
+            params = {"row_start": r0, "row_end": r1, "bias": bool(bias), "norm": bool(norm),
+                      "eps": norm[1] if norm else 0.0, "position": position, "head_dim": hd,
+                      "attention_scaling": rope["attention_scaling"]}
+            if op == "gemv_rope_append":
+                page = position // page_tokens
+                params.update(rope=bool(inv_freq), page_tokens=page_tokens)
+                ranges[out] = (page, page + 1)
+            else:
+                ranges[out] = (r0, r1)
+            self.task(op, [x, weight, *extra], [out], waits, signal, params, ranges, cost=(r1 - r0) * n_in * 4)
 
 
 def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: int) -> Schedule:
@@ -131,54 +160,93 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
     for i in range(m.num_layers):
         lay = lambda n: m.layer(i, n)  # noqa: E731, B023
         # attention block ------------------------------------------------------------------------------
-        xn = b.buf(f"l{i}.attn_norm", (h,))
-        c_xn = b.counter()
-        b.task("rmsnorm", [resid, b.weight(lay("input_layernorm.weight"))], [xn], [b.join(c_resid)], c_xn,
-               {"eps": m.rms_norm_eps}, cost=h * 8)
-        proj = {}
-        for name, dim in (("q", qd), ("k", kvd), ("v", kvd)):
-            out = b.buf(f"l{i}.{name}", (dim,))
-            cnt = b.counter()
-            b.gemv(xn, b.weight(lay(f"self_attn.{name}_proj.weight")), bias(lay(f"self_attn.{name}_proj.bias")),
-                   out, [b.join(c_xn)], cnt, rows)
-            proj[name] = (out, cnt)
-        qr = b.buf(f"l{i}.q_rope", (qd,))
-        c_qr = b.counter()
-        b.task("rope", [proj["q"][0], inv_freq], [qr], [b.join(proj["q"][1])], c_qr,
-               {**rope, "num_heads": m.num_heads}, cost=qd * 4)
         kc = b.buf(k_cache(i), (pages, page, kvd), "kv_cache")
         vc = b.buf(v_cache(i), (pages, page, kvd), "kv_cache")
         slot = {kc: (position // page, position // page + 1)}
-        c_ka = b.counter()
-        if "rope_append" in fused:
-            b.task("rope_append", [proj["k"][0], inv_freq], [kc], [b.join(proj["k"][1])], c_ka,
-                   {**rope, "num_heads": m.num_kv_heads, "page_tokens": page}, slot, cost=kvd * 4)
+        in_norm = b.weight(lay("input_layernorm.weight"))
+        if "rmsnorm_gemv" in fused:  # every consumer of the norm normalises h.i itself
+            xn, c_xn, norm = resid, c_resid, (in_norm, m.rms_norm_eps)
         else:
-            kr = b.buf(f"l{i}.k_rope", (kvd,))
-            c_kr = b.counter()
-            b.task("rope", [proj["k"][0], inv_freq], [kr], [b.join(proj["k"][1])], c_kr,
-                   {**rope, "num_heads": m.num_kv_heads}, cost=kvd * 4)
-            b.task("kv_append", [kr], [kc], [b.join(c_kr)], c_ka, {"position": position, "page_tokens": page},
-                   slot, cost=kvd * 4)
-        c_va = b.counter()
-        b.task("kv_append", [proj["v"][0]], [vc], [b.join(proj["v"][1])], c_va,
-               {"position": position, "page_tokens": page}, {vc: slot[kc]}, cost=kvd * 4)
+            xn = b.buf(f"l{i}.attn_norm", (h,))
+            c_xn = b.counter()
+            b.task("rmsnorm", [resid, in_norm], [xn], [b.join(c_resid)], c_xn, {"eps": m.rms_norm_eps}, cost=h * 8)
+            norm = None
+        w_of = {n: (b.weight(lay(f"self_attn.{n}_proj.weight")), bias(lay(f"self_attn.{n}_proj.bias")))
+                for n in ("q", "k", "v")}
+        if "gemv_rope_append" in fused:  # q rows rotated in the GEMV; k/v rows written into the KV slot
+            qr = b.buf(f"l{i}.q_rope", (qd,))
+            c_qr, c_ka, c_va = b.counter(), b.counter(), b.counter()
+            b.gemv_rope("gemv_rope", xn, *w_of["q"], qr, [b.join(c_xn)], c_qr, rows, norm, rope, inv_freq)
+            b.gemv_rope("gemv_rope_append", xn, *w_of["k"], kc, [b.join(c_xn)], c_ka, rows, norm, rope, inv_freq,
+                        page)
+            b.gemv_rope("gemv_rope_append", xn, *w_of["v"], vc, [b.join(c_xn)], c_va, rows, norm, rope, None, page)
+        else:
+            proj = {}
+            for name, dim in (("q", qd), ("k", kvd), ("v", kvd)):
+                out = b.buf(f"l{i}.{name}", (dim,))
+                cnt = b.counter()
+                b.gemv(xn, *w_of[name], out, [b.join(c_xn)], cnt, rows, norm=norm)
+                proj[name] = (out, cnt)
+            qr = b.buf(f"l{i}.q_rope", (qd,))
+            c_qr = b.counter()
+            b.task("rope", [proj["q"][0], inv_freq], [qr], [b.join(proj["q"][1])], c_qr,
+                   {**rope, "num_heads": m.num_heads}, cost=qd * 4)
+            c_ka = b.counter()
+            if "rope_append" in fused:
+                b.task("rope_append", [proj["k"][0], inv_freq], [kc], [b.join(proj["k"][1])], c_ka,
+                       {**rope, "num_heads": m.num_kv_heads, "page_tokens": page}, slot, cost=kvd * 4)
+            else:
+                kr = b.buf(f"l{i}.k_rope", (kvd,))
+                c_kr = b.counter()
+                b.task("rope", [proj["k"][0], inv_freq], [kr], [b.join(proj["k"][1])], c_kr,
+                       {**rope, "num_heads": m.num_kv_heads}, cost=kvd * 4)
+                b.task("kv_append", [kr], [kc], [b.join(c_kr)], c_ka, {"position": position, "page_tokens": page},
+                       slot, cost=kvd * 4)
+            c_va = b.counter()
+            b.task("kv_append", [proj["v"][0]], [vc], [b.join(proj["v"][1])], c_va,
+                   {"position": position, "page_tokens": page}, {vc: slot[kc]}, cost=kvd * 4)
         attn = b.buf(f"l{i}.attn", (qd,))
         c_attn = b.counter()
         window = m.window(i)
         first = max(0, position - window + 1) if window else 0
         rep = m.num_heads // m.num_kv_heads
         per = c.attention_kv_heads_per_task
-        for g0 in range(0, m.num_kv_heads, per):
-            g1 = min(m.num_kv_heads, g0 + per)
-            r0, r1 = g0 * rep * hd, g1 * rep * hd
-            kv_pages = (first // page, position // page + 1)
-            b.task("attention", [qr, kc, vc], [attn], [b.join(c_qr), b.join(c_ka), b.join(c_va)], c_attn,
-                   {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
-                    "head_dim": hd, "row_start": r0, "row_end": r1, "window": window, "scale": hd ** -0.5,
-                    "page_tokens": page},
-                   {qr: (r0, r1), kc: kv_pages, vc: kv_pages, attn: (r0, r1)},
-                   cost=2 * (position + 1 - first) * (g1 - g0) * hd * 4)
+        attn_params = {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
+                       "head_dim": hd, "window": window, "scale": hd ** -0.5, "page_tokens": page}
+        kv_waits = [b.join(c_qr), b.join(c_ka), b.join(c_va)]
+        if "split_kv" in fused:  # flash-decoding: each (head group, KV chunk) a task, then a combine per group
+            ns = c.attention_kv_splits
+            part = b.buf(f"l{i}.attn_part", (ns, qd), "scratch")
+            ml = b.buf(f"l{i}.attn_ml", (ns, m.num_heads, 2), "scratch")
+            c_part = b.counter()
+            for g0 in range(0, m.num_kv_heads, per):
+                g1 = min(m.num_kv_heads, g0 + per)
+                r0, r1 = g0 * rep * hd, g1 * rep * hd
+                for sp in range(ns):
+                    lo, hi = split_range(first, position + 1, sp, ns)
+                    rng = {qr: (r0, r1), part: (sp, sp + 1), ml: (sp, sp + 1)}
+                    if hi > lo:
+                        rng[kc] = rng[vc] = (lo // page, (hi - 1) // page + 1)
+                    b.task("attention_partial", [qr, kc, vc], [part, ml], kv_waits, c_part,
+                           {**attn_params, "row_start": r0, "row_end": r1, "split": sp, "num_splits": ns}, rng,
+                           cost=2 * (hi - lo) * (g1 - g0) * hd * 4)
+            for g0 in range(0, m.num_kv_heads, per):
+                g1 = min(m.num_kv_heads, g0 + per)
+                r0, r1 = g0 * rep * hd, g1 * rep * hd
+                b.task("attention_combine", [part, ml], [attn], [b.join(c_part)], c_attn,
+                       {"row_start": r0, "row_end": r1, "head_dim": hd, "num_heads": m.num_heads, "num_splits": ns},
+                       {attn: (r0, r1)}, cost=ns * (r1 - r0) * 4)
+        else:
+            for g0 in range(0, m.num_kv_heads, per):
+                g1 = min(m.num_kv_heads, g0 + per)
+                r0, r1 = g0 * rep * hd, g1 * rep * hd
+                kv_pages = (first // page, position // page + 1)
+                b.task("attention", [qr, kc, vc], [attn], kv_waits, c_attn,
+                       {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
+                        "head_dim": hd, "row_start": r0, "row_end": r1, "window": window, "scale": hd ** -0.5,
+                        "page_tokens": page},
+                       {qr: (r0, r1), kc: kv_pages, vc: kv_pages, attn: (r0, r1)},
+                       cost=2 * (position + 1 - first) * (g1 - g0) * hd * 4)
         mid = b.buf(f"l{i}.h_mid", (h,))
         c_mid = b.counter()
         o_w, o_b = b.weight(lay("self_attn.o_proj.weight")), bias(lay("self_attn.o_proj.bias"))
@@ -190,10 +258,14 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
             b.gemv(attn, o_w, o_b, o, [b.join(c_attn)], c_o, rows)
             b.task("add", [resid, o], [mid], [b.join(c_o)], c_mid, {}, cost=h * 12)
         # MLP block --------------------------------------------------------------------------------------
-        xn2 = b.buf(f"l{i}.mlp_norm", (h,))
-        c_xn2 = b.counter()
-        b.task("rmsnorm", [mid, b.weight(lay("post_attention_layernorm.weight"))], [xn2], [b.join(c_mid)],
-               c_xn2, {"eps": m.rms_norm_eps}, cost=h * 8)
+        post_norm = b.weight(lay("post_attention_layernorm.weight"))
+        if "rmsnorm_gemv" in fused:
+            xn2, c_xn2, norm2 = mid, c_mid, (post_norm, m.rms_norm_eps)
+        else:
+            xn2 = b.buf(f"l{i}.mlp_norm", (h,))
+            c_xn2 = b.counter()
+            b.task("rmsnorm", [mid, post_norm], [xn2], [b.join(c_mid)], c_xn2, {"eps": m.rms_norm_eps}, cost=h * 8)
+            norm2 = None
         inter = m.intermediate_size
         act = b.buf(f"l{i}.act", (inter,))
         c_act = b.counter()
@@ -202,16 +274,21 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         if "gate_up_silu" in fused:
             for r0 in range(0, inter, rows):
                 r1 = min(inter, r0 + rows)
-                inputs = [xn2, wg, wu] + ([bg, bu] if bg else [])
-                rng = {n: (r0, r1) for n in inputs[1:]}
+                rest = [wg, wu] + ([bg, bu] if bg else [])
+                rng = {n: (r0, r1) for n in rest}
                 rng[act] = (r0, r1)
-                b.task("gemv_silu_mul", inputs, [act], [b.join(c_xn2)], c_act,
-                       {"row_start": r0, "row_end": r1, "bias": bool(bg)}, rng, cost=2 * (r1 - r0) * h * 4)
+                params = {"row_start": r0, "row_end": r1, "bias": bool(bg)}
+                if norm2:
+                    b.task("rmsnorm_gemv_silu_mul", [xn2, norm2[0], *rest], [act], [b.join(c_xn2)], c_act,
+                           {**params, "eps": norm2[1]}, rng, cost=2 * (r1 - r0) * h * 4)
+                else:
+                    b.task("gemv_silu_mul", [xn2, *rest], [act], [b.join(c_xn2)], c_act, params, rng,
+                           cost=2 * (r1 - r0) * h * 4)
         else:
             gate, up = b.buf(f"l{i}.gate", (inter,)), b.buf(f"l{i}.up", (inter,))
             c_gu = b.counter()  # shared by the gate and up row tasks: an all-join
-            b.gemv(xn2, wg, bg, gate, [b.join(c_xn2)], c_gu, rows)
-            b.gemv(xn2, wu, bu, up, [b.join(c_xn2)], c_gu, rows)
+            b.gemv(xn2, wg, bg, gate, [b.join(c_xn2)], c_gu, rows, norm=norm2)
+            b.gemv(xn2, wu, bu, up, [b.join(c_xn2)], c_gu, rows, norm=norm2)
             b.task("silu_mul", [gate, up], [act], [b.join(c_gu)], c_act, {}, cost=inter * 12)
         nxt = b.buf(f"h.{i + 1}", (h,))
         c_next = b.counter()
@@ -226,15 +303,33 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         resid, c_resid = nxt, c_next
 
     # final norm, LM head, argmax --------------------------------------------------------------------------
-    xf = b.buf("final_norm", (h,))
-    c_xf = b.counter()
-    b.task("rmsnorm", [resid, b.weight("model.norm.weight")], [xf], [b.join(c_resid)], c_xf,
-           {"eps": m.rms_norm_eps}, cost=h * 8)
+    final_norm = b.weight("model.norm.weight")
+    if "rmsnorm_gemv" in fused:
+        xf, c_xf, norm_f = resid, c_resid, (final_norm, m.rms_norm_eps)
+    else:
+        xf = b.buf("final_norm", (h,))
+        c_xf = b.counter()
+        b.task("rmsnorm", [resid, final_norm], [xf], [b.join(c_resid)], c_xf, {"eps": m.rms_norm_eps}, cost=h * 8)
+        norm_f = None
     logits = b.buf(LOGITS, (m.vocab_size,), "output")
     c_logits = b.counter()
-    b.gemv(xf, b.weight(m.lm_head_name), None, logits, [b.join(c_xf)], c_logits, c.lm_head_rows_per_task or rows)
+    b.gemv(xf, b.weight(m.lm_head_name), None, logits, [b.join(c_xf)], c_logits, c.lm_head_rows_per_task or rows,
+           norm=norm_f)
     nt = b.buf(NEXT_TOKEN, (1,), "output", "i32")
-    b.task("argmax", [logits], [nt], [b.join(c_logits)], b.counter(), {}, cost=m.vocab_size * 4)
+    if "split_argmax" in fused:  # per-chunk max and first index, then the first index of the max of those
+        step = c.argmax_rows_per_task
+        parts = -(-m.vocab_size // step)
+        val = b.buf("argmax_val", (parts,), "scratch")
+        idx = b.buf("argmax_idx", (parts,), "scratch", "i32")
+        c_part = b.counter()
+        for k, r0 in enumerate(range(0, m.vocab_size, step)):
+            r1 = min(m.vocab_size, r0 + step)
+            b.task("argmax_partial", [logits], [val, idx], [b.join(c_logits)], c_part,
+                   {"row_start": r0, "row_end": r1, "part": k}, {logits: (r0, r1), val: (k, k + 1), idx: (k, k + 1)},
+                   cost=(r1 - r0) * 4)
+        b.task("argmax_combine", [val, idx], [nt], [b.join(c_part)], b.counter(), {}, cost=parts * 8)
+    else:
+        b.task("argmax", [logits], [nt], [b.join(c_logits)], b.counter(), {}, cost=m.vocab_size * 4)
 
     meta = {"model": m.family, "layers": m.num_layers, "position": position, "gpu": gpu.name,
             "kv_capacity": capacity, "config": c.to_json()}

@@ -29,7 +29,8 @@ ORACLE_RUNS = 8
 # Control classes: mutations that are safe by construction (moving a task to another SM keeps the list
 # topological, so every queue stays a linear extension): the validator must accept them all.
 CONTROL = frozenset({"reassign-sm"})
-KV_OPS = ("kv_append", "rope_append")
+KV_OPS = ("kv_append", "rope_append", "gemv_rope_append")
+KV_READERS = ("attention", "attention_partial")
 
 
 # ------------------------------------------------------------------------------------------ base schedules
@@ -38,7 +39,7 @@ def real_lowerings(families: tuple[str, ...] | None = None, quick: bool = False)
     """Real lowerings of tiny random-init checkpoints (mosaic_amk.tiny_models), several configs each."""
     from mosaic.plugins import host
 
-    from mosaic_amk.config import ScheduleConfig
+    from mosaic_amk.config import FUSIONS, ScheduleConfig
     from mosaic_amk.lowering import lower
     from mosaic_amk.tiny_models import TINY_FAMILIES, tiny_model
 
@@ -51,12 +52,18 @@ def real_lowerings(families: tuple[str, ...] | None = None, quick: bool = False)
         ("single", ScheduleConfig(sm_policy="single", gemv_rows_per_task=16)),
         ("rr8-r8-kvh2", ScheduleConfig(num_sms=8, gemv_rows_per_task=8, attention_kv_heads_per_task=2,
                                        fusion=("gate_up_silu",))),
+        # the CPU-only fused ops (ops.FUSED_SPECS): every switch, and a mix without the MLP fusions
+        ("fused-all", ScheduleConfig(num_sms=6, gemv_rows_per_task=16, fusion=FUSIONS, attention_kv_splits=3,
+                                     argmax_rows_per_task=16, kv_page_tokens=4)),
+        ("fused-ll4", ScheduleConfig(num_sms=4, gemv_rows_per_task=8, sm_policy="least_loaded",
+                                     attention_kv_heads_per_task=2, attention_kv_splits=2, argmax_rows_per_task=40,
+                                     fusion=("rmsnorm_gemv", "gemv_rope_append", "split_kv", "split_argmax"))),
     ]
     positions = (0, 7) if quick else (0, 5, 16, 40)
     out = []
     for fam in families or TINY_FAMILIES:
         model = tiny_model(fam)
-        for cname, cfg in (configs[:3] if quick else configs):
+        for cname, cfg in ([*configs[:3], configs[6]] if quick else configs):
             for pos in positions:
                 out.append((f"{fam}/{cname}/pos{pos}", lower(model, cfg, gpu, pos)))
     return out
@@ -221,7 +228,7 @@ def m_capacity(s: Schedule, rng: random.Random) -> Schedule | None:
 def m_kv_before_append(s: Schedule, rng: random.Random) -> Schedule | None:
     """An attention task loses its wait on the same-pass KV append (read before append)."""
     kv_counters = {t.signal for t in s.tasks if t.op in KV_OPS}
-    cands = [i for i, t in enumerate(s.tasks) if t.op == "attention" and any(w.counter in kv_counters for w in t.waits)]
+    cands = [i for i, t in enumerate(s.tasks) if t.op in KV_READERS and any(w.counter in kv_counters for w in t.waits)]
     i = _pick(rng, cands)
     if i is None:
         return None

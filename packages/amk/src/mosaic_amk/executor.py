@@ -199,9 +199,9 @@ def probe_footprint(op: str, params: Any, ins: list, outs: list, declared: list)
     its declared footprint at element level: every output element inside the declared write interval
     is written and none outside (outputs start as a sentinel), and the outputs do not change when every
     input element outside the declared read interval is replaced (NaN, or a flipped integer). Returns
-    the problem, or None. Memoised per (op, params, buffer shapes and dtypes)."""
+    the problem, or None. Memoised per (op, params, buffer shapes and dtypes, declaration)."""
     key = (op, _freeze(params), tuple((tuple(b.shape), b.dtype) for b in ins),
-           tuple((tuple(b.shape), b.dtype) for b in outs))
+           tuple((tuple(b.shape), b.dtype) for b in outs), tuple(map(tuple, declared)))
     if key not in _PROBED:
         _PROBED[key] = _probe(op, params, ins, outs, declared)
     return _PROBED[key]

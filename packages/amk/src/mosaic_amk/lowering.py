@@ -335,3 +335,36 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
             "kv_capacity": capacity, "config": c.to_json()}
     return Schedule(num_sms=b.num_sms, buffers=tuple(b.buffers.values()), num_counters=len(b.producers),
                     tasks=tuple(b.tasks), outputs=(LOGITS, NEXT_TOKEN), meta=meta)
+
+
+def stage_depths(schedule: Schedule) -> list[int]:
+    """Per task (list order): the number of dependent stages on the longest chain of waits ending at it
+    (1 for a task that waits on nothing; else 1 + the deepest producer of any counter it waits on). SM
+    queue order is not counted: this is the DAG's critical path in hand-offs, the figure fusions cut."""
+    prods: dict[int, list[int]] = {}
+    for i, t in enumerate(schedule.tasks):
+        prods.setdefault(t.signal, []).append(i)
+    depth = [0] * len(schedule.tasks)
+    for i, t in enumerate(schedule.tasks):
+        d = 0
+        for w in t.waits:
+            for j in prods.get(w.counter, ()):
+                if j < i:
+                    d = max(d, depth[j])
+        depth[i] = d + 1
+    return depth
+
+
+def layer_stages(schedule: Schedule) -> dict:
+    """The critical path of a lowered step: ``total`` stages, ``per_layer`` (stages from the writers of
+    ``h.i`` to those of ``h.{i+1}``, the same for every layer of a lowering) and ``head`` (after the last
+    layer: final norm, LM head, argmax)."""
+    depth = stage_depths(schedule)
+    writer: dict[str, int] = {}
+    for i, t in enumerate(schedule.tasks):
+        for o in t.outputs:
+            writer[o] = max(writer.get(o, 0), depth[i])
+    layers = int(schedule.meta.get("layers", 0))
+    per = sorted({writer[f"h.{i + 1}"] - writer[f"h.{i}"] for i in range(layers)})
+    return {"total": max(depth, default=0), "per_layer": per[0] if len(per) == 1 else per,
+            "head": writer[NEXT_TOKEN] - writer[f"h.{layers}"]}

@@ -55,6 +55,11 @@ def _is_tid_source(insn) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=65536)
+def _key(op: str) -> str:
+    return op.lstrip("-!|").removesuffix(".reuse")
+
+
 def split_dests(insn) -> tuple[list[str], tuple]:
     """(destinations, sources). SASS writes a second destination when the first is a predicate
     (``SHFL.IDX PT, R14, ...``, ``LOP3.LUT P0, RZ, ...``) or the second is one (``ISETP P0, PT, ...``,
@@ -79,6 +84,11 @@ def role_branches(cfg: CFG) -> set[int]:
         ops = insn.operands
         if not ops:
             continue
+        if not (taint or preds) and not _is_tid_source(insn):
+            continue
+        if not any(_key(o) in taint or _key(o).replace("%", "") in preds for o in ops) and \
+                not _is_tid_source(insn):
+            continue  # touches nothing tracked (the common case: a fast path)
         dests, srcs = split_dests(insn)
         srcs = tuple(x.removesuffix(".reuse") for x in srcs)
         dst = next((d for d in dests if d not in _SINKS), dests[0])

@@ -20,6 +20,7 @@ Conventions (documented in docs/amk.md):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from math import prod
 from typing import Any
 
 import attrs
@@ -32,20 +33,19 @@ Interval = tuple[int, int]  # [lo, hi) of a buffer's flattened elements (row-maj
 Shape = Sequence[int]
 
 
-def numel(shape: Shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+numel = prod  # elements of a shape (1 for rank 0)
 
 
 def row_len(shape: Shape) -> int:
     """Elements in one row of axis 0."""
-    return numel(shape[1:])
+    return prod(shape) // shape[0]
+
+
+_INT = frozenset((int,))
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return type(v) is int
 
 
 @attrs.frozen
@@ -76,8 +76,9 @@ class OpSpec:
     footprint_fn: Callable[..., list[Interval] | str] | None = None
 
     def input_roles(self, params: Mapping[str, Any]) -> tuple[str, ...]:
-        extra = tuple(role for flag, role in self.optional if params.get(flag))
-        return self.inputs + extra
+        if not self.optional:
+            return self.inputs
+        return self.inputs + tuple(role for flag, role in self.optional if params.get(flag))
 
     def footprint(self, params: Mapping[str, Any], in_shapes: Sequence[Shape],
                   out_shapes: Sequence[Shape]) -> list[Interval] | str:
@@ -111,26 +112,27 @@ def rows_footprint(roles: Sequence[str], row_roles: Sequence[str], p: Mapping[st
     rs = re = None
     if row_roles:
         rs, re = p.get("row_start"), p.get("row_end")
-        if not (_is_int(rs) and _is_int(re)) or not 0 <= rs < re:
+        if type(rs) is not int or type(re) is not int or not 0 <= rs < re:
             return f"row_start/row_end {rs!r}/{re!r} not integers with 0 <= start < end"
     for role, shape in zip(roles, shapes, strict=True):
+        n = prod(shape)
         if role in row_roles:
-            if re > shape[0]:
-                return f"rows [{rs}, {re}) beyond {role} ({shape[0]} rows)"
-            rl = row_len(shape)
-            out.append((rs * rl, re * rl))
+            rows = shape[0]
+            if re > rows:
+                return f"rows [{rs}, {re}) beyond {role} ({rows} rows)"
+            out.append((rs * n // rows, re * n // rows))
         else:
-            out.append((0, numel(shape)))
+            out.append((0, n))
     return out
 
 
 def _whole(shapes: Sequence[Shape]) -> list[Interval]:
-    return [(0, numel(s)) for s in shapes]
+    return [(0, prod(s)) for s in shapes]
 
 
 def _ints(p: Mapping[str, Any], *names: str) -> list[int] | None:
-    vals = [p.get(k) for k in names]
-    return vals if all(_is_int(v) for v in vals) else None
+    vals = list(map(p.get, names))
+    return vals if set(map(type, vals)) <= _INT else None
 
 
 def _kv_slot(p: Mapping[str, Any], cache: Shape) -> tuple[int, int] | str:

@@ -134,6 +134,8 @@ class Facts:
         self.bufs: dict[str, Buffer] = {}
         self.prods: dict[int, list[int]] = {}  # counter -> producer indices (list order)
         self.access: list[tuple] = []  # per task: (reads, writes): tuples of (buffer, lo, hi)
+        self.memo: dict = {}  # footprints per (op, params, shapes)
+        self.rowlen: dict[str, int] = {}  # elements per row of axis 0, per buffer (lazily)
         self._scan()
         self._order()
 
@@ -238,16 +240,19 @@ class Facts:
         # valid at launch and never written (a write is malformed), so no race involves them: untracked.
         track = self.tracked
         if ok and (ranges or t.op not in _WHOLE_OPS):
-            need = _op_elems(t, bufs)
+            need = _op_elems(t, bufs, self.memo)
             if isinstance(need, str):
                 add(Diagnostic("malformed", _where(tid), "op parameters within the buffers", need, f"{t.op}: {need}"))
             else:
                 if ranges:
+                    rowlen = self.rowlen
                     for name, lo, hi in need:
                         got = ranges.get(name)
                         if got is None or hi <= lo:
                             continue
-                        rl = _ops.row_len(bufs[name].shape)
+                        rl = rowlen.get(name)
+                        if rl is None:
+                            rl = rowlen[name] = _ops.row_len(bufs[name].shape)
                         if lo < got[0] * rl or hi > got[1] * rl:
                             add(Diagnostic("malformed", _where(tid),
                                            f"ranges[{name}] covering rows [{lo // rl}, {-(-hi // rl)})",
@@ -334,18 +339,32 @@ class Facts:
         return pred
 
 
-def _op_elems(t: Any, bufs: Mapping[str, Any]) -> list[tuple[str, int, int]] | str:
+def _op_elems(t: Any, bufs: Mapping[str, Any], memo: dict | None = None) -> list[tuple[str, int, int]] | str:
     """The op's declared footprint (``ops.OpSpec.footprint``): one (buffer, lo, hi) element interval per
     operand role (a buffer in two roles appears twice: its one declared range must cover both), or a
-    problem (parameters that are not integers, or that reach outside a buffer)."""
+    problem (parameters that are not integers, or that reach outside a buffer). ``memo`` caches the
+    footprint per (op, parameters with their types, operand shapes): the layers repeat them."""
     spec = _SPECS[t.op]
     ins, outs = t.inputs, t.outputs
     if spec.writes == "kv_slot" and bufs[outs[0]].kind != "kv_cache":
         return f"appends into {outs[0]}, which is not a kv_cache buffer"
-    got = spec.footprint(t.params, [bufs[n].shape for n in ins], [bufs[n].shape for n in outs])
+    shp = [bufs[n].shape for n in chain(ins, outs)]
+    key = None
+    if memo is not None:
+        try:
+            key = (t.op, *t.params.items(), *map(type, t.params.values()), *shp)
+            got = memo.get(key)
+        except TypeError:  # unhashable parameter values
+            key = got = None
+        if got is not None:
+            return [(n, lo, hi) for n, (lo, hi) in zip(chain(ins, outs), got, strict=True)]
+    k = len(ins)
+    got = spec.footprint(t.params, shp[:k], shp[k:])
     if isinstance(got, str):
         return got
-    return [(n, lo, hi) for n, (lo, hi) in zip((*ins, *outs), got, strict=True)]
+    if key is not None:
+        memo[key] = got
+    return [(n, lo, hi) for n, (lo, hi) in zip(chain(ins, outs), got, strict=True)]
 
 
 # --------------------------------------------------------------------------------------------------- rules
@@ -608,15 +627,6 @@ _PER_TASK_OPS = frozenset(k for k, name in enumerate(_OPS) if name not in _WHOLE
 _INT_ONLY = frozenset((int,))
 
 
-class _TaskView:
-    """What ``_op_elems`` reads of a task (for columns built from raw JSON)."""
-
-    __slots__ = ("op", "inputs", "outputs", "params")
-
-    def __init__(self, op: str, inputs: Any, outputs: Any, params: dict):
-        self.op, self.inputs, self.outputs, self.params = op, inputs, outputs, params
-
-
 class _BufView:
     __slots__ = ("name", "shape", "kind")
 
@@ -740,26 +750,39 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
     if per_task:  # kv appends, attention, argmax, ...: the declared footprint function, task by task
         recs = c.records
         if recs is not None:
-            bufs, tasks = recs.buffer_map(), recs.tasks
+            bufs = recs.buffer_map()
         else:
             bufs = {nm: _BufView(nm, sh, kd) for nm, sh, kd in zip(names, shapes, kinds, strict=True)}
         in_start = in_off.tolist()
         out_start = (np.cumsum(out_len_a) - out_len_a).tolist()
         pos_i, pos_o, need_i, need_o = [], [], [], []
+        memo: dict = {}  # the layers repeat the same (op, params, shapes): one footprint call each
         for i in per_task:
-            t = tasks[i] if recs is not None else _TaskView(c.ops[i], ins[i], outs[i], params[i])
-            need = _op_elems(t, bufs)
-            if isinstance(need, str):
+            op, t_in, t_out, tp = c.ops[i], ins[i], outs[i], params[i]
+            spec = _SPECS[op]
+            if spec.writes == "kv_slot" and bufs[t_out[0]].kind != "kv_cache":
                 return False
+            shp = [bufs[nm].shape for nm in chain(t_in, t_out)]
+            try:
+                key = (op, *tp.items(), *map(type, tp.values()), *shp)  # types: 1, 1.0 and True differ
+                need = memo.get(key)
+            except TypeError:  # unhashable values (raw JSON lists): no memo
+                key = need = None
+            if need is None:
+                need = spec.footprint(tp, shp[:len(t_in)], shp[len(t_in):])
+                if isinstance(need, str):
+                    return False
+                if key is not None:
+                    memo[key] = need
             m = in_len[i]
             pos_i.extend(range(in_start[i], in_start[i] + m))
             pos_o.extend(range(out_start[i], out_start[i] + out_len[i]))
             need_i.extend(need[:m])
             need_o.extend(need[m:])
-        in_lo[pos_i] = [x[1] for x in need_i]
-        in_hi[pos_i] = [x[2] for x in need_i]
-        out_lo[pos_o] = [x[1] for x in need_o]
-        out_hi[pos_o] = [x[2] for x in need_o]
+        in_lo[pos_i] = [x[0] for x in need_i]
+        in_hi[pos_i] = [x[1] for x in need_i]
+        out_lo[pos_o] = [x[0] for x in need_o]
+        out_hi[pos_o] = [x[1] for x in need_o]
     # -- malformed: ranges (named operands only, within bounds, covering what the op touches) ------------
     rngs = c.ranges
     r_len = np.fromiter(map(len, rngs), np.int64, n)

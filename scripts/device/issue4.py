@@ -49,40 +49,9 @@ def spec(lang: str, shape: dict, knobs: dict | None = None, name: str = ""):
     return KernelSpec(family="gemm", shape=shape, dtype="bf16", language=lang, knobs=knobs or {}, name=name)
 
 
-# -- cuBLAS through torch -----------------------------------------------------------------------------
-
-class TorchMatmul:
-    """torch.matmul(a, b, out=c) as a Runnable; cuBLAS with fp32 reductions (reduced precision off)."""
-
-    def __init__(self, inputs: dict, dtype: str = "bf16", device: str = "cuda"):
-        import torch
-
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-        td = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
-        self.torch, self.device = torch, device
-        self.a = torch.from_numpy(inputs["a"]).to(device).to(td)
-        self.b = torch.from_numpy(inputs["b"]).to(device).to(td)
-        self.c = torch.empty((self.a.shape[0], self.b.shape[1]), dtype=td, device=device)
-
-    def launch(self) -> None:
-        self.torch.matmul(self.a, self.b, out=self.c)
-
-    def poison(self) -> None:
-        self.c.fill_(float("nan"))
-
-    def output(self) -> dict:
-        if self.device == "cuda":
-            self.torch.cuda.synchronize()
-        return {"c": self.c.float().cpu().numpy()}
-
-    def close(self) -> None:
-        pass
-
-
-def torch_factory(spec_, gpu, inputs):
-    return TorchMatmul(inputs, spec_.dtype)
-
+# -- cuBLAS through torch: mosaic.cublas ---------------------------------------------------------------
+from mosaic.cublas import TorchMatmul  # noqa: E402  (the project is installed before this script runs)
+from mosaic.cublas import runnable_factory as torch_factory  # noqa: E402
 
 # -- children -----------------------------------------------------------------------------------------
 

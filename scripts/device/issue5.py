@@ -63,40 +63,13 @@ def spec(lang: str, knobs: dict | None, name: str):
     return KernelSpec(family="gemm", shape=SHAPE, dtype="bf16", language=lang, knobs=knobs or {}, name=name)
 
 
-class TorchMatmul:
-    """cuBLAS through torch.matmul(a, b, out=c) as a Runnable (fp32 reductions: reduced precision off)."""
-
-    def __init__(self, inputs: dict, dtype: str = "bf16"):
-        import torch
-
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-        td = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
-        self.torch = torch
-        self.a = torch.from_numpy(inputs["a"]).cuda().to(td)
-        self.b = torch.from_numpy(inputs["b"]).cuda().to(td)
-        self.c = torch.empty((self.a.shape[0], self.b.shape[1]), dtype=td, device="cuda")
-
-    def launch(self) -> None:
-        self.torch.matmul(self.a, self.b, out=self.c)
-
-    def poison(self) -> None:
-        self.c.fill_(float("nan"))
-
-    def output(self) -> dict:
-        self.torch.cuda.synchronize()
-        return {"c": self.c.float().cpu().numpy()}
-
-    def close(self) -> None:
-        pass
-
-
 def child_cublas(out: str, result: str, runs: int, blocks: int) -> int:
     from mosaic.capture import CaptureOptions, capture_in_process
+    from mosaic.cublas import runnable_factory
 
     r = capture_in_process(spec("cublas", None, "torch.matmul"), "h200", Path(out),
                            CaptureOptions(runs=runs, blocks=blocks),
-                           runnable_factory=lambda s, g, inputs: TorchMatmul(inputs, s.dtype))
+                           runnable_factory=runnable_factory)
     Path(result).write_text(json.dumps(r.to_json()))
     return 0
 

@@ -57,13 +57,13 @@ from typing import Any
 
 import attrs
 
+from mosaic.cublas import CUBLAS  # the yardstick's language name (a library call, no lowering)
 from mosaic.errors import MosaicError
 from mosaic.records import KernelSpec
 from mosaic.workbench import REFERENCE, YARDSTICK, Built, Checked, Kernel, ReferenceCapture, Timed, blocks_of
 
 REQUEST_FORMAT = "mosaic-live-request"
 PREFETCH_LANGUAGES = frozenset({"cutlass", "cute"})  # their lower() compiles for an arch with no GPU
-CUBLAS = "cublas"  # the yardstick's language name in its KernelSpec (a library call, no lowering)
 RESERVED = ("format", "schema_version", "created", "kernel", "language", "gpu", "toolchain", "files")
 
 
@@ -516,42 +516,13 @@ class LiveWorkbench:
         return t
 
 
-# -- cuBLAS as a Runnable ----------------------------------------------------------------------------------------
-class TorchMatmul:
-    """``torch.matmul(a, b, out=c)`` on the GPU (cuBLAS), fp32 reductions (reduced precision off)."""
-
-    def __init__(self, inputs: Mapping[str, Any], dtype: str = "bf16"):
-        import torch
-
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-        td = {"bf16": torch.bfloat16, "f16": torch.float16}.get(dtype)
-        if td is None:
-            raise MosaicError(f"the cuBLAS yardstick takes bf16/f16, not {dtype}", "yardstick")
-        self.torch = torch
-        self.a = torch.from_numpy(inputs["a"]).to("cuda").to(td)
-        self.b = torch.from_numpy(inputs["b"]).to("cuda").to(td)
-        self.c = torch.empty((self.a.shape[0], self.b.shape[1]), dtype=td, device="cuda")
-
-    def launch(self) -> None:
-        self.torch.matmul(self.a, self.b, out=self.c)
-
-    def poison(self) -> None:
-        self.c.fill_(float("nan"))
-
-    def output(self) -> dict:
-        self.torch.cuda.synchronize()
-        return {"c": self.c.float().cpu().numpy()}
-
-    def close(self) -> None:
-        self.a = self.b = self.c = None
-
-
 def prepare(spec: KernelSpec, gpu, workdir: Path, inputs: Mapping[str, Any]):
     """A Runnable for ``spec`` on the GPU: its language backend's ``prepare()``, or cuBLAS for ``cublas``."""
     if spec.language == CUBLAS:
         if spec.family != "gemm":
             raise MosaicError(f"the cuBLAS yardstick covers gemm, not {spec.family}", "yardstick")
+        from mosaic.cublas import TorchMatmul
+
         return TorchMatmul(inputs, spec.dtype)
     from mosaic.plugins import host
 

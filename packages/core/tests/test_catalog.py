@@ -6,7 +6,6 @@ import pytest
 from mosaic.catalog import (
     CATALOG_LANGUAGES,
     CONCEPTS,
-    CORE_CONSTRUCTS,
     build_catalog,
     catalog_from_host,
     completeness,
@@ -35,31 +34,32 @@ def test_installed_catalog_is_complete_for_every_language():
     cat = catalog_from_host(h)
     problems = completeness(cat, registered)
     assert problems == [], [p.line() for p in problems]
-    # the three languages' entries come from where they should: plugins for pallas/cute, core data for cutlass
+    # every language's entries come from its own plugin
+    assert cat.languages == ("pallas", "cute", "cutlass")
     for concept in CONCEPTS:
-        assert cat.entry(concept.name, "pallas").source == "pallas"
-        assert cat.entry(concept.name, "cute").source == "cute"
-        assert cat.entry(concept.name, "cutlass").source in ("core-data", "cutlass")
+        for lang in cat.languages:
+            assert cat.entry(concept.name, lang).source == lang
 
 
 def test_missing_entries_are_reported():
-    partial = build_catalog({c.name: (c, "x") for c in CORE_CONSTRUCTS[:3]}, languages=("cutlass",))
-    # core data fills cutlass; an uncovered language is reported concept by concept
-    cat = build_catalog({}, languages=("cutlass", "triton"))
+    own = Construct("tma-load", "cutlass", "my own tma", "direct")
+    cat = build_catalog({own.name: (own, "x")}, languages=("cutlass", "triton"))
     problems = completeness(cat, languages=("cutlass", "triton"))
-    assert {p.where for p in problems} == {f"{c.name}@triton" for c in CONCEPTS}
+    # every concept of an uncovered language, and every concept but the one given, is reported
+    assert {p.where for p in problems} == ({f"{c.name}@triton" for c in CONCEPTS}
+                                           | {f"{c.name}@cutlass" for c in CONCEPTS if c.name != "tma-load"})
     assert all(p.code == "catalog-missing" for p in problems)
-    assert partial.entry("tma-load", "cutlass").source == "x"
+    assert cat.entry("tma-load", "cutlass").source == "x"
 
 
-def test_plugin_entry_overrides_core_and_unknown_concept_is_flagged():
+def test_unknown_concept_is_flagged():
     own = Construct("tma-load", "cutlass", "my own tma", "direct")
     bogus = Construct("teleport", "cutlass", "x")
-    cat = build_catalog({own.name: (own, "cutlass")})
+    cat = build_catalog({own.name: (own, "cutlass")}, languages=("cutlass",))
     assert cat.entry("tma-load", "cutlass").construct.expression == "my own tma"
-    assert cat.entry("wgmma", "cutlass").source == "core-data"
-    codes = [p.code for p in completeness(cat, [own, bogus], languages=("cutlass",))]
-    assert codes == ["catalog-unknown-concept"]
+    assert cat.entry("wgmma", "cutlass").source == "missing"
+    codes = {p.code for p in completeness(cat, [own, bogus], languages=("cutlass",))}
+    assert codes == {"catalog-unknown-concept", "catalog-missing"}
 
 
 def test_no_analogue_flag_counts_as_covered_but_empty_expression_does_not():

@@ -25,7 +25,7 @@ def test_every_named_knob_is_a_gemm_knob_and_every_concept_is_covered():
             "epilogue_schedule", "tile_scheduler"} <= named
     assert len({c.concept for c in CONSTRUCTS}) == len(CONCEPT_NAMES) == len(CONSTRUCTS)
     cat = catalog_from_host(host())
-    assert cat.entry("pipeline-stage", "cutlass").source == "cutlass"  # the plugin's entry wins over core data
+    assert cat.entry("pipeline-stage", "cutlass").source == "cutlass"  # from the plugin
     assert not [d for d in completeness(cat, languages=("cutlass",))]
 
 

@@ -4,8 +4,8 @@ kernel language writes it.
 
 Concepts and their fingerprints are core data (:data:`CONCEPTS`); how a language writes a concept is a
 :class:`~mosaic.records.Construct` that the language's plugin contributes through ``register_constructs``.
-Core keeps the CUTLASS C++ expressions as data (:data:`CORE_CONSTRUCTS`) until the cutlass plugin
-contributes its own; a plugin's entry always wins over core data. Fingerprint features are strings
+Core holds no language's expressions: a language without its plugin installed has no entries. The
+catalog covers the installed languages (:func:`catalog_from_host`). Fingerprint features are strings
 ``<where>:<what>``: ``ptx:<opcode>``, ``sass:<opcode>``, ``launch:<feature>``, ``control:<feature>``.
 
 A discrepancy row whose key names a fingerprint feature maps, through :func:`concepts_for_feature`, to
@@ -128,54 +128,6 @@ CONCEPTS: tuple[Concept, ...] = (
 CONCEPT_NAMES = frozenset(c.name for c in CONCEPTS)
 
 
-def _x(concept: str, expression: str, analogue: str = "direct", notes: str = "") -> Construct:
-    return Construct(concept=concept, language="cutlass", expression=expression, analogue=analogue, notes=notes)
-
-
-#: CUTLASS C++ (3.x, CuTe C++) expressions, kept in core until the cutlass plugin contributes its own.
-CORE_CONSTRUCTS: tuple[Construct, ...] = (
-    _x("tma-load", "make_tma_copy(SM90_TMA_LOAD{}, ...) + copy(tma.with(barrier), gA, sA); collective "
-       "MainloopSm90TmaGmmaWarpSpecialized"),
-    _x("tma-store", "SM90_TMA_STORE atom; epilogue::collective::CollectiveEpilogue<Sm90TmaWarpSpecialized...>"),
-    _x("tma-multicast", "SM90_TMA_LOAD_MULTICAST with a CTA mask; ClusterShape Shape<_2,_1,_1> (knob)"),
-    _x("tma-descriptor-prefetch", "cute::prefetch_tma_descriptor(tma.get_tma_descriptor())"),
-    _x("cp-async", "SM80_CP_ASYNC_CACHEGLOBAL<uint128_t> copy atom; cp_async_fence / cp_async_wait<N>"),
-    _x("plain-global-load", "UniversalCopy / AutoVectorizingCopy copy atom, or a plain C++ load"),
-    _x("ldmatrix", "SM75_U32x4_LDSM_N copy atom (make_tiled_copy_A/B)"),
-    _x("stmatrix", "SM90_U32x4_STSM_N copy atom in the epilogue"),
-    _x("mbarrier-init", "cutlass::arch::ClusterTransactionBarrier::init(&bar, count)"),
-    _x("mbarrier-arrive", "ClusterBarrier::arrive / PipelineTmaAsync::consumer_release"),
-    _x("mbarrier-wait", "ClusterBarrier::wait(phase) / PipelineTmaAsync::consumer_wait"),
-    _x("mbarrier-expect-tx", "ClusterTransactionBarrier::arrive_and_expect_tx(bytes) / producer_acquire"),
-    _x("wgmma", "SM90_64xNx16_F32BF16BF16_SS MMA atom; make_tiled_mma; cute::gemm"),
-    _x("wgmma-fence-commit-wait", "warpgroup_fence_operand; warpgroup_arrive(); warpgroup_commit_batch(); "
-       "warpgroup_wait<N>()"),
-    _x("mma-sync", "SM80_16x8x16_F32BF16BF16F32_TN MMA atom"),
-    _x("fma-simt", "UniversalFMA MMA atom (SIMT) or a plain C++ loop"),
-    _x("warpgroup", "NumThreadsPerWarpGroup = 128; TiledMma over warpgroups (AtomLayout)"),
-    _x("warp-specialization", "KernelTmaWarpSpecialized / ...Cooperative / ...Pingpong kernel schedule (knob)"),
-    _x("setmaxnreg", "cutlass::arch::warpgroup_reg_alloc<232>() / warpgroup_reg_dealloc<40>()"),
-    _x("pipeline-stage", "StageCount<N> / StageCountAutoCarveout (knob); PipelineTmaAsync<Stages>"),
-    _x("persistent-tile-loop", "PersistentTileSchedulerSm90 (kernel schedules ...Cooperative/Pingpong)"),
-    _x("tile-raster-swizzle", "scheduler arguments raster_order (RasterOrderOptions) and max_swizzle_size (knobs)"),
-    _x("smem-swizzle", "GMMA::Layout_K_SW128_Atom<T> (SW32/SW64/SW128) via ss_smem_selector"),
-    _x("cluster-launch", "ClusterShape template argument; cudaLaunchKernelEx with cluster dims"),
-    _x("cluster-barrier", "cute::cluster_arrive_relaxed(); cute::cluster_wait()"),
-    _x("named-barrier", "cutlass::arch::NamedBarrier::sync(num_threads, id)"),
-    _x("fence-proxy-async", "cutlass::arch::fence_view_async_shared()"),
-    _x("epilogue-tma-store", "epilogue::TmaWarpSpecialized / TmaWarpSpecializedCooperative schedule with "
-       "EpilogueTile (knob)"),
-    _x("epilogue-direct-store", "epilogue::NoSmemWarpSpecialized / DefaultEpilogue"),
-    _x("elect-one", "cute::elect_one_sync()"),
-    _x("split-k", "GemmUniversalMode::kGemmSplitKParallel or StreamKScheduler (knob splits)"),
-    _x("approximate-exp", "cutlass::fast_exp / exp2f under --use_fast_math", "partial",
-       "a compiler flag or a fast_* helper, not a per-kernel knob"),
-    _x("fma-contraction", "nvcc -fmad=true (default) / __fmaf_rn explicit", "partial", "a compiler flag"),
-    _x("approximate-reciprocal", "cutlass::fast_divide / __frcp_rn, or -prec-div=false", "partial"),
-    _x("bf16-conversion", "NumericArrayConverter<bfloat16_t, float, N, FloatRoundStyle::round_to_nearest>"),
-)
-
-
 @attrs.frozen
 class CatalogEntry:
     concept: Concept
@@ -211,12 +163,11 @@ class Catalog:
 
 def build_catalog(registered: Mapping[str, tuple[Construct, str]] | None = None,
                   languages: Iterable[str] = CATALOG_LANGUAGES) -> Catalog:
-    """Merge plugin-registered constructs (``{name: (construct, plugin)}``) with core data.
+    """Entries from plugin-registered constructs (``{name: (construct, plugin)}``).
 
-    Every concept gets one entry per language: the plugin's construct, else core data, else ``missing``.
+    Every concept gets one entry per language: the plugin's construct, else ``missing``.
     """
     registered = dict(registered or {})
-    core = {(c.concept, c.language): c for c in CORE_CONSTRUCTS}
     langs = tuple(dict.fromkeys([*languages, *(c.language for c, _ in registered.values())]))
     entries = {}
     for concept in CONCEPTS:
@@ -225,16 +176,17 @@ def build_catalog(registered: Mapping[str, tuple[Construct, str]] | None = None,
             if key in registered:
                 construct, plugin = registered[key]
                 entries[(concept.name, lang)] = CatalogEntry(concept, lang, construct, plugin)
-            elif (concept.name, lang) in core:
-                entries[(concept.name, lang)] = CatalogEntry(concept, lang, core[(concept.name, lang)], "core-data")
             else:
                 entries[(concept.name, lang)] = CatalogEntry(concept, lang, None, "missing")
     return Catalog(CONCEPTS, entries, langs)
 
 
 def catalog_from_host(host) -> Catalog:
+    """The catalog of the installed languages (those of CATALOG_LANGUAGES first, in that order)."""
     regs = host.registries["constructs"]
-    return build_catalog({name: (reg.item, reg.plugin) for name, reg in regs.items()})
+    installed = set(host.items("languages"))
+    langs = [lang for lang in CATALOG_LANGUAGES if lang in installed] + sorted(installed - set(CATALOG_LANGUAGES))
+    return build_catalog({name: (reg.item, reg.plugin) for name, reg in regs.items()}, languages=langs)
 
 
 def completeness(catalog: Catalog, registered: Iterable[Construct] = (),

@@ -184,8 +184,7 @@ def catalog_cmd(lang: str | None, as_json: bool) -> None:
                 click.echo(f"    {name:<8} no analogue — {c.notes}")
             else:
                 flag = " (partial)" if c.analogue == "partial" else ""
-                click.echo(f"    {name:<8} {c.expression}{flag}" + (f" — {c.notes}" if c.notes else "")
-                           + ("" if e.source != "core-data" else "  [core data]"))
+                click.echo(f"    {name:<8} {c.expression}{flag}" + (f" — {c.notes}" if c.notes else ""))
 
 
 from mosaic.lift.commands import diff, lift  # noqa: E402

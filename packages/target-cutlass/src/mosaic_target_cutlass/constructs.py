@@ -1,7 +1,6 @@
 """How this plugin's CUTLASS C++ writes each concept of the catalog (``mosaic.catalog``).
 
-They replace core's CUTLASS data (``mosaic.catalog.CORE_CONSTRUCTS``, prose only) so that the ``knobs``
-proposer can move this plugin's real knobs: ``knob:``/``knobs:`` name :class:`~mosaic_target_cutlass.gemm.
+They name this plugin's real knobs so that the ``knobs`` proposer can move them: ``knob:``/``knobs:`` name :class:`~mosaic_target_cutlass.gemm.
 GemmKnobs` fields (tile_m, tile_n, tile_k, cluster_m, cluster_n, stages, kernel_schedule, epilogue_schedule,
 tile_scheduler). Where the template has no knob for a concept the expression says so (``analogue`` partial
 or none). A test checks every named knob is a GemmKnobs field.

@@ -4,9 +4,10 @@ Features are matched by key and warp role: roles with the same name (producer wi
 consumer); the two main roles -- those holding the MMA loop, else the hottest -- with each other when their
 names differ, so a kernel without warp roles (``all``) is compared with the other's consumer, and the row's
 ``where`` says so. A feature either side cannot tell (``None``)
-is not compared. Each differing feature gives one :class:`~mosaic.records.Discrepancy` whose edit class and
-sentence come from ``rules``; rows are ranked by ``rank_key``. A layer's distance is the mean of its compared
-features' distances (each in [0, 1]); it is a tiebreaker for search, not a score.
+is not compared. A numeric (or map) feature whose difference is below its rule's ``tolerance`` is the same
+on both sides (distance 0, no row). Each differing feature gives one :class:`~mosaic.records.Discrepancy`
+whose edit class and sentence come from ``rules``; rows are ranked by ``rank_key``. A layer's distance is the
+mean of its compared features' distances (each in [0, 1]); it is a tiebreaker for search, not a score.
 """
 
 from __future__ import annotations
@@ -58,6 +59,17 @@ def feature_distance(kind: str, a: Any, b: Any) -> float:
         cost, _ = alignment_cost(list(a), list(b))
         return min(1.0, cost / max(len(a), len(b), 1))
     raise ValueError(f"unknown feature kind {kind!r}")
+
+
+def within_tolerance(kind: str, a: Any, b: Any, tolerance: float) -> bool:
+    """Whether two values of a ``num`` or ``map`` feature differ by less than ``tolerance`` (every map entry)."""
+    if tolerance <= 0:
+        return False
+    if kind == "num":
+        return abs(a - b) < tolerance
+    if kind == "map":
+        return all(abs((a.get(k) or 0) - (b.get(k) or 0)) < tolerance for k in set(a) | set(b))
+    return False
 
 
 def _show(f: Feature) -> Any:
@@ -112,12 +124,13 @@ def diff_fingerprints(ref: Fingerprint, cand: Fingerprint) -> DiffResult:
         if a.value is None or b.value is None:
             unknown[a.layer].append(a.key)
             continue
-        d = feature_distance(a.kind, a.value, b.value)
+        rule = BY_KEY.get(a.key)
+        d = 0.0 if rule and within_tolerance(a.kind, a.value, b.value, rule.tolerance) else \
+            feature_distance(a.kind, a.value, b.value)
         sums[a.layer] += d
         counts[a.layer] += 1
         if d == 0.0:
             continue
-        rule = BY_KEY.get(a.key)
         edit = rule.edit if rule else "rewrite"
         why = rule.why if rule else "differs"
         where = b.where if b.role == a.role else f"{b.where} ({_pair_note(a.role, b.role)})"

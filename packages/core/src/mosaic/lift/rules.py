@@ -5,6 +5,10 @@ control, sequence, numerics, machine: coarse structure before fine detail), then
 this table (its importance within the layer), then the size of the difference, then where and the key.
 The edit class says what kind of change closes the gap: ``knob`` (a parameter of the existing kernel: a
 tile, stage count, launch bound, compiler flag) or ``rewrite`` (a structural change to the code).
+
+``tolerance`` (numeric and map features only; absolute, in the feature's unit, per map entry) is the
+difference below which two values are the same for the diff: no row, distance 0 (docs/lifting.md says why
+each key has the threshold it has). Most keys have none: any difference is a discrepancy.
 """
 
 from __future__ import annotations
@@ -19,6 +23,14 @@ class Rule:
     key: str
     edit: str
     why: str
+    tolerance: float = 0.0
+
+
+#: shared-memory differences under 1 KiB are barriers, scalars and alignment padding: the smallest buffer a
+#: tile, a pipeline stage or an epilogue sub-tile adds (a 64x16 bf16 sub-tile) is 2 KiB
+SMEM_TOLERANCE_BYTES = 1024
+#: Nsight Compute utilisation metrics, in percent of peak: a chosen threshold, not a measured spread
+METRIC_TOLERANCE_POINTS = 2.0
 
 
 RULES: tuple[Rule, ...] = (
@@ -29,8 +41,8 @@ RULES: tuple[Rule, ...] = (
     Rule("L04", "launch", "block.max_threads", "knob", "the launch bound caps threads per block and steers register allocation"),
     Rule("L05", "launch", "warpgroups", "knob", "the number of warpgroups bounds how many wgmma streams and roles a CTA runs"),
     Rule("L06", "launch", "grid", "knob", "grid size decides waves and whether CTAs are persistent over tiles"),
-    Rule("L07", "launch", "smem.static", "knob", "static shared memory reflects tile size times pipeline stages and limits resident CTAs"),
-    Rule("L08", "launch", "smem.dynamic", "knob", "dynamic shared memory reflects tile size times pipeline stages and limits resident CTAs"),
+    Rule("L07", "launch", "smem.static", "knob", "static shared memory reflects tile size times pipeline stages and limits resident CTAs", SMEM_TOLERANCE_BYTES),
+    Rule("L08", "launch", "smem.dynamic", "knob", "dynamic shared memory reflects tile size times pipeline stages and limits resident CTAs", SMEM_TOLERANCE_BYTES),
     Rule("L09", "launch", "registers", "knob", "registers per thread limit occupancy and, when capped, force spills"),
     Rule("L10", "launch", "roles.registers", "knob", "setmaxnreg moves registers from producer to consumer warpgroups"),
     Rule("L11", "launch", "occupancy.warps_per_sm", "knob", "resident warps per SM decide how much latency the scheduler can hide"),
@@ -68,8 +80,9 @@ RULES: tuple[Rule, ...] = (
     Rule("M02", "machine", "hot_loop.length", "knob", "the steady-state loop runs a different number of machine instructions per trip"),
     Rule("M03", "machine", "stack_frame", "knob", "a stack frame means local memory traffic (spills or local arrays)"),
     Rule("M04", "machine", "stalls.top", "rewrite", "the dominant warp stall reasons differ, so a different bottleneck limits the kernel"),
-    Rule("M05", "machine", "tensor_pipe", "rewrite", "tensor-pipe utilisation differs, so the math units are fed differently"),
-    Rule("M06", "machine", "memory_throughput", "rewrite", "achieved memory throughput differs"),
+    Rule("M05", "machine", "tensor_pipe", "rewrite", "tensor-pipe utilisation differs, so the math units are fed differently",
+         METRIC_TOLERANCE_POINTS),
+    Rule("M06", "machine", "memory_throughput", "rewrite", "achieved memory throughput differs", METRIC_TOLERANCE_POINTS),
 )
 
 BY_KEY = {r.key: r for r in RULES}

@@ -26,8 +26,8 @@ class Rule:
     tolerance: float = 0.0
 
 
-#: shared-memory differences under 1 KiB are barriers, scalars and alignment padding: the smallest buffer a
-#: tile, a pipeline stage or an epilogue sub-tile adds (a 64x16 bf16 sub-tile) is 2 KiB
+#: shared-memory differences under 1 KiB are barriers, scalars and alignment padding: one stage of a 64x64
+#: bf16 operand tile is 8 KiB, a 64x16 bf16 epilogue sub-tile 2 KiB (docs/lifting.md, Tolerances)
 SMEM_TOLERANCE_BYTES = 1024
 #: Nsight Compute utilisation metrics, in percent of peak: a chosen threshold, not a measured spread
 METRIC_TOLERANCE_POINTS = 2.0

@@ -31,12 +31,15 @@ $(STAMP312): requirements/py312.txt $(foreach p,$(PKGS312),packages/$(p)/pyproje
 	touch $(STAMP312)
 
 H200_DATA := packages/core/tests/data/h200
-demo: $(STAMP)
+DEMO_DIR ?= demo-run
+demo: $(STAMP) $(STAMP312)
 	$(BIN)/mosaic --version
 	$(BIN)/mosaic plugins
 	$(BIN)/mosaic gpus
-	@echo "==> Pallas (jax hopper matmul) vs CuTe DSL gemm, both captured on an H200, diffed from their bundles"
-	$(BIN)/mosaic diff $(H200_DATA)/pallas-jax-128x128x64-s4-sass.bundle $(H200_DATA)/cute-128x256-s4-persistent-c2x1-sw8.bundle
+	@echo "==> mosaic run --source pallas --target cute: a full campaign on a GPU; without one, what needs none"
+	rm -rf $(DEMO_DIR)
+	$(VENV312)/bin/mosaic run --source pallas --target cute --family gemm --shape 4096x4096x4096 --dtype bf16 \
+	  --gpu h200 --out $(DEMO_DIR)
 
 # pytest exits 5 when it collects nothing; that is a failure here, as is any failed test.
 test: $(STAMP) $(STAMP312)

@@ -268,24 +268,6 @@ def test_loop_prefetches_the_naive_translation_and_upcoming_proposals(tmp_path):
     assert all(len(batch) <= 6 for batch in bench.asked)
 
 
-def _has_gpu():
-    from mosaic.gpus import probe_devices
-
-    return bool(probe_devices()[0])
-
-
-@pytest.mark.skipif(_has_gpu(), reason="checks the no-GPU message; this machine has a GPU")
-def test_the_device_demo_command_without_a_gpu_exits_2_in_one_line(tmp_path):
-    mosaic = str(Path(sys.executable).parent / "mosaic")
-    done = subprocess.run([mosaic, "run", "--source", "pallas", "--target", "cutlass", "--family", "gemm", "--shape",
-                           "4096x4096x4096", "--dtype", "bf16", "--gpu", "h200", "--budget-min", "4",
-                           "--max-candidates", "6", "--out", str(tmp_path / "d")], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: no GPU here")
-    assert not (tmp_path / "d").exists()
-
-
 def test_a_failed_reference_capture_stops_the_campaign_with_its_bundle_kept(tmp_path):
     """The reference capture (its own process, through mosaic.capture) fails for real; the bundle
     it leaves carries the loop's mosaic_run entry passed through capture's manifest extras."""

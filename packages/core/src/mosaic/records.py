@@ -248,6 +248,9 @@ class Language:
     families: tuple = attrs.field(default=(), converter=tuple)
     capabilities: frozenset = attrs.field(default=frozenset(), converter=frozenset)
     backend: Any = attrs.field(default=None, eq=False)
+    #: bundle directories the plugin ships: captures of its kernels on a GPU, the reference that
+    #: ``mosaic run`` diffs against on a machine without one (matched by the manifest's kernel and gpu)
+    references: tuple = attrs.field(default=(), converter=lambda v: tuple(str(x) for x in v), eq=False)
 
 
 @attrs.frozen

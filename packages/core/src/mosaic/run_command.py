@@ -1,6 +1,8 @@
 """``mosaic run``: the convergence loop from flags, a TOML campaign, ``--resume DIR`` or ``--offline DIR``.
 
-* live (flags or ``campaign.toml``): needs a CUDA device; without one it says so in one line and exits 2.
+* live (flags or ``campaign.toml``): needs a CUDA device. Without one it runs the preview
+  (:mod:`mosaic.preview`: shipped reference, naive translation lowered here, diff, the proposer's first edits),
+  says what it skipped and why, and exits 0; ``--resume`` of a live campaign still needs the device.
 * ``--offline DIR``: re-decides DIR's campaign from its bundles (no GPU); the journal and report go to
   ``--out`` (default ``DIR/offline``). When DIR holds a journal, its recorded proposals are replayed and
   every verdict must come out the same: any mismatch is listed and the exit status is 1.
@@ -154,6 +156,20 @@ def _resume(directory: Path, quiet: bool) -> int:
     return 0
 
 
+def _preview(campaign, out: Path, why: str, quiet: bool) -> int:
+    """No GPU: the steps that need none (mosaic.preview), and a plain list of those skipped."""
+    from mosaic.converge import stderr_progress
+    from mosaic.preview import run_preview
+
+    click.echo(f"no GPU here ({why}): running what needs none; a full campaign needs a CUDA device", err=True)
+    out.mkdir(parents=True, exist_ok=True)
+    p = run_preview(campaign, out, why, (lambda line: None) if quiet else stderr_progress)
+    click.echo((out / "preview.md").read_text(), nl=False)
+    click.echo(f"preview: {out / 'preview.md'}  {out / 'preview.json'}"
+               f" ({len(p.done)} steps done, {len(p.skipped)} skipped)")
+    return 0
+
+
 def _live_bench(campaign, out: Path, quiet: bool = False):
     from mosaic.converge import stderr_progress
     from mosaic.gpus import detect
@@ -162,8 +178,10 @@ def _live_bench(campaign, out: Path, quiet: bool = False):
 
     detection = detect(host().items("gpus").values())
     if not detection.devices:
-        raise NoGpu(f"no GPU here ({detection.reason}); a live run captures and times kernels on a CUDA device. "
+        err = NoGpu(f"no GPU here ({detection.reason}); a live run captures and times kernels on a CUDA device. "
                     "Re-decide recorded bundles with: mosaic run --offline DIR", "mosaic run")
+        err.reason = detection.reason
+        raise err
     matched = [d.target.name for d in detection.devices if d.target is not None]
     if campaign.gpu not in matched:
         seen = ", ".join(f"{d.name} (record {d.target.name if d.target else 'none'})" for d in detection.devices)
@@ -214,7 +232,10 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
     from mosaic.journal import Journal
 
     out = out or Path(f"mosaic-run-{campaign.source}-{campaign.target}-{campaign.family}-{campaign.problem}")
-    bench = _live_bench(campaign, out, quiet)
+    try:
+        bench = _live_bench(campaign, out, quiet)
+    except NoGpu as exc:
+        return _preview(campaign, out, getattr(exc, 'reason', exc.what), quiet)
     journal = Journal.create(out)
     (out / "campaign.json").write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
     outcome = _loop(campaign, bench, journal, quiet=quiet)

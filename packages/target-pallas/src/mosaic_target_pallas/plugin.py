@@ -13,6 +13,8 @@ Needs Python >= 3.12 with jax 0.11.2 (``pip install 'mosaic-target-pallas[jax]'`
 imports no jax, so ``mosaic plugins`` works without it.
 """
 
+from pathlib import Path
+
 from mosaic.plugins import hookimpl
 from mosaic.records import Language
 
@@ -28,6 +30,8 @@ LANGUAGE = Language(
         "attention:gpu-run", "attention:no-interpreter", "attention:no-cpu-lowering",
     }),
     backend=PallasBackend(),
+    # captures on an H200 (the first live campaign's reference), for `mosaic run` on a machine without a GPU
+    references=sorted((Path(__file__).parent / "references").glob("*.bundle")),
 )
 
 

@@ -1,0 +1,242 @@
+"""The campaign preview: what ``mosaic run`` does on a machine without a GPU.
+
+Every step of a campaign that needs no device runs; every step that needs one is listed as skipped, with why.
+
+1. The campaign and its GPU record (the budgets a lowering is checked against).
+2. The reference: a capture of the source kernel that the source language's plugin ships
+   (``Language.references``), matched by family, shape, dtype, knobs and GPU record. Its manifest is verified
+   and it is copied to ``DIR/bundles/reference.bundle``. Its time and noise are shown as *recorded* (where and
+   when), never as measured here.
+3. The naive translation in the target language (the campaign's ``start_knobs``), lowered here in its own
+   process with a timeout, for the GPU record: PTX, SASS, ptxas log and the shared-memory/register budget
+   check. An unbuildable setting is reported with its reason.
+4. The diff reference -> naive translation: the ranked rows the loop would start from.
+5. The proposer's first edits for the naive translation, best first: what the loop would build first.
+
+Skipped, always said: capturing the reference and measuring its noise on the device, the numerics gate, the
+timing, the acceptance decisions, the cuBLAS yardstick. ``DIR/preview.json`` and ``DIR/preview.md`` hold the
+result; nothing here writes a journal, so the directory is never mistaken for a campaign to resume.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mosaic.records import KernelSpec
+
+FORMAT = "mosaic-run-preview"
+SHOWN_EDITS = 8
+LOWER_TIMEOUT_S = 900.0
+DEVICE_STEPS = (
+    ("reference capture", "capturing the source kernel and measuring its noise from interleaved self-pairs"),
+    ("numerics gate", "running each candidate on the device against the float64 oracle"),
+    ("timing", "CUPTI device times of candidate against incumbent, interleaved"),
+    ("acceptance", "the keep/reject decisions, which need the two measurements above"),
+    ("yardstick", "cuBLAS timed in the same run"),
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.loads(json.dumps(a)) == json.loads(json.dumps(b))
+
+
+def find_reference(language, spec: KernelSpec, gpu_name: str) -> tuple[Path | None, list[str]]:
+    """The shipped bundle of ``language`` for ``spec`` on ``gpu_name``; (path, what the plugin ships)."""
+    from mosaic.bundle import load_bundle
+    from mosaic.errors import MosaicError
+
+    shipped: list[str] = []
+    for path in getattr(language, "references", ()) if language is not None else ():
+        try:
+            b = load_bundle(path, verify=False)
+        except (MosaicError, OSError, ValueError):
+            continue
+        k = b.kernel
+        shipped.append(f"{k.family} {'x'.join(str(k.shape[d]) for d in sorted(k.shape))} {k.dtype} "
+                       f"on {b.manifest.get('gpu')}")
+        if (k.family, k.dtype, b.manifest.get("gpu")) == (spec.family, spec.dtype, gpu_name) and \
+                _same(k.shape, spec.shape) and _same(k.knobs, spec.knobs):
+            return Path(path), shipped
+    return None, shipped
+
+
+@attrs.define
+class Preview:
+    campaign: Any
+    gpu: Any
+    why_no_gpu: str
+    done: list = attrs.Factory(list)      # (step, what)
+    skipped: list = attrs.Factory(list)   # (step, why)
+    reference: dict | None = None
+    naive: dict | None = None
+    rows: list = attrs.Factory(list)
+    layers: list = attrs.Factory(list)
+    edits: list = attrs.Factory(list)
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": 1, "campaign": self.campaign.to_json(), "gpu": self.gpu.name,
+                "no_gpu": self.why_no_gpu, "done": [{"step": s, "what": w} for s, w in self.done],
+                "skipped": [{"step": s, "why": w} for s, w in self.skipped], "reference": self.reference,
+                "naive": self.naive, "layers": self.layers, "rows": self.rows, "edits": self.edits}
+
+
+def _edit_label(edit: dict | None) -> str:
+    if not edit:
+        return "-"
+    if edit.get("kind") == "knob":
+        more = "".join(f", {k}={v}" for k, v in (edit.get("implies") or {}).items())
+        return f"{edit['knob']}={json.dumps(edit['value'])}{more} (was {json.dumps(edit.get('was'))})"
+    return str(edit.get("kind"))
+
+
+def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], None],
+                languages: Mapping | None = None) -> Preview:
+    """``languages``: name -> Language (default: the installed plugins')."""
+    from mosaic.bundle import load_bundle
+    from mosaic.capture import CaptureOptions, capture
+    from mosaic.converge import _full_knobs, total_distance
+    from mosaic.errors import BadInput
+    from mosaic.lift.diff import diff_fingerprints
+    from mosaic.lift.inputs import lift_bundle
+    from mosaic.plugins import host
+    from mosaic.proposers import Request, make_proposer
+    from mosaic.run_command import _tools
+    from mosaic.workbench import REFERENCE, candidate_key
+
+    c = campaign
+    gpu, knob_cls, catalog = _tools(c)
+    p = Preview(c, gpu, why_no_gpu)
+    p.done.append(("campaign", f"{c.source} -> {c.target}, {c.family} {c.problem} {c.dtype}, GPU record {gpu.name} "
+                               f"({gpu.arch}, {gpu.sm_count} SMs)"))
+    langs = dict(languages) if languages is not None else host().items("languages")
+    bundles = out / "bundles"
+    bundles.mkdir(parents=True, exist_ok=True)
+
+    # 2. the shipped reference
+    ref_spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.source, dict(c.reference_knobs))
+    ref_path, shipped = find_reference(langs.get(c.source), ref_spec, gpu.name)
+    ref_dest = bundles / "reference.bundle"
+    if ref_path is None:
+        what = "; it ships: " + ", ".join(shipped) if shipped else "; it ships none"
+        p.skipped.append(("reference", f"no capture of {c.source} {c.family} {c.problem} {c.dtype} on {gpu.name} is "
+                                       f"shipped by the '{c.source}' plugin{what}"))
+    else:
+        b = load_bundle(ref_path)  # verifies every file's SHA-256
+        if ref_dest.exists():
+            shutil.rmtree(ref_dest)
+        shutil.copytree(ref_path, ref_dest)
+        s = (b.manifest.get("capture") or {}).get("summary") or {}
+        p.reference = {"bundle": str(ref_dest), "shipped": str(ref_path), "gpu": b.manifest.get("gpu"),
+                       "created": b.manifest.get("created"), "recorded_time_ns": s.get("time_ns"),
+                       "recorded_noise_ns": s.get("noise_ns"), "timer": s.get("timer")}
+        rec = (f"recorded {s['time_ns'] / 1e3:.2f} us, noise {s.get('noise_ns', 0) / 1e3:.2f} us on "
+               f"{b.manifest.get('gpu')} at {b.manifest.get('created')}" if s.get("time_ns") else "no recorded time")
+        p.done.append(("reference", f"shipped capture of {c.source} ({rec}); manifest verified"))
+        progress(f"reference: the '{c.source}' plugin's shipped capture ({rec})")
+
+    # 3. the naive translation, lowered here
+    naive_spec = None
+    lang = langs.get(c.target)
+    if lang is None or lang.backend is None:
+        installed = ", ".join(n for n, v in sorted(langs.items()) if v.backend is not None) or "none"
+        p.skipped.append(("naive translation", f"language '{c.target}' is not installed with a backend here "
+                                               f"(installed: {installed})"))
+    else:
+        try:
+            naive_spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.target, _full_knobs(knob_cls, c.start_knobs))
+        except BadInput as exc:
+            p.skipped.append(("naive translation", str(exc)))
+    naive_dest = None
+    if naive_spec is not None:
+        key = candidate_key(naive_spec)
+        naive_dest = bundles / f"cand-{key}.bundle"
+        progress(f"naive translation {c.target} {key}: lowering for {gpu.name} in its own process")
+        r = capture(naive_spec, gpu.name, naive_dest, CaptureOptions(lower_only=True, timeout=LOWER_TIMEOUT_S))
+        p.naive = {"key": key, "knobs": naive_spec.knobs, "status": r.status, "message": r.message,
+                   "bundle": str(r.bundle) if r.bundle else None}
+        if r.status in ("ok", "lowered") and r.bundle:
+            res = (load_bundle(r.bundle).manifest.get("capture") or {}).get("summary", {}).get("resources") or {}
+            p.done.append(("naive translation", f"{c.target} {key} lowered for {gpu.name}: "
+                                                f"{res.get('registers', '?')} registers, "
+                                                f"{res.get('spill_stores', '?')} spill stores; budgets checked"))
+        else:
+            p.skipped.append(("naive translation", f"lowering {r.status}: {r.message}"))
+            naive_dest = None
+
+    # 4. the diff and 5. the proposer's first edits
+    if p.reference is not None and naive_dest is not None:
+        ref_fp = lift_bundle(ref_dest, gpu=gpu)
+        cand_fp = lift_bundle(naive_dest, gpu=gpu)
+        d = diff_fingerprints(ref_fp, cand_fp)
+        p.rows = [r.to_json() for r in d.rows]
+        p.layers = [[n, dist] for n, dist in d.layers]
+        p.done.append(("diff", f"{len(d.rows)} ranked rows, distance {total_distance(d.layers):.3f}"))
+        fields = None
+        if knob_cls is not None and attrs.has(knob_cls):
+            fields = {f.name: (list(f.default) if isinstance(f.default, tuple) else f.default)
+                      for f in attrs.fields(knob_cls) if f.default is not attrs.NOTHING}
+        key = p.naive["key"]
+        request = Request(campaign=c.to_json(), parent=key, knobs=dict(naive_spec.knobs), rows=d.rows,
+                          layers=d.layers, incumbent={"key": key, "knobs": dict(naive_spec.knobs), "time_ns": None,
+                                                      "distance": total_distance(d.layers)},
+                          reference={"key": REFERENCE, "language": c.source, "knobs": dict(c.reference_knobs),
+                                     "time_ns": p.reference["recorded_time_ns"],
+                                     "noise_ns": p.reference["recorded_noise_ns"]},
+                          tried=frozenset({key}), knob_fields=fields)
+        proposer = make_proposer(c.proposer, c, knob_cls, catalog)
+        seen = {key}
+        for prop in proposer.propose(request):
+            if len(p.edits) >= SHOWN_EDITS:
+                break
+            if not prop.ok:
+                p.edits.append({"ok": False, "reason": prop.reason})
+                continue
+            try:
+                spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.target, _full_knobs(knob_cls, prop.knobs or {}))
+            except BadInput:
+                continue
+            k = candidate_key(spec, prop.source)
+            if k in seen:
+                continue
+            seen.add(k)
+            p.edits.append({"ok": True, "key": k, "edit": prop.edit, "label": _edit_label(prop.edit)})
+        p.done.append(("proposals", f"the '{c.proposer}' proposer's first {len(p.edits)} edit(s) for the naive "
+                                    "translation"))
+    else:
+        p.skipped.append(("diff and proposals", "they need both the reference and the naive translation (above)"))
+    for step, what in DEVICE_STEPS:
+        p.skipped.append((step, f"{what}: needs a CUDA device"))
+    (out / "preview.json").write_text(json.dumps(p.to_json(), indent=1) + "\n")
+    (out / "preview.md").write_text(render(p))
+    return p
+
+
+def render(p: Preview) -> str:
+    c = p.campaign
+    lines = [f"# mosaic run (no GPU): {c.source} -> {c.target}, {c.family} {c.problem} {c.dtype} for {p.gpu.name}", "",
+             f"No GPU here: {p.why_no_gpu}. Below: what ran without one, then what was skipped.", "",
+             "## Done here", ""]
+    lines += [f"- **{s}**: {w}" for s, w in p.done]
+    if p.rows:
+        lines += ["", "## Ranked differences, reference -> naive translation", "",
+                  "| rank | layer | key | edit | reference | candidate |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['rank']} | {r['layer']} | {r['key']} | {r['edit']} | {json.dumps(r['reference'])} | "
+                  f"{json.dumps(r['candidate'])} |" for r in p.rows]
+    if p.edits:
+        lines += ["", f"## First edits the '{c.proposer}' proposer would build", ""]
+        for n, e in enumerate(p.edits, 1):
+            if e["ok"]:
+                row = (e["edit"] or {}).get("row") or {}
+                why = f" — row {row.get('layer')}:{row.get('key')} (#{row.get('rank')})" if row else ""
+                lines.append(f"{n}. {e['label']}{why}")
+            else:
+                lines.append(f"{n}. (refused) {e['reason']}")
+    lines += ["", "## Skipped", ""]
+    lines += [f"- **{s}**: {w}" for s, w in p.skipped]
+    return "\n".join(lines) + "\n"

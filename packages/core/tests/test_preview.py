@@ -1,0 +1,77 @@
+"""`mosaic run` on a machine without a GPU: the preview (mosaic.preview) runs what needs no device and lists
+the rest. The full path (CuTe lowering + diff + proposals) is in packages/target-cute/tests/test_preview_cute.py
+(Python 3.12, CuTe DSL)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+from mosaic.campaign import Campaign
+from mosaic.errors import BundleError
+from mosaic.plugins import host
+from mosaic.preview import DEVICE_STEPS, find_reference, run_preview
+from mosaic.records import KernelSpec
+
+
+def campaign(**more) -> Campaign:
+    return Campaign.from_json({"source": "pallas", "target": "cute", "family": "gemm", "shape": "4096x4096x4096",
+                               "dtype": "bf16", **more})
+
+
+def pallas():
+    return host().items("languages")["pallas"]
+
+
+def test_the_pallas_plugin_ships_a_verified_h200_reference_and_it_is_matched_exactly():
+    spec = KernelSpec("gemm", {"m": 4096, "n": 4096, "k": 4096}, "bf16", "pallas", {})
+    path, shipped = find_reference(pallas(), spec, "h200")
+    assert path is not None and path.name == "gemm-4096x4096x4096-bf16-h200.bundle"
+    assert shipped == ["gemm 4096x4096x4096 bf16 on h200"]
+    for other, gpu in ((KernelSpec("gemm", {"m": 4096, "n": 4096, "k": 2048}, "bf16", "pallas", {}), "h200"),
+                       (KernelSpec("gemm", {"m": 4096, "n": 4096, "k": 4096}, "f16", "pallas", {}), "h200"),
+                       (KernelSpec("gemm", {"m": 4096, "n": 4096, "k": 4096}, "bf16", "pallas", {"tile_m": 64}),
+                        "h200"),
+                       (spec, "h100-sxm")):
+        assert find_reference(pallas(), other, gpu)[0] is None
+
+
+def test_no_shipped_reference_is_said_with_what_the_plugin_ships(tmp_path):
+    p = run_preview(campaign(shape="1024x1024x1024"), tmp_path, "test: no device", lambda line: None)
+    skipped = dict(p.skipped)
+    assert "gemm 1024x1024x1024 bf16 on h200" in skipped["reference"]
+    assert "it ships: gemm 4096x4096x4096 bf16 on h200" in skipped["reference"]
+    assert "need both the reference and the naive translation" in skipped["diff and proposals"]
+    for step, _ in DEVICE_STEPS:
+        assert skipped[step].endswith("needs a CUDA device")
+    data = json.loads((tmp_path / "preview.json").read_text())
+    assert data["format"] == "mosaic-run-preview" and data["no_gpu"] == "test: no device" and data["rows"] == []
+    assert not (tmp_path / "journal.jsonl").exists()  # never mistaken for a campaign to resume
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="checks the target-not-lowerable path of Python 3.11")
+def test_reference_is_copied_verified_and_an_unlowerable_target_is_reported_in_one_line(tmp_path):
+    p = run_preview(campaign(), tmp_path, "test", lambda line: None)
+    ref = tmp_path / "bundles" / "reference.bundle"
+    assert (ref / "manifest.json").is_file() and p.reference["recorded_time_ns"] == 177088.0
+    assert p.reference["gpu"] == "h200" and p.reference["timer"] == "cupti"
+    md = (tmp_path / "preview.md").read_text()
+    assert "recorded 177.09 us, noise 1.00 us on h200" in md
+    why = dict(p.skipped).get("naive translation")
+    assert why is not None and "\n" not in why  # CuTe DSL needs Python 3.12: the lowering says why, in one line
+
+
+def test_a_tampered_shipped_reference_is_refused_not_used(tmp_path):
+    src = pallas().references[0]
+    bad = tmp_path / "refs" / "gemm-4096x4096x4096-bf16-h200.bundle"
+    shutil.copytree(src, bad)
+    sass = bad / "kernel.sass"
+    sass.write_text(sass.read_text().replace("HMMA", "HMMX", 1) + "\n// edited\n")
+    import attrs
+
+    tampered = attrs.evolve(pallas(), references=(str(bad),))
+    langs = {**host().items("languages"), "pallas": tampered}
+    with pytest.raises(BundleError, match="kernel.sass"):
+        run_preview(campaign(), tmp_path / "out", "test", lambda line: None, languages=langs)

@@ -1,0 +1,34 @@
+"""`mosaic run --source pallas --target cute` without a GPU, in full: the Pallas plugin's shipped H200 reference,
+the naive CuTe translation lowered here by CuTe DSL for the h200 record, the diff, the proposer's first edits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cutlass.cute", reason="CuTe DSL (Python 3.12, .venv312)")
+
+
+def test_preview_lowers_the_naive_translation_diffs_it_and_lists_first_edits(tmp_path):
+    mosaic = str(Path(sys.executable).parent / "mosaic")
+    done = subprocess.run([mosaic, "run", "--source", "pallas", "--target", "cute", "--family", "gemm", "--shape",
+                           "4096x4096x4096", "--dtype", "bf16", "--out", str(tmp_path / "d")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    data = json.loads((tmp_path / "d" / "preview.json").read_text())
+    steps = [d["step"] for d in data["done"]]
+    assert steps == ["campaign", "reference", "naive translation", "diff", "proposals"], data["skipped"]
+    assert data["naive"]["status"] == "lowered" and Path(data["naive"]["bundle"]).is_dir()
+    keys = {r["key"] for r in data["rows"]}
+    # the reference (jax's Pallas matmul) has no warp specialisation; the CuTe kernel has producer/consumer roles
+    assert {"roles", "roles.registers"} <= keys
+    roles = next(r for r in data["rows"] if r["key"] == "roles")
+    assert roles["reference"] == ["all"] and sorted(roles["candidate"]) == ["consumer", "producer"]
+    edits = [e for e in data["edits"] if e["ok"]]
+    assert edits and all(e["edit"]["kind"] == "knob" for e in edits)
+    assert len({e["key"] for e in edits}) == len(edits)  # distinct candidates
+    assert "## First edits the 'knobs' proposer would build" in done.stdout

@@ -140,8 +140,11 @@ def _arrays_files(role: str, arrays: dict[str, np.ndarray], limit: int, extra: d
 # -- run, check, time -----------------------------------------------------------------------------
 
 def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray], opts: CaptureOptions,
-                   log: list[str], timer=None) -> tuple[str, dict, dict]:
-    """Poison, run once, check with the oracle; if it passes, time in blocks. -> (status, files, summary)."""
+                   log: list[str], timer=None, reference_cache=None) -> tuple[str, dict, dict]:
+    """Poison, run once, check with the oracle; if it passes, time in blocks. -> (status, files, summary).
+
+    ``reference_cache`` (:class:`mosaic.oracle.cache.ReferenceCache`): the float64 reference is read from it
+    when its verified key matches these inputs; the summary's ``oracle_reference`` says computed or read."""
     from mosaic.oracle import check
     from mosaic.timing.noise import measure_noise, summarize
 
@@ -150,11 +153,14 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
     runnable.launch()
     outputs = runnable.output()
     t0 = time.monotonic()
-    verdict = check(spec.family, inputs, outputs, spec.dtype)
-    log.append(f"oracle: {'pass' if verdict.passed else 'FAIL'} in {time.monotonic() - t0:.1f} s {verdict.reason}")
+    verdict = check(spec.family, inputs, outputs, spec.dtype, cache=reference_cache)
+    ref = dict(reference_cache.last or {}) if reference_cache is not None else {"source": "computed", "why": "no cache"}
+    log.append(f"oracle: {'pass' if verdict.passed else 'FAIL'} in {time.monotonic() - t0:.1f} s {verdict.reason}"
+               f"{' ' if verdict.reason else ''}(float64 reference {ref['source']}"
+               f"{', ' + ref['why'] if ref.get('why') else ''})")
     files["oracle.json"] = ("metrics", json.dumps(verdict.to_json(), indent=1))
     files.update(_arrays_files("outputs", outputs, opts.max_array_bytes, {"poisoned_before_run": True}))
-    summary: dict = {"numerics_pass": verdict.passed,
+    summary: dict = {"numerics_pass": verdict.passed, "oracle_reference": ref,
                      "oracle": {o.name: {"max_abs_error": o.max_abs_error, "mean_abs_error": o.mean_abs_error,
                                          "max_error_over_band": o.max_error_over_band,
                                          "worst_index": list(o.worst_index) if o.worst_index else None,
@@ -206,12 +212,13 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
 
 
 def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: CaptureOptions,
-                       runnable_factory=None, extra: dict | None = None) -> CaptureResult:
+                       runnable_factory=None, extra: dict | None = None, reference_cache=None) -> CaptureResult:
     """The child's work (also usable directly when the caller already is an isolated process).
 
     ``runnable_factory(spec, gpu, inputs)`` replaces the language backend (for a library reference such as
     cuBLAS that has no lowering); then the bundle holds no PTX/SASS. ``extra``: more top-level manifest
-    keys (the convergence loop's ``mosaic_run``), written with the bundle.
+    keys (the convergence loop's ``mosaic_run``), written with the bundle. ``reference_cache``: the oracle's
+    float64 reference cache (see :func:`check_and_time`).
     """
     from mosaic.backend import Unbuildable
     from mosaic.bundle import save_bundle
@@ -260,7 +267,8 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
                 else:
                     runnable = runnable_factory(spec, gpu, inputs)
                 try:
-                    status, more, s = check_and_time(runnable, spec, gpu, inputs, opts, log, timer)
+                    status, more, s = check_and_time(runnable, spec, gpu, inputs, opts, log, timer,
+                                                     reference_cache)
                 finally:
                     runnable.close()
                 files.update(more)

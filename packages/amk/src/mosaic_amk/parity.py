@@ -55,3 +55,254 @@ def compare(vm_tokens: Sequence[int], vm_logits: Sequence[np.ndarray], hf_tokens
     pairs = list(zip(vm_logits, hf_logits, strict=False))[:upto]
     err = max((float(np.max(np.abs(a - b))) for a, b in pairs), default=0.0)
     return ParityResult(tuple(vm_tokens), tuple(hf_tokens), err, first)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Where and why two bf16 greedy decoders differ: ulps, near-ties, teacher forcing.
+#
+# Logits are compared as bf16 values (a float32 array is first rounded to bf16, round to nearest even, as
+# torch's ``.to(torch.bfloat16)``). Distances are counted in bf16 steps: ``bf16_key`` maps every bf16 value
+# to an integer that grows by one from each representable value to the next (+0 and -0 share 0), so
+# ``key(a) - key(b)`` is the number of bf16 ulps from b to a, exact across binades. A top-2 margin of 0 is an
+# exact tie in bf16 (argmax takes the first index, as ``torch.argmax`` does).
+#
+# A disagreement at a position where the reference's logit of its own token exceeds the other decoder's
+# choice by at most ``k`` ulps is a *near-tie*: the other decoder's logits are within a few ulps of the
+# reference's everywhere (different float32 summation order, then bf16 rounding at every layer), and a few
+# ulps of error in the difference of two logits is enough to swap them. A larger gap is *decisive*: the
+# measured logit error does not explain it. ``k`` is a fixed, stated threshold (DEFAULT_NEAR_TIE_ULPS);
+# every comparison also records the measured error in the difference of the reference's top two logits
+# (``pair_error_ulps``) over all positions, so a run shows whether ``k`` covers the error it measured.
+
+DEFAULT_NEAR_TIE_ULPS = 4
+
+
+def bf16_key(a) -> np.ndarray:
+    """Ordered integer keys of the bf16 values of ``a`` (float32 rounded to nearest even bf16 first):
+    consecutive bf16 values have consecutive keys; +0 and -0 are both 0. NaN is refused."""
+    shape = np.shape(a)
+    x = np.ascontiguousarray(np.asarray(a, np.float32))
+    if np.isnan(x).any():
+        raise ValueError("bf16_key: NaN logits")
+    u = x.view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.int64)  # round to nearest even
+    mag = bits & 0x7FFF
+    return np.where(bits & 0x8000, -mag, mag).reshape(shape)
+
+
+def to_bf16(a) -> np.ndarray:
+    """float32 values rounded to bf16 (nearest even) and back to float32."""
+    shape = np.shape(a)
+    x = np.ascontiguousarray(np.asarray(a, np.float32))
+    u = x.view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint32)
+    return (bits << 16).astype(np.uint32).view(np.float32).reshape(shape)
+
+
+def ulps_between(a, b) -> np.ndarray:
+    """Signed distance ``a - b`` in bf16 ulps (elementwise)."""
+    return bf16_key(a) - bf16_key(b)
+
+
+def top2(logits: np.ndarray) -> tuple[int, int]:
+    """Indices of the largest and second-largest bf16 logit (ties: the first index, as torch.argmax)."""
+    x = to_bf16(logits).astype(np.float64)
+    i1 = int(np.argmax(x))
+    x[i1] = -np.inf
+    return i1, int(np.argmax(x))
+
+
+def first_argmax(logits: np.ndarray) -> int:
+    return int(np.argmax(to_bf16(logits)))
+
+
+@attrs.frozen
+class Disagreement:
+    """One position where the other decoder's argmax differs from the reference's token."""
+
+    position: int  # generated-token index
+    ref_token: int
+    other_token: int
+    margin_ulps: int  # reference's top-1 minus top-2 logit, bf16 ulps
+    gap_ulps: int | None  # reference's logit of its token minus its logit of the other's token, bf16 ulps
+    gap: float | None  # the same in logit units (None: the other token is outside the vocabulary)
+    near_tie: bool  # gap_ulps <= k
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+def disagreement(position: int, ref_logits: np.ndarray, ref_token: int, other_token: int,
+                 k: int = DEFAULT_NEAR_TIE_ULPS) -> Disagreement:
+    ref = to_bf16(ref_logits)
+    i1, i2 = top2(ref)
+    margin = int(ulps_between(ref[i1], ref[i2]))
+    if not 0 <= int(other_token) < ref.size:
+        return Disagreement(int(position), int(ref_token), int(other_token), margin, None, None, False)
+    gap_ulps = int(ulps_between(ref[ref_token], ref[other_token]))
+    return Disagreement(int(position), int(ref_token), int(other_token), margin, gap_ulps,
+                        float(ref[ref_token] - ref[other_token]), gap_ulps <= k)
+
+
+@attrs.frozen
+class FreeRun:
+    """Free-running greedy decoding of one prompt by two decoders: each feeds back its own tokens."""
+
+    n_tokens: int
+    first_mismatch: int | None
+    at_mismatch: Disagreement | None  # margins at the first mismatch (the reference's logits there)
+    max_logit_error: float | None  # max |other - ref| over the logits up to and including the first mismatch
+
+    @property
+    def ok(self) -> bool:
+        return self.first_mismatch is None
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "n_tokens": self.n_tokens, "first_mismatch": self.first_mismatch,
+                "at_mismatch": self.at_mismatch.to_json() if self.at_mismatch else None,
+                "max_logit_error": self.max_logit_error}
+
+
+def free_run(ref_tokens: Sequence[int], ref_logits: Sequence[np.ndarray], other_tokens: Sequence[int],
+             other_logits: Sequence[np.ndarray] | None = None, k: int = DEFAULT_NEAR_TIE_ULPS) -> FreeRun:
+    """Compare two free-running generations of one prompt (the reference's logits give the margins)."""
+    if len(ref_tokens) != len(other_tokens):
+        raise ValueError(f"free_run: {len(ref_tokens)} reference tokens vs {len(other_tokens)} other tokens")
+    first = next((i for i, (a, b) in enumerate(zip(ref_tokens, other_tokens, strict=True)) if a != b), None)
+    at = None if first is None else disagreement(first, ref_logits[first], ref_tokens[first], other_tokens[first], k)
+    err = None
+    if other_logits is not None and len(other_logits):
+        upto = len(ref_tokens) if first is None else first + 1
+        err = max(float(np.max(np.abs(to_bf16(o) - to_bf16(r))))
+                  for o, r in zip(other_logits[:upto], ref_logits[:upto], strict=True))
+    return FreeRun(len(ref_tokens), first, at, err)
+
+
+@attrs.frozen
+class Forced:
+    """Teacher forcing of one prompt: the other decoder reads the reference's own sequence (prompt + the
+    reference's greedy tokens), so every generated position is compared on the same history."""
+
+    positions: int
+    disagreements: tuple  # of Disagreement
+    max_abs_error: float  # max |other - ref| over every position's whole logit vector
+    bit_equal_fraction: float  # fraction of logit elements equal in bf16
+    max_ulps: int  # max |other - ref| in bf16 ulps over every element
+    pair_error_ulps: tuple  # per position |(ref[t1] - ref[t2]) - (other[t1] - other[t2])| in ulps (t1, t2: ref top-2)
+    argmax_inconsistent: int  # positions where the other's argmax is not the first argmax of its own logits
+
+    @property
+    def near_ties(self) -> int:
+        return sum(d.near_tie for d in self.disagreements)
+
+    @property
+    def decisive(self) -> int:
+        return sum(not d.near_tie for d in self.disagreements)
+
+    def to_json(self) -> dict:
+        return {"positions": self.positions, "disagreements": [d.to_json() for d in self.disagreements],
+                "near_ties": self.near_ties, "decisive": self.decisive, "max_abs_error": self.max_abs_error,
+                "bit_equal_fraction": self.bit_equal_fraction, "max_ulps": self.max_ulps,
+                "pair_error_ulps": list(self.pair_error_ulps), "argmax_inconsistent": self.argmax_inconsistent}
+
+
+def forced(ref_tokens: Sequence[int], ref_logits: Sequence[np.ndarray], other_argmax: Sequence[int],
+           other_logits: Sequence[np.ndarray], k: int = DEFAULT_NEAR_TIE_ULPS) -> Forced:
+    """Compare the other decoder's teacher-forced argmax and logits with the reference's, position by
+    position (``other_*[i]``: the step that read the reference's sequence up to generated token i - 1)."""
+    n = len(ref_tokens)
+    if not (len(ref_logits) == len(other_argmax) == len(other_logits) == n):
+        raise ValueError(f"forced: lengths differ (tokens {n}, ref logits {len(ref_logits)}, other argmax "
+                         f"{len(other_argmax)}, other logits {len(other_logits)})")
+    if n == 0:
+        return Forced(0, (), 0.0, 1.0, 0, (), 0)
+    r = to_bf16(np.stack([np.asarray(x, np.float32) for x in ref_logits]))  # [n, vocab]
+    o = to_bf16(np.stack([np.asarray(x, np.float32) for x in other_logits]))
+    if r.shape != o.shape:
+        raise ValueError(f"forced: logits shapes differ: {r.shape} vs {o.shape}")
+    d = bf16_key(o) - bf16_key(r)
+    rows = np.arange(n)
+    t1 = np.argmax(r, axis=1)
+    masked = r.copy()
+    masked[rows, t1] = -np.inf
+    t2 = np.argmax(masked, axis=1)
+    pair = np.abs(d[rows, t2] - d[rows, t1])
+    other = np.asarray(other_argmax, np.int64)
+    inconsistent = int(np.count_nonzero(other != np.argmax(o, axis=1)))
+    dis = tuple(disagreement(i, r[i], int(ref_tokens[i]), int(other[i]), k)
+                for i in np.flatnonzero(other != np.asarray(ref_tokens, np.int64)))
+    return Forced(n, dis, float(np.max(np.abs(o - r))), float(np.count_nonzero(d == 0) / d.size),
+                  int(np.max(np.abs(d))), tuple(int(p) for p in pair), inconsistent)
+
+
+def forced_steps(prompt_len: int, n_tokens: int) -> list[tuple[int, int | None]]:
+    """The steps of teacher forcing ``n_tokens`` positions after a prompt of ``prompt_len`` tokens, over
+    ``seq = prompt + forced[:n_tokens - 1]``: step k reads ``seq[k]`` at position k; from k = prompt_len - 1
+    on it yields the logits of generated token ``k - (prompt_len - 1)`` (None: a prefill step)."""
+    if prompt_len < 1 or n_tokens < 1:
+        raise ValueError("forced_steps: the prompt and the generation need at least one token each")
+    return [(k, k - (prompt_len - 1) if k >= prompt_len - 1 else None) for k in range(prompt_len + n_tokens - 1)]
+
+
+def teacher_force(step, prompt: Sequence[int], tokens: Sequence[int]) -> tuple[list[int], list[np.ndarray]]:
+    """Run ``step(token, position) -> (argmax, logits)`` (e.g. ``ReferenceVM.step``, after its reset) over
+    ``prompt + tokens[:-1]``; returns the argmax and logits at each of the ``len(tokens)`` generated positions."""
+    seq = list(prompt) + list(tokens[:-1])
+    argmax, logits = [], []
+    for k, gen in forced_steps(len(prompt), len(tokens)):
+        res = step(int(seq[k]), k)
+        tok, lg = (res.token, res.logits) if hasattr(res, "token") else res
+        if gen is not None:
+            argmax.append(int(tok))
+            logits.append(np.array(lg, np.float32, copy=True))
+    return argmax, logits
+
+
+def quantiles(values: Sequence[int]) -> dict:
+    """p50 / p99 / max of a list of integers (None when empty)."""
+    if not len(values):
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    v = np.asarray(values, np.float64)
+    return {"n": int(v.size), "p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)),
+            "max": int(v.max())}
+
+
+@attrs.frozen
+class ContenderParity:
+    """One decoder against the reference over all prompts of one shape: free-running and teacher-forced."""
+
+    name: str
+    free: tuple = ()  # FreeRun per prompt
+    forced: tuple = ()  # Forced per prompt (empty: not run)
+    k: int = DEFAULT_NEAR_TIE_ULPS
+    errors: tuple = ()  # "stage: message" for parts that failed (the rest is still reported)
+
+    def summary(self) -> dict:
+        s: dict = {"name": self.name, "k_ulps": self.k, "errors": list(self.errors)}
+        if self.free:
+            mism = [f for f in self.free if not f.ok]
+            s["free"] = {"prompts": len(self.free), "exact": len(self.free) - len(mism),
+                         "first_mismatch": [f.first_mismatch for f in self.free],
+                         "gap_ulps_at_first_mismatch": [f.at_mismatch.gap_ulps for f in mism],
+                         "margin_ulps_at_first_mismatch": [f.at_mismatch.margin_ulps for f in mism],
+                         "first_mismatch_near_ties": sum(f.at_mismatch.near_tie for f in mism),
+                         "first_mismatch_decisive": sum(not f.at_mismatch.near_tie for f in mism)}
+        if self.forced:
+            pair = [p for f in self.forced for p in f.pair_error_ulps]
+            gaps = [d.gap_ulps for f in self.forced for d in f.disagreements if d.gap_ulps is not None]
+            s["forced"] = {"prompts": len(self.forced), "positions": sum(f.positions for f in self.forced),
+                           "disagreements": sum(len(f.disagreements) for f in self.forced),
+                           "near_ties": sum(f.near_ties for f in self.forced),
+                           "decisive": sum(f.decisive for f in self.forced),
+                           "gap_ulps_of_disagreements": quantiles(gaps),
+                           "max_abs_error": max(f.max_abs_error for f in self.forced),
+                           "max_ulps": max(f.max_ulps for f in self.forced),
+                           "bit_equal_fraction": float(np.mean([f.bit_equal_fraction for f in self.forced])),
+                           "pair_error_ulps": quantiles(pair),
+                           "pair_error_within_k": (sum(p <= self.k for p in pair) / len(pair)) if pair else None,
+                           "argmax_inconsistent": sum(f.argmax_inconsistent for f in self.forced)}
+        return s
+
+    def to_json(self) -> dict:
+        return {**self.summary(), "free_per_prompt": [f.to_json() for f in self.free],
+                "forced_per_prompt": [f.to_json() for f in self.forced]}

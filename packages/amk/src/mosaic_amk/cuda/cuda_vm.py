@@ -130,6 +130,34 @@ class CudaVM:
         tokens = [int(t) for t in cp.asnumpy(self._seq[n:n + n_tokens])]
         return tokens, ([row for row in cp.asnumpy(hist)] if logits else [])
 
+    def forced(self, prompt: Sequence[int], tokens: Sequence[int]) -> tuple[list[int], list[np.ndarray]]:
+        """Teacher forcing: the same launches as :meth:`generate` (one step per launch), but every step reads
+        ``prompt + tokens[:-1]`` (``tokens``: another decoder's ``n`` tokens) and writes its argmax to its own
+        slot instead of feeding it back. Returns the VM's argmax and logits at each of the ``n`` generated
+        positions (``parity.forced_steps`` is the step plan)."""
+        from mosaic_amk.parity import forced_steps
+
+        cp, lz = self.launcher.cp, self.launcher
+        n, m = len(prompt), len(tokens)
+        if m < 1:
+            raise BadInput("teacher forcing needs at least one token")
+        full = list(prompt) + list(tokens[:-1])
+        steps = list(self._steps(full, 1))  # validates the ids, covers the last position, uploads seq
+        plan = forced_steps(n, m)
+        assert len(steps) == len(plan), (len(steps), len(plan))
+        lz.reset_kv()
+        lz.clear_abort()
+        hist = cp.empty((m, self.model.vocab_size), cp.float32)
+        outs = cp.full(m, -1, cp.int32)
+        for (k, tin, _), (pos, gen) in zip(steps, plan, strict=True):
+            assert k == pos
+            tout = outs.data.ptr + 4 * gen if gen is not None else self._dummy.data.ptr
+            lz.launch(position=k, token_in=tin, token_out=tout, n_steps=1, token_stride=4)
+            if gen is not None:
+                hist[gen] = lz.array(LOGITS)
+        lz.check()
+        return [int(t) for t in cp.asnumpy(outs)], [row for row in cp.asnumpy(hist)]
+
     def time_decode(self, n_steps: int = 64, *, warmup: int = 4, skip_ops: int = 0,
                     prefetch_depth: int | None = None, prompt_token: int = 1, steps_per_launch: int = 0) -> float:
         """Milliseconds per decode step, CUDA events around ``n_steps`` decode steps at positions

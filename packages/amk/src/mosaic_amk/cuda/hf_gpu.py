@@ -3,7 +3,9 @@
 - :func:`load_bf16` loads a checkpoint directory (safetensors, eager attention) onto the GPU in bf16;
   :func:`random_model` builds a seeded random-init model of a named shape directly on the GPU (the same
   recipe as ``tiny_models.make_checkpoint``: HF init, then norms ``1 + 0.2 * randn``, biases ``0.5 * randn``).
-- :func:`greedy` is transformers' own ``generate`` (greedy, exactly n tokens, raw logits).
+- :func:`greedy` is transformers' own ``generate`` (greedy, exactly n tokens, raw logits);
+  :func:`eager_forced` runs the same eager decode with the tokens forced (teacher forcing);
+  :func:`attention` switches a loaded model between eager and SDPA attention (the parity controls).
 - :func:`time_eager` times HF eager decode steps (model forward with a DynamicCache, one token a step);
   :func:`time_static_graph` captures one decode step with a StaticCache in a CUDA graph and replays it.
 """
@@ -113,7 +115,7 @@ def greedy(model, prompts: Sequence[Sequence[int]], n_tokens: int) -> tuple[list
     gen = model.generation_config
     gen.eos_token_id = None
     gen.pad_token_id = 0
-    ids = torch.tensor([list(p) for p in prompts], dtype=torch.long, device="cuda")
+    ids = torch.tensor([list(p) for p in prompts], dtype=torch.long, device=next(model.parameters()).device)
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_tokens,
                              min_new_tokens=n_tokens, do_sample=False, num_beams=1, output_logits=True,
@@ -122,6 +124,46 @@ def greedy(model, prompts: Sequence[Sequence[int]], n_tokens: int) -> tuple[list
     tokens = out.sequences[:, n:].tolist()
     logits = torch.stack(out.logits, dim=1).float().cpu().numpy()  # [batch, steps, vocab]
     return tokens, [logits[b] for b in range(len(prompts))]
+
+
+def eager_forced(model, prompts: Sequence[Sequence[int]], tokens: Sequence[Sequence[int]]
+                 ) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Teacher forcing with transformers' eager decode, all prompts in one batch (one length): the prompt in
+    one forward (only the last position's logits, as ``generate`` computes them), then ``tokens[b][i]`` fed
+    at step i + 1 with a DynamicCache, the attention mask grown by one each step, as ``generate`` does.
+    Returns per prompt the argmax and the float32 logits [len(tokens[b]), vocab] at each generated
+    position. With ``tokens`` = the model's own greedy tokens this is ``generate``'s own computation."""
+    import torch
+    from transformers import DynamicCache
+
+    if len({len(p) for p in prompts}) != 1 or len({len(t) for t in tokens}) != 1 or len(prompts) != len(tokens):
+        raise BadInput("eager_forced(): one prompt length, one token count, one token list per prompt")
+    dev = next(model.parameters()).device
+    ids = torch.tensor([list(p) for p in prompts], dtype=torch.long, device=dev)
+    forced = torch.tensor([list(t) for t in tokens], dtype=torch.long, device=dev)
+    n_tokens = forced.shape[1]
+    cache = DynamicCache(config=model.config)
+    mask = torch.ones_like(ids)
+    steps = []
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, past_key_values=cache, use_cache=True,
+                       logits_to_keep=1).logits[:, -1]
+        steps.append(logits.float())
+        for i in range(n_tokens - 1):
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            logits = model(input_ids=forced[:, i:i + 1], attention_mask=mask, past_key_values=cache,
+                           use_cache=True, logits_to_keep=1).logits[:, -1]
+            steps.append(logits.float())
+        hist = torch.stack(steps, dim=1)  # [batch, steps, vocab]
+        argmax = hist.argmax(-1).tolist()
+    arr = hist.cpu().numpy()
+    return argmax, [arr[b] for b in range(len(prompts))]
+
+
+def attention(model, impl: str) -> None:
+    """Switch a loaded model's attention implementation ("eager" or "sdpa") in place."""
+    model.set_attn_implementation(impl)
+    model.config._attn_implementation = impl
 
 
 def time_eager(model, n_steps: int = 32, warmup: int = 4, prompt_token: int = 1) -> float:
@@ -205,6 +247,44 @@ class StaticGraphDecoder:
         self.tok.copy_(tok[:, None])  # feed the argmax back (inside the graph: no extra kernel per step)
         self.pos.add_(1)
         return logits[:, -1]
+
+    def _advance(self) -> None:
+        import torch
+
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            with torch.no_grad():
+                self.out = self._step()
+
+    def decode(self, prompt: Sequence[int], n_tokens: int, forced: Sequence[int] | None = None
+               ) -> tuple[list[int], np.ndarray]:
+        """Greedy decode from position 0: the prompt fed one token per step (a decode-step prefill, as the
+        CUDA VM does), then ``n_tokens`` tokens, each step's argmax fed back inside the step; with
+        ``forced`` (the reference's ``n_tokens`` tokens) the steps read those instead (teacher forcing).
+        Returns the argmax and the float32 logits [n_tokens, vocab] at each generated position."""
+        import torch
+
+        from mosaic_amk.parity import forced_steps
+
+        n = len(prompt)
+        if n + n_tokens - 1 > self.max_cache_len:
+            raise ValueError(f"{n + n_tokens - 1} positions exceed the static cache ({self.max_cache_len})")
+        if forced is not None and len(forced) != n_tokens:
+            raise ValueError(f"decode: {len(forced)} forced tokens for {n_tokens} positions")
+        seq = list(prompt) + (list(forced[:-1]) if forced is not None else [])
+        self.reset()
+        dev = self.tok.device
+        hist = torch.empty((n_tokens, self.model.config.vocab_size), dtype=torch.float32, device=dev)
+        toks = torch.empty((n_tokens,), dtype=torch.long, device=dev)
+        for k, gen in forced_steps(n, n_tokens):
+            if k < len(seq):
+                self.tok.fill_(int(seq[k]))  # else: the previous step's argmax, already in self.tok
+            self._advance()
+            if gen is not None:
+                hist[gen].copy_(self.out[0])
+                toks[gen] = self.tok[0, 0]
+        return toks.tolist(), hist.cpu().numpy()
 
     def run(self, n_steps: int) -> list[int]:
         """Replay (or, without a graph, run) ``n_steps`` steps from the current position; returns the tokens

@@ -85,6 +85,10 @@ CONCEPTS: tuple[Concept, ...] = (
        "ptx:mma.sync.aligned", "sass:HMMA"),
     _c("fma-simt", "scalar CUDA-core multiply-add inner product (no tensor cores)", "instruction",
        "ptx:fma.rn.f32", "sass:FFMA"),
+    _c("cta-tile", "the output tile one CTA computes (M x N) and the K depth of one mainloop step: it sets the "
+       "MMA shape and the MMAs issued per k-step, shared memory per pipeline stage and the number of tiles",
+       "launch", "ptx:wgmma.mma_async.shape", "launch:smem-per-stage", "control:mma-per-k-step",
+       "control:k-loop-unroll"),
     _c("warpgroup", "128 threads (4 warps) acting as one MMA issuer", "launch",
        "launch:block%128==0", "ptx:wgmma.mma_async"),
     _c("warp-specialization", "producer (TMA) and consumer (MMA) warpgroups with separate roles", "control",

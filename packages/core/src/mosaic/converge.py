@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +194,28 @@ class Outcome:
     remaining: tuple
 
 
+def proposer_history(events: Iterable[Mapping]) -> list[dict]:
+    """The campaign's history as the proposer sees it (``Request.history``), folded from its journal events.
+
+    One entry per edit that was built (step 1 on; the naive translation is not an edit), in step order:
+    ``{step, key, parent, edit, knobs, outcome, accepted}``. ``outcome`` is the verdict's reason code
+    (``faster``, ``closer-within-noise``, ``slower``, ``null``, ``below-floor``, ``numerics``) or the build's
+    (``unbuildable``); ``accepted`` says whether the candidate became the incumbent."""
+    entries: dict[int, dict] = {}
+    for e in events:
+        step = e.get("step")
+        if not isinstance(step, int) or step < 1:
+            continue
+        if e["event"] == "proposal" and e.get("ok") and e.get("key"):
+            entries[step] = {"step": step, "key": e["key"], "parent": e.get("parent"), "edit": e.get("edit"),
+                             "knobs": e.get("knobs"), "outcome": None, "accepted": False}
+        elif step in entries and e["event"] == "build" and not e.get("ok"):
+            entries[step].update(outcome=e.get("reason_code") or "unbuildable", accepted=False)
+        elif step in entries and e["event"] == "verdict":
+            entries[step].update(outcome=e.get("reason_code"), accepted=e.get("decision") == "accepted")
+    return [entries[s] for s in sorted(entries)]
+
+
 def _full_knobs(knob_cls: type | None, knobs: Mapping) -> dict:
     """The complete knob set (defaults filled in by the target's knob class), as plain JSON values."""
     def plain(v):
@@ -228,7 +250,7 @@ class Loop:
         self.progress = progress or (lambda line: None)
         self.fps: dict[str, Any] = {}
         self.tried: set[str] = set()
-        self.history: list[dict] = []
+        self.events: list[dict] = []  # this run's journal events, for the proposer's history
         self.cost_s = 0.0
         self.timed = 0
         self.step = 0
@@ -248,7 +270,9 @@ class Loop:
         return self.fps[key]
 
     def emit(self, event: str, **data) -> dict:
-        return self.journal.emit(event, **data)
+        record = self.journal.emit(event, **data)
+        self.events.append(record)
+        return record
 
     def budget_spent(self) -> str | None:
         if self.cost_s >= self.c.budget_min * 60:
@@ -368,7 +392,7 @@ class Loop:
                        rows=member.rows, layers=member.layers, incumbent=self.incumbent.summary(),
                        reference={"key": REFERENCE, "language": self.c.source, "knobs": dict(self.c.reference_knobs),
                                   "time_ns": self.noise.reference_time, "noise_ns": self.noise.value},
-                       tried=frozenset(self.tried), repair=self.repair, history=tuple(self.history),
+                       tried=frozenset(self.tried), repair=self.repair, history=tuple(proposer_history(self.events)),
                        knob_fields=fields)
 
     def next_proposal(self, member: Member) -> Proposal:
@@ -428,15 +452,11 @@ class Loop:
         kernel = Kernel(key, spec, p.source)
         self.tried.add(key)
         self.repair = None
-        entry = {"key": key, "parent": p.parent, "edit": p.edit, "knobs": knobs}
-        self.history.append(entry)
         built, checked = self.build_and_check(kernel, step)
         if not built.ok:
-            entry["outcome"] = built.reason_code
             return self.stop_reason()
         kernel = attrs.evolve(kernel, bundle=built.bundle)
         if not checked.passed:
-            entry["outcome"] = "numerics"
             self.repair = {"key": key, "knobs": knobs, "edit": p.edit, "reason": checked.reason}
             self.emit("verdict", key=key, step=step, decision="rejected", reason_code="numerics",
                       reason=f"failed the numerics gate (never timed): {checked.reason}")
@@ -448,7 +468,6 @@ class Loop:
         cand = self.member(kernel, timed.t_candidate)
         # the incumbent's distance is its own; its time is the one measured in this session
         dec = decide(timed.t_candidate, timed.t_incumbent, cand.distance, inc.distance, self.noise.value, self.floor)
-        entry["outcome"] = dec.reason_code
         self.emit("verdict", key=key, step=step, decision="accepted" if dec.accepted else "rejected",
                   reason_code=dec.reason_code, reason=dec.reason, t_candidate=timed.t_candidate,
                   t_incumbent=timed.t_incumbent, d_candidate=cand.distance, d_incumbent=inc.distance,

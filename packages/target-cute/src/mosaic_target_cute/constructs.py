@@ -26,6 +26,8 @@ CONSTRUCTS = (
     _q("wgmma-fence-commit-wait", "cute.nvgpu.warpgroup.fence(); commit_group(); wait_group(n)"),
     _q("mma-sync", "cute.nvgpu.warp.MmaF16BF16Op(ab_dtype, acc_dtype, (16, 8, 16))"),
     _q("fma-simt", "a Python loop over k of acc += a[i, k] * b[j, k] on scalars; knob: kernel='naive'"),
+    _q("cta-tile", "the CTA tile (bM, bN, bK): tiled MMA over tile_mn[0] // 64 consumer warpgroups, TMA boxes and "
+       "smem stage layouts of (bM, bK) and (bN, bK); knobs: tile_mn, tile_k"),
     _q("warpgroup", "tiled MMA atom layout over warpgroups (128 threads each)"),
     _q("warp-specialization", "branch on the warpgroup index: producer warp issues TMA, consumer warpgroups "
        "wgmma (this plugin's hopper gemm)"),

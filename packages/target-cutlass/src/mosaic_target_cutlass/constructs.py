@@ -35,6 +35,8 @@ CONSTRUCTS = (
        "collective mainloop; knob: kernel_schedule"),
     _x("mma-sync", "SM80 MMA atoms", "none", "the template builds sm90 GMMA only"),
     _x("fma-simt", "UniversalFMA MMA atom", "none", "the template builds sm90 GMMA only"),
+    _x("cta-tile", "TileShape Shape<_M,_N,_K> template argument of the CollectiveBuilder (GMMA atom, smem stages "
+       "and TMA boxes follow from it); knobs: tile_n, tile_m, tile_k"),
     _x("warpgroup", "128-thread warpgroups; the kernel schedule sets producer and consumer warpgroups; knobs: "
        "kernel_schedule, tile_m"),
     _x("warp-specialization", "KernelTmaWarpSpecialized / ...Cooperative / ...Pingpong; knob: kernel_schedule"),

@@ -29,6 +29,8 @@ CONSTRUCTS = (
     _p("mma-sync", "", "none", "Mosaic GPU on Hopper emits wgmma, not mma.sync"),
     _p("fma-simt", "jnp arithmetic on register arrays (acc += a * b)", "partial",
        "no scalar-loop control; vectorised by Mosaic GPU"),
+    _p("cta-tile", "jax's hopper matmul TuningConfig(tile_m=, tile_n=, tile_k=); pipelined kernel: plgpu.BlockSpec "
+       "((tile_m, tile_k)) and ((tile_k, tile_n)) in emit_pipeline; knobs: tile_m, tile_n, tile_k"),
     _p("warpgroup", "plgpu.CompilerParams(lowering_semantics=Warpgroup); plgpu.kernel(num_threads=, thread_name=)"),
     _p("warp-specialization", "plgpu.emit_pipeline_warp_specialized(num_compute_wgs=, memory_registers=); "
        "knob: kernel='jax-hopper' (warp-specialised) vs 'pipelined' (not)"),

@@ -4,8 +4,11 @@ For each ranked row (rows whose edit class is ``knob`` first, then ``rewrite`` r
 order) the row is mapped to catalog concepts: the row's key names a fingerprint feature
 (:data:`ROW_FEATURES`), and for ``*.form`` rows each form token in the reference's and the candidate's value
 names one (:data:`FORM_FEATURES`); :func:`mosaic.catalog.concepts_for_feature` turns the feature into
-concepts. The target language's construct for each concept names its knobs (``knob: stages``,
-``knobs: raster, swizzle``, ``knob: kernel='naive'``). Each knob then gets candidate values, in order:
+concepts. Within a row, concepts that more of the request's rows point to come first (a concept several
+differences agree on explains more of the diff: ``smem.dynamic``, ``hot_loop.mix`` and ``loop.unroll`` all
+point to ``cta-tile``); ties keep catalog order. The target language's construct for each concept names its
+knobs (``knob: stages``, ``knobs: raster, swizzle``, ``knob: kernel='naive'``). Each knob then gets
+candidate values, in order:
 
 * a value the construct pins (``kernel='naive'``) when the reference shows the concept and the candidate
   does not; the knob's default when the candidate shows a pinned concept the reference does not;
@@ -19,7 +22,22 @@ concepts. The target language's construct for each concept names its knobs (``kn
   (a pingpong kernel schedule needs its epilogue schedule); the edit records them.
 
 Every value goes through the target's knob class (its validators decide what is legal); an invalid one is
-skipped, never proposed. The output is a list, best first; the loop takes the first untried one.
+skipped, never proposed; a knob set already proposed (reached from an earlier row) is not listed again.
+
+The campaign's history (``Request.history``: every built edit with its outcome) removes two kinds of edit
+(:func:`blocked`):
+
+* a revert: setting a knob back to the value an *accepted* edit moved it away from (step 1 accepted
+  ``persistent: false -> true``; ``persistent=false`` is never proposed again in that campaign);
+* a retry: ``knob=value`` that was already rejected (slower, null, below the floor, failed the numerics
+  gate) while the knobs it interacts with had the same values. Knobs interact when one construct of the
+  target language names them together (``knobs: raster, swizzle``; ``knobs: tile_mn, tile_k``):
+  ``swizzle=2`` rejected with ``raster='m'`` may come back once ``raster='n'``, but not because the stage
+  count moved. An *unbuildable* edit interacts with every other knob (shared memory, registers and threads
+  are budgets that tile, stages and epilogue share: ``tile_mn=(128, 256)`` fails with 5 stages and builds
+  with 4), so only the same edit on the same other knobs is a retry.
+
+The output is a list, best first; the loop takes the first whose candidate it has not built.
 """
 
 from __future__ import annotations
@@ -43,8 +61,8 @@ ROW_FEATURES = {
     "block.max_threads": ("launch:block%128==0",),
     "warpgroups": ("launch:block%128==0",),
     "grid": ("launch:grid<=sm_count", "launch:grid-shape"),
-    "smem.static": ("control:pipeline-depth", "control:epilogue-subtile-loop"),
-    "smem.dynamic": ("control:pipeline-depth", "control:epilogue-subtile-loop"),
+    "smem.static": ("control:pipeline-depth", "control:epilogue-subtile-loop", "launch:smem-per-stage"),
+    "smem.dynamic": ("control:pipeline-depth", "control:epilogue-subtile-loop", "launch:smem-per-stage"),
     "registers": ("ptx:setmaxnreg",),
     "roles.registers": ("ptx:setmaxnreg",),
     "occupancy.warps_per_sm": ("launch:block%128==0",),
@@ -52,7 +70,9 @@ ROW_FEATURES = {
     "pipeline.stages": ("control:pipeline-depth",),
     "pipeline.wait_depth": ("ptx:wgmma.wait_group", "control:pipeline-depth"),
     "epilogue.form": ("control:epilogue-subtile-loop", "ptx:st.global"),
-    "mma.shape": ("ptx:wgmma.mma_async",),
+    "mma.shape": ("ptx:wgmma.mma_async.shape",),
+    "hot_loop.mix": ("control:mma-per-k-step",),  # e.g. MMAs per wgmma commit: the tile's N and K per k-step
+    "loop.unroll": ("control:k-loop-unroll",),
     "exp.form": ("ptx:ex2.approx",),
     "fma.contraction": ("numerics:mul+add-separate",),
     "div.form": ("ptx:rcp.approx",),
@@ -159,6 +179,45 @@ def candidate_values(current: Any, default: Any, row, pinned: str | None, side: 
     return out
 
 
+#: history outcomes that reject an edit (a verdict's or a build's reason code)
+UNBUILDABLE = "unbuildable"
+REJECTED = frozenset({"slower", "null", "below-floor", "numerics", UNBUILDABLE})
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def _context(knobs: dict, names: Iterable[str]) -> tuple:
+    return tuple(sorted((k, _hashable(knobs.get(k))) for k in names))
+
+
+def blocked(history: Iterable, interacts: dict[str, set[str]]) -> tuple[set, set]:
+    """From the campaign's history: (reverts, retries).
+
+    ``reverts``: (knob, value) pairs an accepted knob edit moved a knob away from. ``retries``: (knob, value,
+    context) of rejected knob edits, where context is the tried candidate's values of the knobs that
+    interact with ``knob`` (``interacts``; every other knob for an unbuildable edit), as sorted (name, value)
+    pairs."""
+    reverts, retries = set(), set()
+    for h in history:
+        edit = h.get("edit") or {}
+        if edit.get("kind") != "knob" or "knob" not in edit:
+            continue
+        knob = edit["knob"]
+        if h.get("accepted"):
+            reverts.add((knob, _hashable(edit.get("was"))))
+        elif h.get("outcome") in REJECTED:
+            knobs = h.get("knobs") or {}
+            others = [k for k in knobs if k != knob] if h["outcome"] == UNBUILDABLE else interacts.get(knob, ())
+            retries.add((knob, _hashable(edit.get("value")), _context(knobs, others)))
+    return reverts, retries
+
+
 class KnobsProposer:
     name = "knobs"
 
@@ -195,12 +254,33 @@ class KnobsProposer:
             return []
         return construct_knobs(construct.expression)
 
+    def interactions(self) -> dict[str, set[str]]:
+        """knob -> the other knobs one construct of the target language names together with it."""
+        out: dict[str, set[str]] = {}
+        if self.catalog is None:
+            return out
+        for (_, language), entry in self.catalog.entries.items():
+            if language != self.target or entry.construct is None or entry.construct.analogue == "none":
+                continue
+            names = [k for k, _ in construct_knobs(entry.construct.expression)]
+            for k in names:
+                out.setdefault(k, set()).update(n for n in names if n != k)
+        return out
+
     def edits(self, request: Request) -> Iterable[Proposal]:
         defaults = self._defaults(dict(request.knobs))
         current = {**defaults, **dict(request.knobs)}
+        interacts = self.interactions()
+        reverts, retries = blocked(request.history, interacts)
         rows = sorted(request.rows, key=lambda r: (r.edit != "knob", r.rank))
-        for row in rows:
-            for concept, side in row_concepts(row):
+        mapped = [(row, row_concepts(row)) for row in rows]
+        support: dict[str, int] = {}
+        for _, found in mapped:
+            for concept, _ in found:
+                support[concept] = support.get(concept, 0) + 1
+        seen: set = set()
+        for row, found in mapped:
+            for concept, side in sorted(found, key=lambda item: -support[item[0]]):
                 for knob, pinned in self._knobs_of(concept):
                     if knob not in current:
                         continue
@@ -215,6 +295,14 @@ class KnobsProposer:
                         new = {**current, knob: value, **implied}
                         if not self._valid(new):
                             continue
+                        val = _hashable(value)
+                        if (knob, val) in reverts or (knob, val, _context(new, interacts.get(knob, ()))) in retries \
+                                or (knob, val, _context(new, [k for k in new if k != knob])) in retries:
+                            continue
+                        identity = _hashable(new)
+                        if identity in seen:
+                            continue
+                        seen.add(identity)
                         edit = {"kind": "knob", "knob": knob, "value": list(value) if isinstance(value, tuple)
                                 else value, "was": list(current[knob]) if isinstance(current[knob], tuple)
                                 else current[knob], "concept": concept,

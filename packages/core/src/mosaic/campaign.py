@@ -19,6 +19,8 @@ Built from the ``mosaic run`` flags or from a TOML file (``mosaic run campaign.t
     reference_knobs = {kernel = "jax-hopper"}
     start_knobs = {kernel = "naive"}    # the naive first translation in the target language
     check_shape = "256x256x128"  # optional: numerics gate on a smaller problem (default: the shape)
+    isolation = "worker"         # live: one persistent process for gates and timings, replaced after any
+                                 # failure; "step": a fresh process per gate and per timing session
 
 Every field is validated at construction; an unknown key or a bad value is one error line naming it.
 """
@@ -118,6 +120,7 @@ class Campaign:
     runs_per_block: int = attrs.field(default=20, validator=positive)
     rounds: int = attrs.field(default=5, validator=positive)  # A/B block pairs per interleaved comparison
     yardstick: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    isolation: str = attrs.field(default="worker", validator=one_of("worker", "step"))
 
     def __attrs_post_init__(self):
         f = attrs.fields(Campaign)

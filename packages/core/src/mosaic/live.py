@@ -90,6 +90,14 @@ class ChildResult:
     message: str
     output: str
     wall_s: float
+    isolation: dict = attrs.field(factory=dict)  # {mode: step | worker, pid, request, ...}
+
+
+def result_problem(data: Any) -> str:
+    """Why a child's answer is not a result (empty when it is one)."""
+    if not isinstance(data, dict) or data.get("status") not in ("ok", "failed"):
+        return "the child's result has no status ok|failed"
+    return ""
 
 
 def run_child(request: Mapping[str, Any], timeout: float, *, argv: list[str] | None = None,
@@ -105,25 +113,27 @@ def run_child(request: Mapping[str, Any], timeout: float, *, argv: list[str] | N
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True, env={**os.environ, **dict(env or {})})
+        iso = {"mode": "step", "pid": proc.pid, "request": 1}
         try:
             output, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             output, _ = proc.communicate()
             return ChildResult("timeout", {}, f"killed after {timeout:.0f} s", output or "",
-                               time.monotonic() - t0)
+                               time.monotonic() - t0, iso)
         wall = time.monotonic() - t0
         if res_path.is_file():
             try:
                 data = json.loads(res_path.read_text())
             except json.JSONDecodeError:
-                return ChildResult("failed", {}, "the child's result is not JSON", output or "", wall)
-            if not isinstance(data, dict) or data.get("status") not in ("ok", "failed"):
-                return ChildResult("failed", {}, "the child's result has no status ok|failed", output or "", wall)
-            return ChildResult(data["status"], data, str(data.get("error", "")), output or "", wall)
+                return ChildResult("failed", {}, "the child's result is not JSON", output or "", wall, iso)
+            problem = result_problem(data)
+            if problem:
+                return ChildResult("failed", {}, problem, output or "", wall, iso)
+            return ChildResult(data["status"], data, str(data.get("error", "")), output or "", wall, iso)
         rc = proc.returncode
         what = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc} and no result"
-        return ChildResult("crashed" if rc < 0 else "failed", {}, what, output or "", wall)
+        return ChildResult("crashed" if rc < 0 else "failed", {}, what, output or "", wall, iso)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -219,7 +229,10 @@ class LiveWorkbench:
     kind = "live"
 
     def __init__(self, campaign, out: str | os.PathLike, *, progress: Callable[[str], None] | None = None,
-                 timeouts: Timeouts | None = None, parallel: int | None = None, python: str | None = None):
+                 timeouts: Timeouts | None = None, parallel: int | None = None, python: str | None = None,
+                 worker_argv: list[str] | None = None):
+        from mosaic.live_worker import Workers
+
         self.c = campaign
         self.dir = Path(out)
         self.bundles = self.dir / "bundles"
@@ -228,10 +241,14 @@ class LiveWorkbench:
         self.timeouts = timeouts or Timeouts()
         self.parallel = parallel if parallel is not None else max(1, min(6, (os.cpu_count() or 2) // 2))
         self.python = python or sys.executable
+        self.isolation = getattr(campaign, "isolation", "worker")
+        self.oracle_cache = self.work / "oracle"  # the float64 reference, computed once per campaign
+        self.workers = Workers(self.work / "workers", self.python, argv=worker_argv)
         self.checked: dict[str, Checked] = {}
         self.yard_blocks: tuple | None = None
         self.prefetching: dict[str, tuple[subprocess.Popen, Path, Path, float]] = {}
         self._gpu = None
+        self._gate_note = ""
         atexit.register(self.close)
 
     # -- helpers --------------------------------------------------------------------------------------------
@@ -262,6 +279,41 @@ class LiveWorkbench:
                 _kill_group(proc)
                 proc.wait()
         self.prefetching.clear()
+        self.workers.close()
+
+    # -- one request: a fresh child (isolation "step") or the persistent worker ------------------------------
+    def _serve(self, request: Mapping[str, Any], timeout: float, problem: Callable[[ChildResult], str],
+               what: str) -> ChildResult:
+        """Answer ``request`` in the campaign's isolation mode. Worker: any answer with a ``problem`` (a
+        failure, a gate that did not pass: the text says which) retires the worker; when that worker had served earlier
+        requests and the failure is not a timeout, the request is asked once more of a fresh worker and
+        that answer is the record (a kernel is never blamed for what an earlier one left behind); the
+        first attempt is kept in ``isolation.first_attempt`` and both attempts' seconds are its cost."""
+        if self.isolation == "step":
+            return run_child(request, timeout, argv=[self.python, "-m", "mosaic.live"])
+        r = self.workers.serve(request, timeout)
+        why = problem(r)
+        if not why:
+            return r
+        self.workers.retire(f"{what}: {why}")  # no-op when serve already did
+        if r.status == "timeout" or r.isolation.get("request", 1) <= 1:
+            return r
+        self.progress(f"{what}: {why} in a reused worker (pid {r.isolation.get('pid')}, request "
+                      f"{r.isolation.get('request')}); asking a fresh worker before recording it")
+        again = self.workers.serve(request, timeout)
+        if problem(again):
+            self.workers.retire(f"{what}: {problem(again)}")
+        first = {"status": r.status, "problem": why, "pid": r.isolation.get("pid"),
+                 "request": r.isolation.get("request"), "wall_s": round(r.wall_s, 3)}
+        return attrs.evolve(again, wall_s=r.wall_s + again.wall_s,
+                            isolation={**again.isolation, "first_attempt": first})
+
+    def _iso_text(self, r: ChildResult) -> str:
+        i = r.isolation
+        if i.get("mode") != "worker":
+            return f"own process {i.get('pid')}"
+        made = ", ".join(f"{v}" for v in (i.get("prepared") or {}).values())
+        return f"worker pid {i.get('pid')} request {i.get('request')}" + (f"; kernels {made}" if made else "")
 
     # -- reference and yardstick ----------------------------------------------------------------------------
     def capture_reference(self, spec: KernelSpec) -> ReferenceCapture:
@@ -272,6 +324,8 @@ class LiveWorkbench:
         pairs = self.c.noise_blocks // 2
         self.progress(f"reference {spec.language} ({_knob_label(spec)}): capture in its own process "
                       f"({pairs} interleaved self-pairs x {self.c.runs_per_block} runs)")
+        if self.isolation == "worker":  # it imports while the reference is captured; it touches no GPU yet
+            self.workers.start()
         t0 = time.monotonic()
         res = capture(spec, self.c.gpu, dest, CaptureOptions(blocks=pairs, runs=self.c.runs_per_block,
                                                              timeout=self.timeouts.reference),
@@ -303,7 +357,8 @@ class LiveWorkbench:
                               timeout=self.timeouts.yardstick)
         self.progress("yardstick cuBLAS (torch.matmul): capture in its own process")
         r = run_child({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(dest.resolve()),
-                       "options": attrs.asdict(opts), "extra": run_meta(YARDSTICK, "yardstick")},
+                       "options": attrs.asdict(opts), "extra": run_meta(YARDSTICK, "yardstick"),
+                       "oracle_cache": str(self.oracle_cache.resolve())},
                       opts.timeout, argv=[self.python, "-m", "mosaic.live"])
         status = r.data.get("capture", {}).get("status") if r.status == "ok" else r.status
         if status == "ok" and dest.is_dir():
@@ -406,11 +461,12 @@ class LiveWorkbench:
             update_bundle(dest, extra=run_meta(kernel.key, "candidate", False, reason, t_lower))
             return Built(kernel.key, False, reason, "unbuildable", str(dest), self.cost(kernel.key))
         update_bundle(dest, extra={**run_meta(kernel.key, "candidate", True, "", t_lower), "lowering": record})
-        self.progress(f"build {kernel.key}: lowered in {t_lower:.1f} s; numerics gate in its own process")
+        where = "its own process" if self.isolation == "step" else "the worker"
+        self.progress(f"build {kernel.key}: lowered in {t_lower:.1f} s; numerics gate in {where}")
         checked = self._gate(kernel, dest)
         self.checked[kernel.key] = checked
         self.progress(f"gate {kernel.key}: {'pass' if checked.passed else 'FAIL'}"
-                      + ("" if checked.passed else f" ({checked.reason}); never timed"))
+                      + ("" if checked.passed else f" ({checked.reason}); never timed") + f" ({self._gate_note})")
         # the gate's cost is part of the build step: one figure, the bundle's, for live and offline alike
         return Built(kernel.key, True, "", "", str(dest), self.cost(kernel.key))
 
@@ -428,9 +484,18 @@ class LiveWorkbench:
                               max_array_bytes=0 if small else CaptureOptions().max_array_bytes)
         tmp = self.work / "gate" / f"{kernel.key}.bundle"
         shutil.rmtree(tmp, ignore_errors=True)
-        r = run_child({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(tmp.resolve()),
-                       "options": attrs.asdict(opts), "extra": None}, opts.timeout,
-                      argv=[self.python, "-m", "mosaic.live"])
+        def problem(r: ChildResult) -> str:
+            if r.status != "ok":
+                return f"{r.status}: {r.message or _tail(r.output)}"
+            cap = r.data.get("capture") or {}
+            if cap.get("status") != "ok" or not (cap.get("summary") or {}).get("numerics_pass"):
+                return f"the gate ended '{cap.get('status')}': {cap.get('message') or 'numerics'}"
+            return ""
+
+        r = self._serve({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(tmp.resolve()),
+                         "options": attrs.asdict(opts), "extra": None,
+                         "oracle_cache": str(self.oracle_cache.resolve())}, opts.timeout, problem,
+                        f"gate {kernel.key}")
         cap = r.data.get("capture", {}) if r.status == "ok" else {}
         status = cap.get("status", r.status)
         summary = dict(cap.get("summary") or {})
@@ -461,7 +526,10 @@ class LiveWorkbench:
         update_bundle(dest, files=files, extra={
             "mosaic_run": meta,
             "capture": {"status": status, "lower_only": False, "gate": True, "options": attrs.asdict(opts),
-                        "shape": dict(spec.shape), "summary": summary}})
+                        "shape": dict(spec.shape), "summary": summary, "isolation": r.isolation,
+                        "wall_s": round(cost, 3)}})
+        ref = (summary.get("oracle_reference") or {}).get("source")
+        self._gate_note = f"{cost:.1f} s, {self._iso_text(r)}" + (f"; float64 reference {ref}" if ref else "")
         shutil.rmtree(tmp, ignore_errors=True)
         return Checked(kernel.key, passed, reason, 0.0)
 
@@ -484,12 +552,14 @@ class LiveWorkbench:
         from mosaic.bundle import load_bundle
 
         ref_spec = load_bundle(self.dest(REFERENCE)).kernel if incumbent.key == REFERENCE else incumbent.spec
+        where = "one process" if self.isolation == "step" else "the worker"
         self.progress(f"time {kernel.key} against {incumbent.key}: {rounds} rounds x {self.c.runs_per_block} "
-                      "runs, interleaved A B A B, one process")
-        r = run_child({"mode": "time", "gpu": self.c.gpu, "specs": [ref_spec.to_json(), kernel.spec.to_json()],
-                       "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
-                       "values": "normal", "flush": True, "timer": "cupti"}, self.timeouts.time,
-                      argv=[self.python, "-m", "mosaic.live"])
+                      f"runs, interleaved A B A B, {where}")
+        r = self._serve({"mode": "time", "gpu": self.c.gpu, "specs": [ref_spec.to_json(), kernel.spec.to_json()],
+                         "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
+                         "values": "normal", "flush": True, "timer": "cupti"}, self.timeouts.time,
+                        lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or _tail(r.output)}",
+                        f"time {kernel.key}")
         if r.status != "ok":
             raise LiveError(f"timing {kernel.key} against {incumbent.key} {r.status}: "
                             f"{r.message or _tail(r.output)}; the journal holds every step before it "
@@ -501,7 +571,8 @@ class LiveWorkbench:
                    "runs": self.c.runs_per_block, "flush": d.get("flush"), "serialized": d.get("serialized"),
                    "kernels_per_run": d.get("kernels_per_run"), "launch": d.get("launch"),
                    "kernel_names": d.get("kernel_names"), "clocks": d.get("clocks"),
-                   "outputs_sha256": d.get("outputs_sha256"), "wall_s": round(r.wall_s, 3)}
+                   "outputs_sha256": d.get("outputs_sha256"), "wall_s": round(r.wall_s, 3),
+                   "isolation": r.isolation}
         gate_meta = load_bundle(self.dest(kernel.key)).root / "outputs-meta.json"
         full = self.c.check_shape is None or dict(self.c.check_shape) == dict(kernel.spec.shape)
         if full and gate_meta.is_file() and d.get("outputs_sha256"):  # the same bits as in the gate's process?
@@ -512,7 +583,7 @@ class LiveWorkbench:
         t = Timed(kernel.key, incumbent.key, d["blocks"][0], d["blocks"][1], "ABAB", "same-session",
                   self.cost(kernel.key) - before)
         self.progress(f"time {kernel.key}: {t.t_candidate / 1e3:.2f} us vs {incumbent.key} "
-                      f"{t.t_incumbent / 1e3:.2f} us ({d['timer']}, {r.wall_s:.0f} s)")
+                      f"{t.t_incumbent / 1e3:.2f} us ({d['timer']}, {r.wall_s:.1f} s, {self._iso_text(r)})")
         return t
 
 
@@ -551,17 +622,28 @@ class Serialized:
 
 
 # -- the child's modes ---------------------------------------------------------------------------------------------
-def child_check(req: Mapping[str, Any]) -> dict:
-    """Capture's oracle (and short timing) on a prepared Runnable, bundle written to ``out``; no lowering."""
+def child_check(req: Mapping[str, Any], state=None) -> dict:
+    """Capture's oracle (and short timing) on a prepared Runnable, bundle written to ``out``; no lowering.
+
+    ``req["oracle_cache"]``: the campaign's float64 reference cache directory (None: computed here).
+    ``state``: the persistent worker's (:class:`mosaic.live_worker.WorkerState`): the runnable then comes
+    from, and stays in, its cache; None in a one-request child."""
     from mosaic.capture import CaptureOptions, capture_in_process
+    from mosaic.oracle.cache import ReferenceCache
 
     spec = KernelSpec.from_json(req["spec"])
     opts = CaptureOptions(**req["options"])
+    root = req.get("oracle_cache")
+    if state is not None:
+        r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
+                               runnable_factory=lambda s, g, inputs: state.runnable(s, g, inputs)[0],
+                               extra=req.get("extra"), reference_cache=state.reference_cache(root))
+        return {"status": "ok", "capture": r.to_json()}
     work = Path(tempfile.mkdtemp(prefix="mosaic-live-check-"))
     try:
         r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
                                runnable_factory=lambda s, g, inputs: prepare(s, g, work, inputs),
-                               extra=req.get("extra"))
+                               extra=req.get("extra"), reference_cache=ReferenceCache(root) if root else None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"status": "ok", "capture": r.to_json()}
@@ -573,8 +655,10 @@ def _sha(arrays: Mapping[str, Any]) -> dict:
     return {k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest() for k, v in arrays.items()}
 
 
-def child_time(req: Mapping[str, Any]) -> dict:
-    """Interleaved timing of two kernels in this one process (see :class:`LiveWorkbench`.time)."""
+def child_time(req: Mapping[str, Any], state=None) -> dict:
+    """Interleaved timing of two kernels in this one process (see :class:`LiveWorkbench`.time). With a
+    worker's ``state`` both runnables come from its cache (compiled once per worker), and one whose output
+    bits differ from those it gave at its first timing in this worker fails the request."""
     from mosaic.capture import make_inputs
     from mosaic.plugins import host
     from mosaic.timing.device import L2Flush, TimingError
@@ -588,17 +672,31 @@ def child_time(req: Mapping[str, Any]) -> dict:
     rounds, runs, warmup = int(req["rounds"]), int(req["runs"]), int(req.get("warmup", 10))
     gpu = host().get("gpus", req["gpu"])
     timer = make_timer(req.get("timer", "cupti"))  # before any CUDA context
-    inputs = make_inputs(specs[0], int(req.get("seed", 0)), req.get("values", "normal"))
+    seed, values = int(req.get("seed", 0)), req.get("values", "normal")
+    if state is not None:
+        inputs, digest = state.seeded_inputs(specs[0], seed, values)
+    else:
+        inputs, digest = make_inputs(specs[0], seed, values), None
     work = Path(tempfile.mkdtemp(prefix="mosaic-live-time-"))
-    runnables, flush = [], None
+    runnables, keys, flush = [], [], None
     try:
         for i, s in enumerate(specs):
-            runnables.append(prepare(s, gpu, work / str(i), inputs))
+            if state is not None:
+                r, key = state.runnable(s, gpu, inputs, digest)
+                runnables.append(r)
+                keys.append(key)
+            else:
+                runnables.append(prepare(s, gpu, work / str(i), inputs))
         hashes = []
         for r in runnables:  # the bits each kernel produces here (compare with its gate's outputs-meta)
             r.poison()
             r.launch()
             hashes.append(_sha(r.output()))
+        for key, spec, h in zip(keys, specs, hashes, strict=False):
+            seen = state.output_sha.setdefault(key, h)
+            if seen != h:
+                raise MosaicError(f"the worker's cached {spec.language} kernel ({_knob_label(spec)}) now gives "
+                                  "other output bits than at its first timing here (a corrupted buffer?)", "worker")
         flush = L2Flush(gpu.l2_bytes) if req.get("flush", True) else None
         serial = [Serialized(r) for r in runnables]
         per_run = []
@@ -636,10 +734,10 @@ def child_time(req: Mapping[str, Any]) -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-MODES: dict[str, Callable[[Mapping[str, Any]], dict]] = {"check": child_check, "time": child_time}
+MODES: dict[str, Callable[..., dict]] = {"check": child_check, "time": child_time}
 
 
-def _child(request_path: str) -> int:
+def _child(request_path: str) -> int:  # one request per process (isolation = "step")
     """The child's entry: read the request, run its mode, write the result (failures included)."""
     try:
         req = json.loads(Path(request_path).read_text())
@@ -654,7 +752,7 @@ def _child(request_path: str) -> int:
     try:
         if mode is None:
             raise MosaicError(f"unknown mode {req.get('mode')!r}; known: {', '.join(MODES)}", "mode")
-        result = mode(req)
+        result = mode(req, None)
     except MosaicError as exc:
         result = {"status": "failed", "error": exc.line()}
     except Exception as exc:  # noqa: BLE001 - recorded for the parent, never lost

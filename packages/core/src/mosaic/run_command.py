@@ -25,7 +25,7 @@ class NoGpu(MosaicError):
 
 
 def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer, command,
-                         max_candidates=None):
+                         max_candidates=None, isolation=None):
     from mosaic.campaign import Campaign
 
     missing = [f"--{n}" for n, v in (("source", source), ("target", target), ("family", family),
@@ -35,7 +35,7 @@ def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget
                        "mosaic run")
     data = {"source": source, "target": target, "family": family, "shape": shape, "dtype": dtype}
     for name, value in (("gpu", gpu), ("beam", beam), ("budget_min", budget_min), ("proposer", proposer),
-                        ("command", command), ("max_candidates", max_candidates)):
+                        ("command", command), ("max_candidates", max_candidates), ("isolation", isolation)):
         if value is not None:
             data[name] = value
     return Campaign.from_json(data, "mosaic run")
@@ -212,9 +212,12 @@ def _live_bench(campaign, out: Path, quiet: bool = False):
 @click.option("--resume", type=click.Path(path_type=Path), default=None, help="Continue the campaign in DIR.")
 @click.option("--offline", type=click.Path(path_type=Path), default=None,
               help="Re-decide the campaign in DIR from its bundles (no GPU).")
+@click.option("--isolation", default=None,
+              help="worker (default: one persistent process for gates and timings, replaced after any failure) "
+                   "or step (a fresh process per gate and per timing).")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_min, max_candidates, proposer,
-        command, out, resume, offline, quiet):
+        command, out, resume, offline, quiet, isolation=None):
     """Port a kernel between languages by convergence: capture, propose, verify, converge; then report."""
     if resume is not None and offline is not None:
         raise BadInput("choose one of --resume and --offline", "mosaic run")
@@ -226,9 +229,13 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
         from mosaic.campaign import load_campaign
 
         campaign = load_campaign(campaign_file)
+        if isolation is not None:  # the flag overrides the file's setting
+            from mosaic.campaign import Campaign
+
+            campaign = Campaign.from_json({**campaign.to_json(), "isolation": isolation}, "--isolation")
     else:
         campaign = _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer,
-                                        command, max_candidates)
+                                        command, max_candidates, isolation)
     from mosaic.journal import Journal
 
     out = out or Path(f"mosaic-run-{campaign.source}-{campaign.target}-{campaign.family}-{campaign.problem}")

@@ -8,7 +8,7 @@ import attrs
 import numpy as np
 import pytest
 from mosaic.plugins import host
-from mosaic_amk.config import ScheduleConfig
+from mosaic_amk.config import VM_FUSIONS, ScheduleConfig
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.cuda.microbench import deadlock, handoff_chain, op_schedule, split_rows
 from mosaic_amk.lowering import lower
@@ -18,6 +18,8 @@ from mosaic_amk.tiny_models import tiny_model
 
 GPU = host().get("gpus", "h200")
 CFGS = {"fused": ScheduleConfig(gemv_rows_per_task=16, kv_max_tokens=64),
+        # every fusion the VM runs (rmsnorm_gemv, gemv_rope_append: 5 stages per layer), rows of two heads
+        "vm-fused": ScheduleConfig(gemv_rows_per_task=32, kv_max_tokens=64, fusion=VM_FUSIONS),
         "unfused": ScheduleConfig(gemv_rows_per_task=24, fusion=(), num_sms=7, kv_page_tokens=8, kv_max_tokens=64,
                                   attention_kv_heads_per_task=2)}
 
@@ -171,3 +173,111 @@ def test_attention_head_dim_must_allow_float4_rows():
                     position=3)
     with pytest.raises(E.EncodeError, match="multiple of 4"):
         E.encode(s)
+
+
+# ------------------------------------------------------------------------------------ fused GEMV ops
+
+FUSED_GEMV_OPS = ("rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append")
+
+
+def test_fused_gemv_ops_are_vm_ops_in_abi_order():
+    """The four fused GEMVs moved from ops.FUSED_SPECS into ops.SPECS, appended to encode.OPS (abi.h's OP_*)."""
+    from mosaic_amk import ops
+
+    assert E.OPS[-4:] == FUSED_GEMV_OPS and set(E.OPS) == set(ops.SPECS)
+    assert not set(FUSED_GEMV_OPS) & set(ops.FUSED_SPECS)
+    header = E.abi_constants()
+    assert [header[f"OP_{o.upper()}"] for o in FUSED_GEMV_OPS] == [11, 12, 13, 14] and header["AMK_NUM_OPS"] == 15
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "llama3"])
+def test_vm_fusions_lower_validate_and_encode(family):
+    """With rmsnorm_gemv + gemv_rope_append on, the lowering has no rmsnorm/rope/append stage left, the validator
+    accepts it at two positions of one structure, and the encoding carries the new flags and the RoPE table."""
+    from mosaic_amk.lowering import layer_stages
+    from mosaic_amk.validator import validate
+
+    cfg = CFGS["vm-fused"]
+    m = tiny_model(family)
+    s0, s1 = lower(m, cfg, GPU, 0), lower(m, cfg, GPU, 37)
+    assert validate(s0).ok and validate(s1).ok
+    assert E.structure_key(s0) == E.structure_key(s1)
+    ops_used = {t.op for t in s0.tasks}
+    assert set(FUSED_GEMV_OPS) <= ops_used and not ops_used & {"rmsnorm", "rope", "rope_append", "kv_append"}
+    assert layer_stages(s0)["per_layer"] == 5
+    enc = E.encode(s1)
+    assert enc.rope == (INV_FREQ, m.head_dim, float(np.float32(m.attention_scaling)))
+    by = {b.name: b for b in enc.buffers}
+    assert by[INV_FREQ].dtype == E.DT_F32
+    for i, t in enumerate(s1.tasks):
+        rec = enc.tasks[i]
+        if t.op not in FUSED_GEMV_OPS:
+            continue
+        assert E.OPS[rec[E.W_OP]] == t.op
+        assert bool(rec[E.W_FLAGS] & E.F_NORM) == bool(t.params.get("norm")), t
+        assert bool(rec[E.W_FLAGS] & E.F_ROPE) == bool(t.params.get("rope")), t
+        assert bool(rec[E.W_FLAGS] & E.F_BIAS) == bool(t.params.get("bias")), t
+        if "eps" in t.params:
+            assert rec[E.W_EPS] == np.array([t.params["eps"]], np.float32).view(np.int32)[0]
+        if "position" in t.params:
+            assert rec[E.W_FLAGS] & E.F_RUNTIME_POS and rec[E.W_POS] == 37
+        # prefetch: the weight rows (never the norm weight's whole-buffer region in place of them)
+        w = t.inputs[2] if t.op.startswith("rmsnorm_gemv") else t.inputs[1]
+        regions = {int(rec[E.W_PF + 3 * k]): (int(rec[E.W_PF + 3 * k + 1]), int(rec[E.W_PF + 3 * k + 2]))
+                   for k in range(E.MAX_PF) if rec[E.W_PF + 3 * k] >= 0}
+        k_in = by[w].shape[1]
+        r0, r1 = t.params["row_start"], t.params["row_end"]
+        assert regions[enc.buffer_id(w)] == (r0 * k_in * 2 // 16, (r1 - r0) * k_in * 2 // 16)
+
+
+def test_vm_still_refuses_split_ops():
+    """split_kv / split_argmax use ops.FUSED_SPECS: the encoder refuses them by name (no launch)."""
+    s = lower(tiny_model("llama"), ScheduleConfig(gemv_rows_per_task=16, kv_max_tokens=64,
+                                                  fusion=(*VM_FUSIONS, "split_argmax")), GPU, 0)
+    _refuses(s, ["unknown op", "argmax_partial"])
+
+
+def _with(s, i, **kw):
+    tasks = list(s.tasks)
+    tasks[i] = attrs.evolve(s.tasks[i], **kw)
+    return attrs.evolve(s, tasks=tuple(tasks))
+
+
+def test_fused_gemv_memory_unsafe_schedules_are_refused():
+    s = lower(tiny_model("llama"), CFGS["vm-fused"], GPU, 0)
+    hd = tiny_model("llama").head_dim
+
+    def first(op, **want):
+        return next(i for i, t in enumerate(s.tasks) if t.op == op and all(t.params.get(k) == v
+                                                                          for k, v in want.items()))
+
+    i = first("gemv_rope")
+    t = s.tasks[i]
+    # RoPE rotates within a head: rows must be whole heads
+    _refuses(_with(s, i, params={**t.params, "row_end": t.params["row_end"] - 2}), ["whole heads"])
+    # rows outside the weight
+    _refuses(_with(s, i, params={**t.params, "row_end": 10_000}), ["outside"])
+    # the norm weight must have in-features elements (a shorter one would be read past its end)
+    nw_pos = 3  # x, w, inv_freq, nw, ...
+    assert t.params["norm"] and t.inputs[nw_pos].endswith("input_layernorm.weight")
+    _refuses(_with(s, i, inputs=(*t.inputs[:nw_pos], INV_FREQ, *t.inputs[nw_pos + 1:])), ["nw"])
+    # a KV append whose columns pass kv_dim
+    j = first("gemv_rope_append", rope=True)
+    u = s.tasks[j]
+    kvd = next(b for b in s.buffers if b.name == u.outputs[0]).shape[2]
+    _refuses(_with(s, j, params={**u.params, "row_start": kvd, "row_end": kvd + hd}), ["outside"])
+    # page_tokens must be the cache's
+    _refuses(_with(s, j, params={**u.params, "page_tokens": 3}), ["page_tokens"])
+    # rmsnorm_gemv: x of another length than the weight's in-features
+    k = first("rmsnorm_gemv")
+    v = s.tasks[k]
+    other = next(b.name for b in s.buffers if b.kind == "activation" and b.shape[0] != tiny_model("llama").hidden_size)
+    _refuses(_with(s, k, inputs=(other, *v.inputs[1:])), ["columns"])
+
+
+def test_error_bits_have_messages():
+    """Every E_* bit of abi.h has a launcher message (a bit without one would raise an empty DeviceError)."""
+    from mosaic_amk.cuda.launcher import ERRORS
+
+    bits = {v for k, v in E.abi_constants().items() if k.startswith("E_")}
+    assert bits == set(ERRORS) and 8 in bits

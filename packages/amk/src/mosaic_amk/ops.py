@@ -263,7 +263,7 @@ def _fp_argmax_partial(p, ins, outs):
 
 
 def _fp_gemv_rope(p, ins, outs):
-    spec = FUSED_SPECS["gemv_rope"]
+    spec = OP_SPECS["gemv_rope"]
     fp = rows_footprint(spec.input_roles(p) + spec.outputs, ("w", "b", "y"), p, (*ins, *outs))
     if isinstance(fp, str):
         return fp
@@ -278,7 +278,7 @@ def _head_aligned(p, fp):
 
 
 def _fp_gemv_rope_append(p, ins, outs):
-    spec = FUSED_SPECS["gemv_rope_append"]
+    spec = OP_SPECS["gemv_rope_append"]
     roles = spec.input_roles(p)
     fp = rows_footprint(roles, ("w", "b"), p, ins)
     if isinstance(fp, str):
@@ -300,6 +300,8 @@ _ATTN_PARAMS = ("position", "num_heads", "num_kv_heads", "head_dim", "row_start"
 _ROPE_PARAMS = ("position", "num_heads", "head_dim", "attention_scaling")
 _GEMV_ROWS = ("w", "b", "res", "y")
 _SILU_ROWS = ("w_gate", "w_up", "b_gate", "b_up", "y")
+_FUSED_GEMV = ("row_start", "row_end", "bias", "eps")
+_GEMV_ROPE = ("row_start", "row_end", "bias", "norm", "eps", "position", "head_dim", "attention_scaling")
 
 # The ops the CUDA VM implements (mosaic_amk.cuda.encode.OPS must equal this table's keys).
 SPECS: dict[str, OpSpec] = {s.name: s for s in (
@@ -325,14 +327,7 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
            doc="decode attention of heads row_start/head_dim .. row_end/head_dim over cached tokens"),
     OpSpec("argmax", ("logits",), ("token",), (), footprint_fn=_fp_argmax,
            doc="token[0] = first index of max(logits)"),
-)}
-
-_FUSED_GEMV = ("row_start", "row_end", "bias", "eps")
-_GEMV_ROPE = ("row_start", "row_end", "bias", "norm", "eps", "position", "head_dim", "attention_scaling")
-
-# Fused ops with numpy semantics only: the ReferenceVM, the validator and the executor know them; the CUDA
-# VM does not yet (its encoder refuses them as unknown ops), so ScheduleConfig leaves them off by default.
-FUSED_SPECS: dict[str, OpSpec] = {s.name: s for s in (
+    # fused GEMVs (the switches rmsnorm_gemv and gemv_rope_append of ScheduleConfig.fusion)
     OpSpec("rmsnorm_gemv", ("x", "nw", "w"), ("y",), (*_FUSED_GEMV, "residual"),
            optional=(("bias", "b"), ("residual", "res")), writes="rows", row_roles=_GEMV_ROWS,
            doc="y[r] = res[r] + (w[r] @ rmsnorm(x, nw, eps) + b[r]): each row task normalises x itself"),
@@ -346,6 +341,11 @@ FUSED_SPECS: dict[str, OpSpec] = {s.name: s for s in (
            optional=(("rope", "inv_freq"), ("norm", "nw"), ("bias", "b")), writes="kv_slot",
            footprint_fn=_fp_gemv_rope_append,
            doc="cache[slot(position)][r] = (rope if rope)(w[r] @ xn + b[r]): a row task's columns of one slot"),
+)}
+
+# Fused ops with numpy semantics only: the ReferenceVM, the validator and the executor know them; the CUDA
+# VM does not yet (its encoder refuses them as unknown ops), so ScheduleConfig leaves them off by default.
+FUSED_SPECS: dict[str, OpSpec] = {s.name: s for s in (
     OpSpec("attention_partial", ("q", "k_cache", "v_cache"), ("part", "ml"), (*_ATTN_PARAMS, "split", "num_splits"),
            writes="part", footprint_fn=_fp_attention_partial,
            doc="heads row_start/head_dim .. over KV chunk `split` of `num_splits`: part[split, heads] = "

@@ -39,6 +39,8 @@
 #define F_BIAS 1
 #define F_RESID 2
 #define F_RUNTIME_POS 4
+#define F_NORM 8      // gemv_rope / gemv_rope_append: the task normalises x itself (input nw)
+#define F_ROPE 16     // gemv_rope_append: RoPE on the rows (input inv_freq); gemv_rope always rotates
 
 // op codes (order of encode.OPS)
 #define OP_EMBED 0
@@ -52,7 +54,11 @@
 #define OP_ROPE_APPEND 8
 #define OP_ATTENTION 9
 #define OP_ARGMAX 10
-#define AMK_NUM_OPS 11
+#define OP_RMSNORM_GEMV 11
+#define OP_RMSNORM_GEMV_SILU_MUL 12
+#define OP_GEMV_ROPE 13
+#define OP_GEMV_ROPE_APPEND 14
+#define AMK_NUM_OPS 15
 
 // device dtypes of buffer records
 #define DT_F32 0
@@ -73,6 +79,7 @@
 #define E_TOKEN 1     // embed: token id outside the table
 #define E_POSITION 2  // kv slot outside the cache
 #define E_SCORES 4    // attention: more cached tokens than the score buffer holds
+#define E_SMEM 8      // a fused GEMV's operands (x, its rows, cos/sin) do not fit the block's shared memory
 
 // dump states
 #define S_IDLE 0

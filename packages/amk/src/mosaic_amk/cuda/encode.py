@@ -41,7 +41,7 @@ W_OP, W_NIN, W_NOUT, W_NWAIT, W_SIGNAL, W_FLAGS, W_ROW0, W_ROW1 = range(8)
 W_IN, W_OUT, W_WAIT = 8, 16, 20
 W_NH, W_NKV, W_HD, W_WINDOW, W_PAGE, W_EPS, W_SCALE, W_ASCALE, W_POS = range(36, 45)
 W_PF, W_ID = 48, 60
-F_BIAS, F_RESID, F_RUNTIME_POS = 1, 2, 4
+F_BIAS, F_RESID, F_RUNTIME_POS, F_NORM, F_ROPE = 1, 2, 4, 8, 16
 DT_F32, DT_BF16, DT_I32 = 0, 1, 2
 DTYPE_NAMES = {DT_F32: "f32", DT_BF16: "bf16", DT_I32: "i32"}
 ITEMSIZE = {DT_F32: 4, DT_BF16: 2, DT_I32: 4}
@@ -49,7 +49,7 @@ B_DTYPE, B_KIND, B_RANK, B_D0, B_ROW = 0, 1, 2, 3, 7
 
 # op codes: the order of abi.h's OP_* constants
 OPS = ("embed", "rmsnorm", "gemv", "gemv_silu_mul", "silu_mul", "add", "rope", "kv_append", "rope_append",
-       "attention", "argmax")
+       "attention", "argmax", "rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append")
 OP_CODE = {name: i for i, name in enumerate(OPS)}
 assert set(OPS) == set(_ops.SPECS), "encode.OPS must cover ops.SPECS exactly"
 
@@ -67,8 +67,17 @@ ROLE_DTYPES: dict[str, dict[str, int]] = {
     "rope_append": {"x": _A, "inv_freq": DT_F32, "cache": _A},
     "attention": {"q": _A, "k_cache": _A, "v_cache": _A, "y": _A},
     "argmax": {"logits": _A, "token": _I},
+    "rmsnorm_gemv": {"x": _A, "nw": _W, "w": _W, "b": _W, "res": _A, "y": _A},
+    "rmsnorm_gemv_silu_mul": {"x": _A, "nw": _W, "w_gate": _W, "w_up": _W, "b_gate": _W, "b_up": _W, "y": _A},
+    "gemv_rope": {"x": _A, "w": _W, "inv_freq": DT_F32, "nw": _W, "b": _W, "y": _A},
+    "gemv_rope_append": {"x": _A, "w": _W, "inv_freq": DT_F32, "nw": _W, "b": _W, "cache": _A},
 }
-F32_WEIGHT_ROLES = {("rope", "inv_freq"), ("rope_append", "inv_freq")}
+# ops whose inv_freq input is read as float32 (the host builds the RoPE table from it)
+ROPE_OPS = ("rope", "rope_append", "gemv_rope", "gemv_rope_append")
+F32_WEIGHT_ROLES = {(op, "inv_freq") for op in ROPE_OPS}
+# ops that stream rows [row_start, row_end) of their weights (prefetch regions are those rows; a norm weight
+# ``nw`` is read whole)
+ROW_WEIGHT_OPS = ("gemv", "gemv_silu_mul", "rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append")
 
 
 class EncodeError(BadInput):
@@ -155,10 +164,20 @@ def _float_param(t: Task, name: str) -> float:
     return float(v)
 
 
+def _role_buffer(t: Task, role: str) -> str | None:
+    """The buffer ``t`` passes for input ``role`` (None for an unknown op, an absent role or a wrong arity)."""
+    spec = _ops.SPECS.get(t.op)
+    if spec is None:
+        return None
+    roles = spec.input_roles(t.params)
+    if role not in roles or len(t.inputs) != len(roles):
+        return None
+    return t.inputs[roles.index(role)]
+
+
 def device_dtypes(schedule: Schedule) -> dict[str, int]:
     """The device dtype of every buffer (see the module docstring)."""
-    f32_weights = {t.inputs[1] for t in schedule.tasks
-                   if (t.op, "inv_freq") in F32_WEIGHT_ROLES and len(t.inputs) > 1}
+    f32_weights = {_role_buffer(t, "inv_freq") for t in schedule.tasks if t.op in ROPE_OPS} - {None}
     out = {}
     for b in schedule.buffers:
         if b.dtype in ("i8", "i4"):
@@ -262,16 +281,63 @@ def _check_op(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[str, Devi
     elif op == "argmax":
         if _len(roles["logits"]) < 1:
             bad("empty logits")
+    elif op in ("rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append"):
+        _check_fused_gemv(t, roles, out_roles, bad)
+
+
+def _check_fused_gemv(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[str, DeviceBuffer], bad) -> None:
+    """The fused GEMVs: the GEMV's checks (2-D weights of one shape, in-features a multiple of 8, x of
+    in-features elements, rows inside the weight, biases/residual long enough), a norm weight ``nw`` of
+    in-features elements, and for the RoPE ones whole heads and an inv_freq of head_dim/2; the KV-slot op
+    writes columns [row_start, row_end) of one slot, so row_end must not pass kv_dim. The micro-kernel keeps
+    x (+ its rows and cos/sin) in shared memory: it checks the fit itself (error bit, no access)."""
+    op = t.op
+    ws = [roles["w_gate"], roles["w_up"]] if op == "rmsnorm_gemv_silu_mul" else [roles["w"]]
+    r0, r1 = _int_param(t, "row_start"), _int_param(t, "row_end")
+    for w in ws:
+        if len(w.shape) != 2 or w.shape != ws[0].shape:
+            bad(f"weight {w.name} must be 2-D (gate and up of one shape)")
+    rows, k = ws[0].shape
+    if k % 8:
+        bad(f"in-features {k} of {ws[0].name} must be a multiple of 8 (16-byte bf16 vector loads)")
+    if _len(roles["x"]) != k:
+        bad(f"x has {_len(roles['x'])} elements, the weight has {k} columns")
+    if "nw" in roles and _len(roles["nw"]) != k:
+        bad(f"norm weight {roles['nw'].name} has {_len(roles['nw'])} elements, x has {k}")
+    if not 0 <= r0 < r1 <= rows:
+        bad(f"rows [{r0}, {r1}) outside the weight ({rows} rows)")
+    for name in ("b", "res", "b_gate", "b_up"):
+        if name in roles and _len(roles[name]) < r1:
+            bad(f"{name} buffer {roles[name].name} is shorter than row {r1}")
+    if op in ("rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope") and r1 > _len(out_roles["y"]):
+        bad(f"rows [{r0}, {r1}) outside the output ({_len(out_roles['y'])})")
+    rope = op == "gemv_rope" or (op == "gemv_rope_append" and bool(t.params.get("rope")))
+    if op in ("gemv_rope", "gemv_rope_append"):
+        hd = _int_param(t, "head_dim")
+        if hd <= 0 or hd % 2:
+            bad(f"head_dim {hd} must be even and > 0")
+        if rope and (r0 % hd or r1 % hd):
+            bad(f"rows [{r0}, {r1}) must hold whole heads of {hd} (RoPE rotates within a head)")
+        if rope and _len(roles["inv_freq"]) != hd // 2:
+            bad(f"inv_freq must hold head_dim/2={hd // 2} elements")
+        _float_param(t, "attention_scaling")
+    if op == "gemv_rope_append":
+        cache = out_roles["cache"]
+        page = _int_param(t, "page_tokens")
+        if len(cache.shape) != 3 or cache.shape[1] != page:
+            bad(f"cache must be [pages, page_tokens={page}, kv_dim]")
+        if r1 > cache.shape[2]:
+            bad(f"rows [{r0}, {r1}) beyond the cache slot (kv_dim {cache.shape[2]})")
 
 
 def _prefetch_regions(t: Task, roles: dict[str, tuple[int, DeviceBuffer]]) -> list[tuple[int, int, int]]:
     """(buffer id, offset/16, size/16) of the weight bytes this task will read, largest first."""
     regions = []
-    for _role, (bid, b) in roles.items():
+    for role, (bid, b) in roles.items():
         if b.kind != "weight" or b.dtype != DT_BF16 or t.op == "embed":
             continue
         row_bytes = b.row * ITEMSIZE[b.dtype]
-        if t.op in ("gemv", "gemv_silu_mul"):
+        if t.op in ROW_WEIGHT_OPS and role != "nw":
             r0, r1 = int(t.params["row_start"]), int(t.params["row_end"])
             lo, size = r0 * row_bytes, (r1 - r0) * row_bytes
         else:
@@ -364,6 +430,10 @@ def encode(schedule: Schedule, *, runtime_position: bool = True) -> Encoded:
             flags |= F_BIAS
         if t.params.get("residual"):
             flags |= F_RESID
+        if t.params.get("norm"):
+            flags |= F_NORM
+        if t.params.get("rope"):
+            flags |= F_ROPE
         if "position" in t.params:
             pos = _int_param(t, "position")
             rec[W_POS] = pos
@@ -391,8 +461,9 @@ def encode(schedule: Schedule, *, runtime_position: bool = True) -> Encoded:
         for key, word in (("eps", W_EPS), ("scale", W_SCALE), ("attention_scaling", W_ASCALE)):
             if key in t.params:
                 rec[word] = _f32_bits(_float_param(t, key))
-        if t.op in ("rope", "rope_append"):
-            this = (t.inputs[1], int(t.params["head_dim"]), float(np.float32(t.params["attention_scaling"])))
+        inv = _role_buffer(t, "inv_freq") if t.op in ROPE_OPS else None
+        if inv is not None:
+            this = (inv, int(t.params["head_dim"]), float(np.float32(t.params["attention_scaling"])))
             if rope is not None and rope != this:
                 raise EncodeError(f"task {t.id}: RoPE tasks use different inv_freq/head_dim/scaling ({rope} vs "
                                   f"{this}); the VM holds one RoPE table")
@@ -449,6 +520,10 @@ def decode(enc: Encoded) -> Schedule:
                 params[p] = bool(rec[W_FLAGS] & F_BIAS)
             elif p == "residual":
                 params[p] = bool(rec[W_FLAGS] & F_RESID)
+            elif p == "norm":
+                params[p] = bool(rec[W_FLAGS] & F_NORM)
+            elif p == "rope":
+                params[p] = bool(rec[W_FLAGS] & F_ROPE)
         tasks.append(Task(id=rec[W_ID], op=op, sm=sm_of[i],
                           inputs=tuple(names[rec[W_IN + k]] for k in range(rec[W_NIN])),
                           outputs=tuple(names[rec[W_OUT + k]] for k in range(rec[W_NOUT])),
@@ -477,7 +552,7 @@ def expected_abi() -> Mapping[str, int]:
          "W_IN": W_IN, "W_OUT": W_OUT, "W_WAIT": W_WAIT, "W_NH": W_NH, "W_NKV": W_NKV, "W_HD": W_HD,
          "W_WINDOW": W_WINDOW, "W_PAGE": W_PAGE, "W_EPS": W_EPS, "W_SCALE": W_SCALE, "W_ASCALE": W_ASCALE,
          "W_POS": W_POS, "W_PF": W_PF, "W_ID": W_ID, "F_BIAS": F_BIAS, "F_RESID": F_RESID,
-         "F_RUNTIME_POS": F_RUNTIME_POS, "DT_F32": DT_F32, "DT_BF16": DT_BF16, "DT_I32": DT_I32,
+         "F_RUNTIME_POS": F_RUNTIME_POS, "F_NORM": F_NORM, "F_ROPE": F_ROPE, "DT_F32": DT_F32, "DT_BF16": DT_BF16, "DT_I32": DT_I32,
          "B_DTYPE": B_DTYPE, "B_KIND": B_KIND, "B_RANK": B_RANK, "B_D0": B_D0, "B_ROW": B_ROW,
          "AMK_NUM_OPS": len(OPS)}
     d.update({f"OP_{name.upper()}": code for name, code in OP_CODE.items()})

@@ -30,7 +30,8 @@ CTRL_HEAD, DUMP_WORDS = 16, 8
 C_ABORT, C_ERROR, C_ABORTED = 0, 1, 2
 STATES = {0: "idle", 1: "running", 2: "done", 3: "timeout", 4: "peer-abort", 5: "skipped"}
 ERRORS = {1: "embed token outside the table", 2: "position outside the KV cache / RoPE table",
-          4: "attention context longer than the score buffer in shared memory"}
+          4: "attention context longer than the score buffer in shared memory",
+          8: "a GEMV's x (with a fused GEMV's rows and cos/sin) does not fit the block's shared memory"}
 MODES = {"f32": 0, "hf-bf16": 1}
 SKIPPABLE = {name: 1 << code for name, code in E.OP_CODE.items()}
 

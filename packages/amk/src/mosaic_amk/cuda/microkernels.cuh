@@ -192,23 +192,11 @@ __device__ void mk_rmsnorm(const Ctx& c, const int* t) {
 }
 
 // ------------------------------------------------------------------------------------------- gemv
-// y[r] = res[r] + (w[r] @ x + b[r]) for r in [row_start, row_end)
-__device__ void mk_gemv(const Ctx& c, const int* t) {
-  const int xb = t[W_IN + 0], wb = t[W_IN + 1], yb = t[W_OUT + 0];
-  const int flags = t[W_FLAGS];
-  int k = 2;
-  const int bb = (flags & F_BIAS) ? t[W_IN + k++] : -1;
-  const int rb = (flags & F_RESID) ? t[W_IN + k++] : -1;
-  const int K = bmeta(c, wb, B_ROW);
-  const float* x = (const float*)buf(c, xb);
-  const __nv_bfloat16* W = (const __nv_bfloat16*)buf(c, wb);
-  const __nv_bfloat16* bias = bb >= 0 ? (const __nv_bfloat16*)buf(c, bb) : nullptr;
-  const float* res = rb >= 0 ? (const float*)buf(c, rb) : nullptr;
-  float* y = (float*)buf(c, yb);
-  float* xs = c.smem;
-  load_act(xs, x, K);
-  __syncthreads();
-  const int r0 = t[W_ROW0], r1 = t[W_ROW1];
+// rows [r0, r1) of y = res + (W @ xs + b), one warp per row, xs (K floats) in shared memory; HF rounds the
+// linear output (bias added first) and the residual sum. Row r is stored at y[r - y0]. Shared by gemv,
+// rmsnorm_gemv and (into shared memory, no residual) gemv_rope / gemv_rope_append, so they round alike.
+__device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const __nv_bfloat16* W, int K, int r0, int r1,
+                                          const __nv_bfloat16* bias, const float* res, float* y, int y0) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const bool hf = c.mode == MODE_HF_BF16;
   for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
@@ -217,26 +205,15 @@ __device__ void mk_gemv(const Ctx& c, const int* t) {
       float v = bias ? acc + ld_bf16(bias + r) : acc;
       if (hf) v = bf16r(v);
       if (res) v = hf ? bf16r(ld_act(res + r) + v) : ld_act(res + r) + v;
-      y[r] = v;
+      y[r - y0] = v;
     }
   }
 }
 
-// y[r] = silu(w_gate[r] @ x + b_gate[r]) * (w_up[r] @ x + b_up[r])
-__device__ void mk_gemv_silu_mul(const Ctx& c, const int* t) {
-  const int xb = t[W_IN + 0], gb = t[W_IN + 1], ub = t[W_IN + 2], yb = t[W_OUT + 0];
-  const bool has_bias = t[W_FLAGS] & F_BIAS;
-  const int K = bmeta(c, gb, B_ROW);
-  const float* x = (const float*)buf(c, xb);
-  const __nv_bfloat16* Wg = (const __nv_bfloat16*)buf(c, gb);
-  const __nv_bfloat16* Wu = (const __nv_bfloat16*)buf(c, ub);
-  const __nv_bfloat16* bg = has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + 3]) : nullptr;
-  const __nv_bfloat16* bu = has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + 4]) : nullptr;
-  float* y = (float*)buf(c, yb);
-  float* xs = c.smem;
-  load_act(xs, x, K);
-  __syncthreads();
-  const int r0 = t[W_ROW0], r1 = t[W_ROW1];
+// rows [r0, r1) of y = silu(Wg @ xs + bg) * (Wu @ xs + bu); HF: bf16(bf16(silu(bf16(g))) * bf16(u))
+__device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const __nv_bfloat16* Wg,
+                                          const __nv_bfloat16* Wu, int K, int r0, int r1, const __nv_bfloat16* bg,
+                                          const __nv_bfloat16* bu, float* y) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const bool hf = c.mode == MODE_HF_BF16;
   for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
@@ -247,6 +224,78 @@ __device__ void mk_gemv_silu_mul(const Ctx& c, const int* t) {
       y[r] = hf ? bf16r(bf16r(silu(bf16r(g))) * bf16r(u)) : silu(g) * u;
     }
   }
+}
+
+// ------------------------------------------------------------------------------ fused GEMVs (norm prologue)
+// false (and the E_SMEM error bit) when `floats` do not fit the block's dynamic shared memory; uniform over
+// the block, so every thread returns together
+__device__ __forceinline__ bool smem_fits(const Ctx& c, int floats) {
+  if (floats >= 0 && floats <= c.smem_floats) return true;
+  if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_SMEM);
+  return false;
+}
+
+// xs[0, n) = rmsnorm(x, w, eps), computed exactly as mk_rmsnorm computes its output (same reduction order,
+// same rounding in both modes), so a fused task's normalised x is bit-identical to the unfused rmsnorm's
+__device__ void norm_into(const Ctx& c, float* xs, const float* x, const __nv_bfloat16* w, int n, float eps) {
+  load_act(xs, x, n);
+  __syncthreads();
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += AMK_THREADS) ss = fmaf(xs[i], xs[i], ss);
+  ss = block_sum(c, ss);
+  const float var = ss / (float)n;
+  const bool hf = c.mode == MODE_HF_BF16;
+  const float inv = hf ? rsqrtf(var + eps) : 1.0f / sqrtf(var + eps);
+  for (int i = threadIdx.x; i < n; i += AMK_THREADS) {  // each thread rewrites only the elements it read
+    const float wi = ld_bf16(w + i);
+    xs[i] = hf ? bf16r(wi * bf16r(xs[i] * inv)) : wi * (xs[i] * inv);
+  }
+  __syncthreads();
+}
+
+// x into shared memory: normalised (norm_into) when nb >= 0, else as it is
+__device__ __forceinline__ void x_into(const Ctx& c, const int* t, float* xs, int xb, int nb, int K) {
+  const float* x = (const float*)buf(c, xb);
+  if (nb >= 0) {
+    norm_into(c, xs, x, (const __nv_bfloat16*)buf(c, nb), K, fbits(t[W_EPS]));
+  } else {
+    load_act(xs, x, K);
+    __syncthreads();
+  }
+}
+
+// gemv:         y[r] = res[r] + (w[r] @ x + b[r]) for r in [row_start, row_end); inputs x, w, [b], [res]
+// rmsnorm_gemv: the same with x = rmsnorm(x, nw, eps) computed by the task; inputs x, nw, w, [b], [res]
+// (one body, so the micro-kernel is inlined once and both round alike)
+__device__ void mk_gemv(const Ctx& c, const int* t, bool norm) {
+  const int flags = t[W_FLAGS];
+  int k = norm ? 3 : 2;
+  const int xb = t[W_IN + 0], nb = norm ? t[W_IN + 1] : -1, wb = t[W_IN + k - 1], yb = t[W_OUT + 0];
+  const int bb = (flags & F_BIAS) ? t[W_IN + k++] : -1;
+  const int rb = (flags & F_RESID) ? t[W_IN + k++] : -1;
+  const int K = bmeta(c, wb, B_ROW);
+  if (!smem_fits(c, K)) return;
+  float* xs = c.smem;
+  x_into(c, t, xs, xb, nb, K);
+  gemv_rows(c, xs, (const __nv_bfloat16*)buf(c, wb), K, t[W_ROW0], t[W_ROW1],
+            bb >= 0 ? (const __nv_bfloat16*)buf(c, bb) : nullptr, rb >= 0 ? (const float*)buf(c, rb) : nullptr,
+            (float*)buf(c, yb), 0);
+}
+
+// gemv_silu_mul:         y[r] = silu(w_gate[r] @ x + b_gate[r]) * (w_up[r] @ x + b_up[r]); inputs x, w_gate, w_up,
+//                        [b_gate, b_up]
+// rmsnorm_gemv_silu_mul: the same with x = rmsnorm(x, nw, eps); inputs x, nw, w_gate, w_up, [b_gate, b_up]
+__device__ void mk_gemv_silu_mul(const Ctx& c, const int* t, bool norm) {
+  const int k = norm ? 2 : 1;
+  const int xb = t[W_IN + 0], nb = norm ? t[W_IN + 1] : -1, gb = t[W_IN + k], ub = t[W_IN + k + 1], yb = t[W_OUT + 0];
+  const bool has_bias = t[W_FLAGS] & F_BIAS;
+  const int K = bmeta(c, gb, B_ROW);
+  if (!smem_fits(c, K)) return;
+  float* xs = c.smem;
+  x_into(c, t, xs, xb, nb, K);
+  silu_rows(c, xs, (const __nv_bfloat16*)buf(c, gb), (const __nv_bfloat16*)buf(c, ub), K, t[W_ROW0], t[W_ROW1],
+            has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 2]) : nullptr,
+            has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 3]) : nullptr, (float*)buf(c, yb));
 }
 
 // ---------------------------------------------------------------------------- silu_mul / add
@@ -326,6 +375,60 @@ __device__ void mk_kv_append(const Ctx& c, const int* t) {
   const float* x = (const float*)buf(c, t[W_IN + 0]);
   const int kvd = bmeta(c, cb, B_D0 + 2);
   for (int i = threadIdx.x; i < kvd; i += AMK_THREADS) slot[i] = ld_act(x + i);
+}
+
+// ------------------------------------------------------------------------- gemv_rope / gemv_rope_append
+// rows [r0, r1) of W @ xn (+ b) (xn = rmsnorm(x, nw, eps) when F_NORM, else x) into shared memory with the
+// GEMV's rounding, then (rope) rotate-half RoPE of each whole head of those rows with the host cos/sin table
+// (rounded as rope_into rounds), stored at dst[r0 ..]. Optional inputs from index k: nw (F_NORM), b (F_BIAS).
+// Shared memory: x [K] | the rows [r1 - r0] | cos [hd] | sin [hd].
+__device__ void gemv_rope_into(const Ctx& c, const int* t, bool rope, int k, float* dst) {
+  const int flags = t[W_FLAGS];
+  const int xb = t[W_IN + 0], wb = t[W_IN + 1];
+  const int nb = (flags & F_NORM) ? t[W_IN + k++] : -1;
+  const int bb = (flags & F_BIAS) ? t[W_IN + k++] : -1;
+  const int K = bmeta(c, wb, B_ROW);
+  const int r0 = t[W_ROW0], r1 = t[W_ROW1], nr = r1 - r0, hd = t[W_HD], half = hd >> 1;
+  if (!smem_fits(c, K + nr + 2 * hd)) return;
+  float* xs = c.smem;
+  float* ys = xs + K;
+  float* cs = ys + nr;
+  float* sn = cs + hd;
+  x_into(c, t, xs, xb, nb, K);
+  gemv_rows(c, xs, (const __nv_bfloat16*)buf(c, wb), K, r0, r1, bb >= 0 ? (const __nv_bfloat16*)buf(c, bb) : nullptr,
+            nullptr, ys, r0);
+  const bool hf = c.mode == MODE_HF_BF16;
+  if (rope) {  // cos/sin of this position, as rope_into loads them
+    const int pos = task_pos(c, t);
+    const bool in_range = pos >= 0 && pos < c.rope_positions;
+    if (!in_range && threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_POSITION);
+    const float* row = c.rope_table + (size_t)(in_range ? pos : 0) * 2 * hd;
+    for (int i = threadIdx.x; i < hd; i += AMK_THREADS) {
+      const float co = __ldg(row + i), si = __ldg(row + hd + i);
+      cs[i] = hf ? bf16r(co) : co;
+      sn[i] = hf ? bf16r(si) : si;
+    }
+  }
+  __syncthreads();  // the rows (and cos/sin) are in shared memory
+  for (int e = threadIdx.x; e < nr; e += AMK_THREADS) {
+    float v = ys[e];
+    if (rope) {  // r0 and r1 are multiples of hd (the encoder checks): e's head starts at e - j
+      const int j = e % hd, hb = e - j;
+      const float rot = j < half ? -ys[hb + j + half] : ys[hb + j - half];
+      v = hf ? bf16r(bf16r(v * cs[j]) + bf16r(rot * sn[j])) : v * cs[j] + rot * sn[j];
+    }
+    dst[r0 + e] = v;
+  }
+}
+
+// gemv_rope:        y[r] = rope(w[r] @ xn + b[r]) for the whole heads in [row_start, row_end); inputs x, w,
+//                   inv_freq, [nw], [b]
+// gemv_rope_append: cache[slot(position)][r] = (rope when F_ROPE)(w[r] @ xn + b[r]); inputs x, w, [inv_freq],
+//                   [nw], [b]
+__device__ void mk_gemv_rope(const Ctx& c, const int* t, bool append) {
+  const bool rope = !append || (t[W_FLAGS] & F_ROPE);
+  float* dst = append ? kv_slot(c, t, t[W_OUT + 0]) : (float*)buf(c, t[W_OUT + 0]);
+  if (dst) gemv_rope_into(c, t, rope, rope ? 3 : 2, dst);
 }
 
 // -------------------------------------------------------------------------------------- attention

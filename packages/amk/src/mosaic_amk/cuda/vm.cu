@@ -111,8 +111,8 @@ __device__ void dispatch(const Ctx& c, const int* t, int op) {
   switch (op) {
     case OP_EMBED: mk_embed(c, t); break;
     case OP_RMSNORM: mk_rmsnorm(c, t); break;
-    case OP_GEMV: mk_gemv(c, t); break;
-    case OP_GEMV_SILU_MUL: mk_gemv_silu_mul(c, t); break;
+    case OP_GEMV: case OP_RMSNORM_GEMV: mk_gemv(c, t, op == OP_RMSNORM_GEMV); break;
+    case OP_GEMV_SILU_MUL: case OP_RMSNORM_GEMV_SILU_MUL: mk_gemv_silu_mul(c, t, op == OP_RMSNORM_GEMV_SILU_MUL); break;
     case OP_SILU_MUL: mk_silu_mul(c, t); break;
     case OP_ADD: mk_add(c, t); break;
     case OP_ROPE: mk_rope(c, t); break;
@@ -120,6 +120,7 @@ __device__ void dispatch(const Ctx& c, const int* t, int op) {
     case OP_ROPE_APPEND: mk_rope_append(c, t); break;
     case OP_ATTENTION: mk_attention(c, t); break;
     case OP_ARGMAX: mk_argmax(c, t); break;
+    case OP_GEMV_ROPE: case OP_GEMV_ROPE_APPEND: mk_gemv_rope(c, t, op == OP_GEMV_ROPE_APPEND); break;
     default: break;  // the encoder never emits another code
   }
 }

@@ -306,3 +306,64 @@ class ContenderParity:
     def to_json(self) -> dict:
         return {**self.summary(), "free_per_prompt": [f.to_json() for f in self.free],
                 "forced_per_prompt": [f.to_json() for f in self.forced]}
+
+
+@attrs.frozen
+class ShapeParity:
+    """Every decoder against one reference for one model shape (issue 8: the CUDA VM and HF's own variants
+    against HF eager bf16 greedy, batch 1)."""
+
+    shape: str
+    reference: str
+    prompts: int
+    tokens: int
+    prompt_len: int
+    k: int
+    contenders: tuple  # ContenderParity
+    notes: tuple = ()
+    errors: tuple = ()
+    seconds: dict = attrs.field(factory=dict)
+
+    def to_json(self) -> dict:
+        return {"shape": self.shape, "reference": self.reference, "prompts": self.prompts, "tokens": self.tokens,
+                "prompt_len": self.prompt_len, "k_ulps": self.k, "notes": list(self.notes),
+                "errors": list(self.errors), "seconds": dict(self.seconds),
+                "contenders": {c.name: c.to_json() for c in self.contenders}}
+
+
+def _gaps(s: dict) -> str:
+    free = s.get("free")
+    if not free or not free["gap_ulps_at_first_mismatch"]:
+        return "-"
+    return ",".join("?" if g is None else str(g) for g in free["gap_ulps_at_first_mismatch"])
+
+
+def format_table(shapes: Sequence[ShapeParity]) -> str:
+    """One line per (shape, decoder): free-running exact prompts and the reference's gap (bf16 ulps) at each
+    first mismatch; teacher-forced disagreements split into near-ties (gap <= k) and DECISIVE; bf16 bit-equal
+    logits; the error in the reference's top-2 difference (p99 / max ulps) and the share within k."""
+    head = (f"{'shape':<15} {'decoder':<22} {'free':>5}  {'gap@1st mismatch (ulps)':<24} {'TF pos':>6} "
+            f"{'near':>5} {'DECISIVE':>8} {'bit-eq':>7} {'pair p99/max':>12} {'<=k':>6} {'argmax!':>7}")
+    lines = [head, "-" * len(head)]
+    for sp in shapes:
+        for c in sp.contenders:
+            s = c.summary()
+            free = s.get("free")
+            fx = f"{free['exact']}/{free['prompts']}" if free else "-"
+            tf = s.get("forced")
+            if tf:
+                pe = tf["pair_error_ulps"]
+                pair = f"{pe['p99']:.0f}/{pe['max']}" if pe["n"] else "-"
+                within = f"{tf['pair_error_within_k']:.3f}" if tf["pair_error_within_k"] is not None else "-"
+                cols = (f"{tf['positions']:>6} {tf['near_ties']:>5} {tf['decisive']:>8} "
+                        f"{tf['bit_equal_fraction']:>7.4f} {pair:>12} {within:>6} {tf['argmax_inconsistent']:>7}")
+            else:
+                cols = f"{'-':>6} {'-':>5} {'-':>8} {'-':>7} {'-':>12} {'-':>6} {'-':>7}"
+            gaps = _gaps(s)
+            lines.append(f"{sp.shape:<15} {c.name:<22} {fx:>5}  {gaps[:24]:<24} {cols}"
+                         + (f"  ERR: {'; '.join(c.errors)[:80]}" if c.errors else ""))
+        for e in sp.errors:
+            lines.append(f"{sp.shape:<15} ERROR {e[:120]}")
+    lines.append(f"k = {shapes[0].k if shapes else DEFAULT_NEAR_TIE_ULPS} bf16 ulps; gap = reference logit of its "
+                 "token minus of the other's token; DECISIVE must be 0 for a correct VM")
+    return "\n".join(lines)

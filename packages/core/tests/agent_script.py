@@ -16,7 +16,8 @@ PLAN = [{"kernel": "hopper"}, {"cluster_mn": [2, 1]}, {"raster": "n", "swizzle":
 req = json.load(sys.stdin)
 with open(os.environ["AGENT_LOG"], "a") as log:
     log.write(json.dumps({"parent": req["parent"], "repair": req["repair"], "rows": [r["key"] for r in req["rows"]],
-                          "history": len(req["history"]), "format": req["format"]}) + "\n")
+                          "history": len(req["history"]), "format": req["format"],
+                          "outcomes": [[h["step"], h["outcome"], h["accepted"]] for h in req["history"]]}) + "\n")
 time.sleep(float(os.environ.get("AGENT_DELAY", "0")))
 mode = os.environ.get("AGENT_MODE", "plan")
 n = len(req["history"])

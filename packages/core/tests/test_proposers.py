@@ -132,6 +132,8 @@ def test_the_agent_drives_the_loop_and_numerics_failures_go_back_for_repair(tmp_
     seen = [json.loads(x) for x in log.read_text().splitlines()]
     assert seen[0]["format"] == "mosaic-proposal-request" and seen[0]["rows"]
     assert seen[3]["repair"]["key"] == failed and "differ" in seen[3]["repair"]["reason"]
+    # the agent is told every built edit's outcome (converge.proposer_history)
+    assert seen[3]["outcomes"] == [[1, "faster", True], [2, "faster", True], [3, "numerics", False]]
     assert ev[-1]["stop"] == "converged"
 
 
@@ -144,3 +146,33 @@ def test_a_misbehaving_agent_is_a_recorded_rejection_not_a_crash(tmp_path, mode,
     rejected = [e for e in ev if e["event"] == "proposal" and not e["ok"]]
     assert rejected and reason in rejected[0]["reason"]
     assert ev[-1]["event"] == "stop"
+
+
+@pytest.mark.parametrize("language, tile_knobs", [("cute", ["tile_mn", "tile_k"]),
+                                                  ("cutlass", ["tile_n", "tile_m", "tile_k"]),
+                                                  ("pallas", ["tile_m", "tile_n", "tile_k"])])
+def test_every_construct_knob_is_a_field_and_cta_tile_names_the_tile(language, tile_knobs):
+    import attrs
+
+    knob_cls = host().get("languages", language).backend.knobs("gemm")
+    fields = {f.name for f in attrs.fields(knob_cls)}
+    cat = catalog_from_host(host())
+    for entry in cat.for_language(language):
+        for knob, _ in construct_knobs(entry.construct.expression if entry.construct else ""):
+            assert knob in fields, f"{entry.concept.name}@{language}: {knob!r} is not a {knob_cls.__name__} field"
+    assert [k for k, _ in construct_knobs(cat.entry("cta-tile", language).construct.expression)] == tile_knobs
+
+
+def test_tile_rows_move_the_cta_tile_and_concepts_more_rows_agree_on_come_first():
+    knob_cls = host().get("languages", "cute").backend.knobs("gemm")
+    p = KnobsProposer(campaign(), knob_cls, catalog_from_host(host()))
+    rows = [Discrepancy("launch", "smem.dynamic", 229440, 148480, 1, "knob"),
+            Discrepancy("instruction", "hot_loop.mix", {"mma": 1.0, "wgmma.sync": 0.25},
+                        {"mma": 1.0, "wgmma.sync": 0.5}, 2, "knob")]
+    out = p.propose(request(rf.HOPPER, rows))
+    # cta-tile is named by both rows, pipeline-stage and the epilogue by one: the tile comes first
+    assert [e.edit["concept"] for e in out[:3]] == ["cta-tile"] * 3
+    assert (out[0].edit["knob"], out[0].edit["value"]) == ("tile_mn", [128, 256])  # (256, 128) is not legal
+    assert {e.edit["concept"] for e in out[3:]} == {"pipeline-stage", "epilogue-tma-store"}
+    only_mix = p.propose(request(rf.HOPPER, rows[1:]))
+    assert {e.edit["concept"] for e in only_mix} == {"cta-tile"}

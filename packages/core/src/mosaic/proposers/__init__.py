@@ -51,7 +51,12 @@ class Proposal:
 
 @attrs.frozen
 class Request:
-    """What a proposer sees: the campaign, the kernel to edit, its ranked rows and what was already tried."""
+    """What a proposer sees: the campaign, the kernel to edit, its ranked rows and what was already tried.
+
+    ``tried`` holds the keys of every candidate built so far; ``history`` every built edit of the campaign in
+    step order, ``{step, key, parent, edit, knobs, outcome, accepted}`` (``mosaic.converge.proposer_history``:
+    ``outcome`` is the verdict's or the build's reason code, ``accepted`` whether it became the incumbent).
+    """
 
     campaign: Mapping
     parent: str

@@ -207,3 +207,20 @@ def test_static_decoder_free_and_forced_match_generate(tiny_checkpoint):
     assert argmax == tokens[0] and np.allclose(flogits, logits[0], atol=1e-4)
     with pytest.raises(ValueError):
         dec.decode(prompt, 20)
+
+
+def test_check_hf_reports_the_margin_at_the_first_mismatch():
+    from mosaic_amk.cuda.commands import check_hf_line, mismatch_margin
+
+    hf = [_logits(seed=s) for s in range(4)]
+    hf[2][17] = 2.25
+    r = P.compare([5, 5, 9, 5], hf, [5, 5, 5, 5], hf)
+    at = mismatch_margin(r, hf)
+    line = check_hf_line(r, at)
+    assert "MISMATCH at generated token 2" in line and "by 2 bf16 ulps" in line and "a near-tie" in line
+    r = P.compare([5, 17, 9, 5], hf, [5, 5, 5, 5], hf)
+    line = check_hf_line(r, mismatch_margin(r, hf))
+    gap = int(P.ulps_between(hf[1][5], hf[1][17]))
+    assert gap > 4 and "generated token 1" in line and "DECISIVE" in line and f"by {gap} bf16 ulps" in line
+    ok = P.compare([5] * 4, hf, [5] * 4, hf)
+    assert mismatch_margin(ok, hf) is None and check_hf_line(ok, None).startswith("check-hf: match")

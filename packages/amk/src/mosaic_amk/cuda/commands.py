@@ -53,24 +53,53 @@ def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, co
     vm = CudaVM(spec, config, gpu, weights=weights_from_torch(model, spec), unsafe=unsafe,
                 max_positions=len(ids) + n_tokens)
     tokens, logits = vm.generate(ids, n_tokens)
-    result = None
+    result = at = None
     if check_hf:
         hf_tokens, hf_logits = hf_gpu.greedy(model, [ids], n_tokens)
         result = compare(tokens, logits, hf_tokens[0], list(hf_logits[0]))
+        at = mismatch_margin(result, list(hf_logits[0]))
     if as_json:
-        click.echo(json.dumps({"tokens": tokens, "vm": "cuda", **({"check_hf": result.to_json()} if result else {})}))
+        check = {"check_hf": {**result.to_json(), "at_mismatch": at.to_json() if at else None}} if result else {}
+        click.echo(json.dumps({"tokens": tokens, "vm": "cuda", **check}))
     else:
         click.echo(",".join(map(str, tokens)))
         if result:
-            verdict = "match" if result.ok else f"MISMATCH at generated token {result.first_mismatch}"
             click.echo(f"hf eager bf16 (GPU): {','.join(map(str, result.hf_tokens))}")
-            click.echo(f"check-hf: {verdict}; max logit error {result.max_logit_error:.3g}")
+            click.echo(check_hf_line(result, at))
     if result and not result.ok:
         k = result.first_mismatch
         raise CheckFailed("CUDA VM disagrees with HF eager bf16 greedy decoding", [Diagnostic(
             "token-mismatch", f"generated token {k}", result.hf_tokens[k] if k < len(result.hf_tokens) else None,
             result.vm_tokens[k] if k < len(result.vm_tokens) else None,
-            f"max logit error {result.max_logit_error:.3g}")])
+            f"max logit error {result.max_logit_error:.3g}" + (f"; {margin_text(at)}" if at else ""))])
+
+
+def mismatch_margin(result, hf_logits):
+    """The reference's margins at the first mismatch (parity.Disagreement), None when the tokens agree."""
+    from mosaic_amk.parity import disagreement
+
+    k = result.first_mismatch
+    if k is None or k >= len(result.hf_tokens) or k >= len(result.vm_tokens) or k >= len(hf_logits):
+        return None
+    return disagreement(k, hf_logits[k], result.hf_tokens[k], result.vm_tokens[k])
+
+
+def margin_text(at) -> str:
+    from mosaic_amk.parity import DEFAULT_NEAR_TIE_ULPS
+
+    if at.gap_ulps is None:
+        return f"the VM's token {at.other_token} is outside the vocabulary"
+    kind = "a near-tie" if at.near_tie else "DECISIVE"
+    return (f"HF's logit of its token {at.ref_token} exceeds its logit of the VM's token {at.other_token} by "
+            f"{at.gap_ulps} bf16 ulps ({at.gap:.4g}; HF's top-2 margin {at.margin_ulps} ulps): {kind} "
+            f"(near-tie: <= {DEFAULT_NEAR_TIE_ULPS} ulps, docs/amk.md \"Parity: what differs and why\")")
+
+
+def check_hf_line(result, at) -> str:
+    if result.ok:
+        return f"check-hf: match; max logit error {result.max_logit_error:.3g}"
+    text = f"check-hf: MISMATCH at generated token {result.first_mismatch}; max logit error {result.max_logit_error:.3g}"
+    return text + (f"; {margin_text(at)}" if at else "")
 
 
 @click.command("bench")

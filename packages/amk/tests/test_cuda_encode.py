@@ -281,3 +281,37 @@ def test_error_bits_have_messages():
 
     bits = {v for k, v in E.abi_constants().items() if k.startswith("E_")}
     assert bits == set(ERRORS) and 8 in bits
+
+
+def _run_numpy(s, inputs, weights):
+    """The schedule in list order with ops.KERNELS (float32), on fresh buffers: {name: array}."""
+    from mosaic_amk import ops
+
+    mem = {}
+    for b in s.buffers:
+        src = inputs.get(b.name, weights.get(b.name))
+        mem[b.name] = (np.array(src, np.float32).reshape(b.shape) if src is not None
+                       else np.zeros(b.shape, np.float32 if b.dtype == "f32" else np.int32))
+    for t in s.tasks:
+        ops.KERNELS[t.op]([mem[n] for n in t.inputs], [mem[n] for n in t.outputs], t.params)
+    return mem
+
+
+@pytest.mark.parametrize("case", ["rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append_k",
+                                  "gemv_rope_append_v"])
+def test_fused_gemv_micro_cases(case):
+    """The device script's fused-vs-unfused micro schedules pass the gate and the encoder, and in float32 numpy
+    both compute the reference (so on the device any difference is the micro-kernels')."""
+    from mosaic_amk.cuda.microbench import fused_gemv_case
+    from mosaic_amk.validator import validate
+
+    c = fused_gemv_case(case, np.random.default_rng(1), hidden=64, rows=48, heads=4, head_dim=16, num_sms=5,
+                        position=21, page=8, pages=4)
+    for kind in ("fused", "unfused"):
+        s = c[kind]
+        assert validate(s).ok, (kind, validate(s).lines())
+        enc = E.encode(s, runtime_position=False)
+        assert {E.OPS[o] for o in enc.tasks[:, E.W_OP]} == {t.op for t in s.tasks}
+        got = _run_numpy(s, c["inputs"], c["weights"])[c["out"]]
+        np.testing.assert_allclose(got, c["ref"], rtol=1e-5, atol=1e-5 * np.abs(c["ref"]).max())
+    assert {t.op for t in c["fused"].tasks} == {c["op"]} and len(c["fused"].tasks) > 1  # split over SMs

@@ -89,3 +89,36 @@ def test_watchdog_aborts_and_gpu_stays_usable():
     ok.launch()
     ok.check()
     assert float(cp.asnumpy(ok.dev["y9"])[0]) == 11.0
+
+
+def _run_case(schedule, case, mode):
+    import cupy as cp
+    from mosaic_amk.cuda.build import build
+    from mosaic_amk.cuda.encode import encode
+    from mosaic_amk.cuda.launcher import Launcher, gate
+
+    gate(schedule)
+    lz = Launcher(encode(schedule, runtime_position=False), str(build(512).cubin), mode=mode)
+    lz.bind(case["weights"], case["inputs"])
+    lz.launch()
+    lz.check()
+    return cp.asnumpy(lz.dev[case["out"]]).astype(np.float32)
+
+
+@pytest.mark.parametrize("case", ["rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append_k",
+                                  "gemv_rope_append_v"])
+def test_fused_gemv_micro_kernels(case):
+    """Each fused GEMV micro-kernel: f32 mode is ops.KERNELS of the fused op (normwise relative error < 1e-4 on
+    the bf16 weights), and hf-bf16 mode is bit-identical to the unfused chain (rmsnorm, gemv, rope / append),
+    which rounds where transformers' bf16 eager rounds: the fused op rounds at the same places."""
+    _gpu_or_skip()
+    from mosaic_amk.cuda.microbench import fused_gemv_case
+
+    c = fused_gemv_case(case, np.random.default_rng(3), hidden=1024, rows=1000, heads=16, head_dim=64, position=37)
+    got = _run_case(c["fused"], c, "f32")
+    ref = c["ref"]
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+    fused = _run_case(c["fused"], c, "hf-bf16")
+    unfused = _run_case(c["unfused"], c, "hf-bf16")
+    assert np.isfinite(fused).all()
+    assert np.array_equal(fused.view(np.uint32), unfused.view(np.uint32))

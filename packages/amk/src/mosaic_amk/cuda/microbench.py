@@ -74,3 +74,150 @@ def raise_threshold(schedule: Schedule, task_index: int) -> Schedule:
     tasks = list(schedule.tasks)
     tasks[task_index] = bad
     return attrs.evolve(schedule, tasks=tuple(tasks))
+
+
+def chain_schedule(buffers: Sequence[Buffer], stages: Sequence[dict], num_sms: int, outputs: Sequence[str],
+                   position: int | None = None) -> Schedule:
+    """Stages in order, each waiting for all tasks of the previous one (an all-join on its counter). A stage is
+    a dict: ``op``, ``inputs``, ``outputs``, ``params``, optional ``rows`` (row tasks, placed round robin) with
+    ``row_buffers`` (their ranges) and ``ranges`` (extra ranges of every task of the stage)."""
+    tasks: list[Task] = []
+    for k, st in enumerate(stages):
+        prev = sum(1 for t in tasks if t.signal == k - 1)
+        for lo, hi in st.get("rows") or [(None, None)]:
+            p = dict(st["params"])
+            ranges = dict(st.get("ranges") or {})
+            if lo is not None:
+                p.update(row_start=lo, row_end=hi)
+                ranges.update({b: (lo, hi) for b in st.get("row_buffers", ())})
+            tasks.append(Task(id=len(tasks), op=st["op"], sm=len(tasks) % num_sms, inputs=tuple(st["inputs"]),
+                              outputs=tuple(st["outputs"]), waits=(Wait(k - 1, prev),) if k else (), signal=k,
+                              params=p, ranges=ranges))
+    meta = {"position": position} if position is not None else {}
+    return Schedule(num_sms=num_sms, buffers=tuple(buffers), num_counters=len(stages), tasks=tuple(tasks),
+                    outputs=tuple(outputs), meta=meta)
+
+
+FUSED_GEMV_CASES = ("rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append_k", "gemv_rope_append_v")
+
+
+def fused_gemv_case(case: str, rng, *, hidden: int = 2048, rows: int = 4096, heads: int = 32, head_dim: int = 64,
+                    bias: bool = True, num_sms: int = 132, position: int = 37, page: int = 16, pages: int = 8,
+                    eps: float = 1e-5, inv_freq=None) -> dict:
+    """One fused GEMV op on random data, with the unfused chain that computes the same thing (rmsnorm, then
+    gemv / gemv_silu_mul, then rope / rope_append / kv_append): ``fused`` and ``unfused`` schedules over the same
+    buffers, ``inputs`` and ``weights`` (float32, the weights bf16-representable), ``out`` (the buffer to
+    compare), ``ref`` (ops.KERNELS of the fused op in float32) and ``parts`` (what a torch bf16 reference
+    needs). ``gemv_rope_append_k`` rotates (the k projection), ``_v`` does not. The row tasks are split over
+    ``num_sms`` SMs (whole heads for the RoPE ops)."""
+    import numpy as np
+
+    from mosaic_amk import ops
+    from mosaic_amk.cuda.launcher import bf16_round
+
+    def rnd(*shape, scale=1.0, offset=0.0):
+        return bf16_round((offset + scale * rng.standard_normal(shape)).astype(np.float32))
+
+    K, hd = hidden, head_dim
+    x, nw = rnd(K, scale=3.0), rnd(K, scale=0.2, offset=1.0)
+    if inv_freq is None:
+        inv_freq = (1.0 / (10000.0 ** (np.arange(0, hd, 2, dtype=np.float64) / hd))).astype(np.float32)
+    f32 = lambda name, shape, kind: Buffer(name, "f32", tuple(shape), kind)  # noqa: E731
+    bufs = [f32("x", (K,), "input"), f32("nw", (K,), "weight"), f32("xn", (K,), "activation")]
+    weights: dict = {"nw": nw}
+    inputs: dict = {"x": x}
+    norm_stage = {"op": "rmsnorm", "inputs": ["x", "nw"], "outputs": ["xn"], "params": {"eps": eps}}
+    out_buffers: list[str] = []
+    if case in ("rmsnorm_gemv", "rmsnorm_gemv_silu_mul"):
+        N = rows
+        split = split_rows(N, num_sms)
+        if case == "rmsnorm_gemv":
+            w, b, res = rnd(N, K, scale=0.02), rnd(N, scale=0.5), rnd(N)
+            bufs += [f32("w", (N, K), "weight"), f32("res", (N,), "input"), f32("y", (N,), "output")]
+            weights["w"], inputs["res"] = w, res
+            extra = (["b"] if bias else []) + ["res"]
+            if bias:
+                bufs.append(f32("b", (N,), "weight"))
+                weights["b"] = b
+            p = {"bias": bias, "residual": True}
+            rowb = ["w", *extra, "y"]
+            fused = [{"op": case, "inputs": ["x", "nw", "w", *extra], "outputs": ["y"], "params": {**p, "eps": eps},
+                      "rows": split, "row_buffers": rowb}]
+            unfused = [norm_stage, {"op": "gemv", "inputs": ["xn", "w", *extra], "outputs": ["y"], "params": p,
+                                    "rows": split, "row_buffers": rowb}]
+            ref_ins = [x, nw, w, *([b] if bias else []), res]
+            parts = {"w": w, "b": b if bias else None, "res": res}
+        else:
+            wg, wu = rnd(N, K, scale=0.02), rnd(N, K, scale=0.02)
+            bg, bu = rnd(N, scale=0.5), rnd(N, scale=0.5)
+            bufs += [f32("wg", (N, K), "weight"), f32("wu", (N, K), "weight"), f32("y", (N,), "output")]
+            weights.update(wg=wg, wu=wu)
+            extra = ["bg", "bu"] if bias else []
+            if bias:
+                bufs += [f32("bg", (N,), "weight"), f32("bu", (N,), "weight")]
+                weights.update(bg=bg, bu=bu)
+            p = {"bias": bias}
+            rowb = ["wg", "wu", *extra, "y"]
+            fused = [{"op": case, "inputs": ["x", "nw", "wg", "wu", *extra], "outputs": ["y"],
+                      "params": {**p, "eps": eps}, "rows": split, "row_buffers": rowb}]
+            unfused = [norm_stage, {"op": "gemv_silu_mul", "inputs": ["xn", "wg", "wu", *extra], "outputs": ["y"],
+                                    "params": p, "rows": split, "row_buffers": rowb}]
+            ref_ins = [x, nw, wg, wu, *([bg, bu] if bias else [])]
+            parts = {"wg": wg, "wu": wu, "bg": bg if bias else None, "bu": bu if bias else None}
+        out = "y"
+        out_buffers = ["y"]
+        ref = np.zeros(N, np.float32)
+        ops.KERNELS[case](ref_ins, [ref], {**p, "eps": eps, "row_start": 0, "row_end": N})
+    else:
+        append = case.startswith("gemv_rope_append")
+        rope = case != "gemv_rope_append_v"
+        nh = heads
+        N = nh * hd
+        split = split_rows(N, num_sms, align=hd)
+        w, b = rnd(N, K, scale=0.02), rnd(N, scale=0.5)
+        bufs += [f32("w", (N, K), "weight"), f32("proj", (N,), "activation")]
+        weights["w"] = w
+        if rope:
+            bufs.append(f32("rope.inv_freq", (hd // 2,), "weight"))
+            weights["rope.inv_freq"] = inv_freq
+        if bias:
+            bufs.append(f32("b", (N,), "weight"))
+            weights["b"] = b
+        bb = ["b"] if bias else []
+        rp = {"position": position, "head_dim": hd, "attention_scaling": 1.0}
+        fp = {"bias": bias, "norm": True, "eps": eps, **rp}
+        gemv_stage = {"op": "gemv", "inputs": ["xn", "w", *bb], "outputs": ["proj"],
+                      "params": {"bias": bias, "residual": False}, "rows": split, "row_buffers": ["w", *bb, "proj"]}
+        slot = {"cache": (position // page, position // page + 1)}
+        if append:
+            bufs.append(Buffer("cache", "f32", (pages, page, N), "kv_cache"))
+            fp.update(rope=rope, page_tokens=page)
+            fused = [{"op": "gemv_rope_append", "inputs": ["x", "w", *(["rope.inv_freq"] if rope else []), "nw", *bb],
+                      "outputs": ["cache"], "params": fp, "rows": split, "row_buffers": ["w", *bb], "ranges": slot}]
+            last = ({"op": "rope_append", "inputs": ["proj", "rope.inv_freq"], "outputs": ["cache"],
+                     "params": {**rp, "num_heads": nh, "page_tokens": page}, "ranges": slot} if rope else
+                    {"op": "kv_append", "inputs": ["proj"], "outputs": ["cache"],
+                     "params": {"position": position, "page_tokens": page}, "ranges": slot})
+            out = "cache"
+            ref = np.zeros((pages, page, N), np.float32)
+            ref_ins = [x, w, *([inv_freq] if rope else []), nw, *([b] if bias else [])]
+            ops.KERNELS["gemv_rope_append"](ref_ins, [ref], {**fp, "row_start": 0, "row_end": N})
+        else:
+            bufs.append(f32("y", (N,), "output"))
+            out_buffers = ["y"]
+            fused = [{"op": "gemv_rope", "inputs": ["x", "w", "rope.inv_freq", "nw", *bb], "outputs": ["y"],
+                      "params": fp, "rows": split, "row_buffers": ["w", *bb, "y"]}]
+            last = {"op": "rope", "inputs": ["proj", "rope.inv_freq"], "outputs": ["y"], "params": {**rp, "num_heads": nh}}
+            out = "y"
+            ref = np.zeros(N, np.float32)
+            ops.KERNELS["gemv_rope"]([x, w, inv_freq, nw, *([b] if bias else [])], [ref],
+                                     {**fp, "row_start": 0, "row_end": N})
+        unfused = [norm_stage, gemv_stage, last]
+        parts = {"w": w, "b": b if bias else None, "rope": rope, "heads": nh, "append": append}
+    used = lambda stages: {n for st in stages for n in (*st["inputs"], *st["outputs"])}  # noqa: E731
+    fused_bufs = [bf for bf in bufs if bf.name in used(fused)]
+    return {"case": case, "op": fused[0]["op"], "out": out, "ref": ref, "inputs": inputs, "weights": weights,
+            "parts": {**parts, "x": x, "nw": nw, "eps": eps, "inv_freq": inv_freq, "position": position,
+                      "head_dim": hd, "page": page},
+            "fused": chain_schedule(fused_bufs, fused, num_sms, out_buffers, position=position),
+            "unfused": chain_schedule(bufs, unfused, num_sms, out_buffers, position=position)}

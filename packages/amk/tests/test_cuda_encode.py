@@ -315,3 +315,23 @@ def test_fused_gemv_micro_cases(case):
         got = _run_numpy(s, c["inputs"], c["weights"])[c["out"]]
         np.testing.assert_allclose(got, c["ref"], rtol=1e-5, atol=1e-5 * np.abs(c["ref"]).max())
     assert {t.op for t in c["fused"].tasks} == {c["op"]} and len(c["fused"].tasks) > 1  # split over SMs
+
+
+def test_bench_probe_masks_follow_the_schedule():
+    """The bench's "where the time goes" probes: skip masks built from the ops the schedule uses; the fused
+    schedule has no rmsnorm op, so no "skip norms" probe; gemv-only and skip-gemv partition every op."""
+    from mosaic_amk.cuda.bench import GEMV_OPS, probe_masks
+    from mosaic_amk.cuda.launcher import SKIPPABLE
+
+    for cfg, norms in ((CFGS["fused"], True), (CFGS["vm-fused"], False)):
+        enc = E.encode(lower(tiny_model("llama"), cfg, GPU, 3))
+        present = {E.OPS[int(o)] for o in enc.tasks[:, E.W_OP]}
+        probes = dict(probe_masks(enc))
+        masks = {k: v["skip_ops"] for k, v in probes.items() if "skip_ops" in v}
+        every = sum(SKIPPABLE[o] for o in present)
+        assert masks["skip all ops (sync skeleton)"] == every
+        assert masks["skip gemv ops"] | masks["only gemv ops (skip the rest)"] == every
+        assert masks["skip gemv ops"] & masks["only gemv ops (skip the rest)"] == 0
+        assert masks["skip gemv ops"] == sum(SKIPPABLE[o] for o in present & set(GEMV_OPS))
+        assert masks["skip attention"] == SKIPPABLE["attention"]
+        assert ("skip norms" in masks) == norms

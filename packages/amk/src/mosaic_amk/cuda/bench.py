@@ -5,10 +5,13 @@ alike), medians reported.
 Every AMK candidate config passes a correctness gate before it is timed: its greedy tokens for a short
 prompt must equal transformers' bf16 eager tokens (a candidate that fails is reported, never timed).
 AMK runs all timed steps in one launch (the VM loops over decode steps with a grid sync between them);
-"one launch per step" re-times it with a launch per token. "Where the time goes" variants re-time the
-first passing candidate with stages left out: no weight
-prefetch, every op skipped (the synchronisation skeleton: waits, signals, launch) and the GEMV family
-skipped (everything but the weight streaming). Skipped variants compute garbage; they are timing probes.
+"one launch per step" re-times it with a launch per token. "Where the time goes" probes re-time the
+probed candidates (``probe``: names; default the first passing one) with stages left out, through the VM's
+skip mask (one bit per op code): no weight prefetch; every op skipped (the synchronisation skeleton: waits,
+signals, launch); the GEMV family skipped (fused GEMVs included: everything but the weight streaming);
+attention skipped; RMSNorm skipped (only where the schedule has a separate rmsnorm op); and every op but the
+GEMV family skipped (the weight streaming and the skeleton alone). A probe whose ops the schedule lacks is
+left out. Skipped variants compute garbage; they are timing probes, named ``amk probe[<candidate>]: ...``.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import attrs
 import numpy as np
 from mosaic.records import GpuTarget
 
-from mosaic_amk.config import ScheduleConfig
+from mosaic_amk.config import VM_FUSIONS, ScheduleConfig
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.cuda.launcher import SKIPPABLE
 
-GEMV_OPS = ("gemv", "gemv_silu_mul")
+GEMV_OPS = ("gemv", "gemv_silu_mul", "rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append")
+ATTENTION_OPS = ("attention",)
+NORM_OPS = ("rmsnorm",)
 
 
 def floor_bytes(enc: E.Encoded) -> int:
@@ -84,9 +89,35 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("rows32-lm", ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=1))]
 
 
+def fused_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
+    """default_candidates with every fusion the CUDA VM runs switched on (config.VM_FUSIONS: rmsnorm_gemv and
+    gemv_rope_append on top of the defaults; 5 serial stages per layer instead of 8), named ``fused-<name>``."""
+    return [(f"fused-{name}" if name != "default" else "fused", attrs.evolve(cfg, fusion=VM_FUSIONS))
+            for name, cfg in default_candidates(spec)]
+
+
+def probe_masks(enc: E.Encoded) -> list[tuple[str, dict]]:
+    """The "where the time goes" probes for one encoded schedule: (what, time_decode keyword arguments); a probe
+    whose ops the schedule does not use is left out (it would equal the full run)."""
+    present = {E.OPS[int(o)] for o in enc.tasks[:, E.W_OP]}
+
+    def mask(names) -> int:
+        return sum(SKIPPABLE[o] for o in names if o in present)
+
+    all_ops, gemv = mask(present), mask(GEMV_OPS)
+    out = [("one launch per step", {"steps_per_launch": 1}), ("no prefetch", {"prefetch_depth": 0}),
+           ("skip all ops (sync skeleton)", {"skip_ops": all_ops})]
+    for what, m in (("skip gemv ops", gemv), ("skip attention", mask(ATTENTION_OPS)), ("skip norms", mask(NORM_OPS)),
+                    ("only gemv ops (skip the rest)", all_ops & ~gemv)):
+        if m:
+            out.append((what, {"skip_ops": m}))
+    return out
+
+
 def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, ScheduleConfig]] | None = None, *,
               rounds: int = 5, steps: int = 64, hf_steps: int = 16, gate_tokens: int = 16, variants: bool = True,
-              graph: bool = True, eager: bool = True, log=print, deadline: float | None = None) -> dict:
+              graph: bool = True, eager: bool = True, log=print, deadline: float | None = None,
+              probe: Sequence[str] | None = None) -> dict:
     """Bench one HF model (on the GPU, bf16) against the CUDA VM. Returns a JSON-able dict."""
     from mosaic_amk.cuda import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
@@ -100,7 +131,7 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
                               "vocab": spec.vocab_size, "params": spec.num_params(), "gpu": gpu.name,
                               "steps": steps, "rounds": rounds, "candidates": [], "contenders": []}
     contenders: list[Contender] = []
-    first_vm = None
+    passed: dict[str, Any] = {}  # candidate name -> its CudaVM (gate passed)
     for name, cfg in candidates:
         entry: dict[str, Any] = {"name": name, "config": cfg.to_json()}
         try:
@@ -113,22 +144,19 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
                 entry["gate"] = f"tokens differ from HF eager bf16 at generated token {first}: not timed"
             else:
                 contenders.append(Contender(f"amk[{name}]", lambda vm=vm: vm.time_decode(steps)))
-                first_vm = first_vm or vm
+                passed[name] = vm
                 if "floor_bytes" not in result:
                     result["floor_bytes"] = floor_bytes(vm.enc)
         except Exception as exc:  # noqa: BLE001 - a failing candidate is reported, the bench goes on
             entry["error"] = f"{type(exc).__name__}: {exc}"[:500]
         result["candidates"].append(entry)
         log(f"  candidate {name}: {entry.get('gate') or entry.get('error') or 'gate passed'}")
-    if first_vm is not None and variants:
-        all_ops = sum(SKIPPABLE.values())
-        gemv = sum(SKIPPABLE[o] for o in GEMV_OPS)
-        contenders += [
-            Contender("amk probe: one launch per step", lambda: first_vm.time_decode(steps, steps_per_launch=1)),
-            Contender("amk probe: no prefetch", lambda: first_vm.time_decode(steps, prefetch_depth=0)),
-            Contender("amk probe: skip all ops (sync skeleton)", lambda: first_vm.time_decode(steps, skip_ops=all_ops)),
-            Contender("amk probe: skip gemv ops", lambda: first_vm.time_decode(steps, skip_ops=gemv)),
-        ]
+    probed = [n for n in (probe if probe is not None else list(passed)[:1]) if n in passed] if variants else []
+    result["probed"] = probed
+    for name in probed:
+        vm = passed[name]
+        for what, kw in probe_masks(vm.enc):
+            contenders.append(Contender(f"amk probe[{name}]: {what}", lambda vm=vm, kw=kw: vm.time_decode(steps, **kw)))
     if eager:
         contenders.append(Contender("hf eager", lambda: hf_gpu.time_eager(model, hf_steps)))
     if graph:

@@ -113,6 +113,7 @@ def test_forced_counts_disagreements_errors_and_pair_errors():
     assert f.argmax_inconsistent == 1
     assert f.pair_error_ulps[0] == 0 and f.pair_error_ulps[1] == 2 and f.pair_error_ulps[2] == 3
     assert f.pair_error_ulps[4] == 4
+    assert f.top2_max_ulps == 96  # position 6: 2.5 -> 1.5 is 32 ulps down to 2.0 and 64 more to 1.5
     assert f.max_abs_error == pytest.approx(max(1.0, 3.0 - float(ref[7][40])))  # position 6 or 7
     changed = 5  # elements that differ (positions 1, 2, 4, 6, 7; one element each)
     assert f.bit_equal_fraction == pytest.approx(1 - changed / (n * 64))
@@ -155,7 +156,7 @@ def test_teacher_forcing_the_reference_vm(tiny_checkpoint):
     argmax, flogits = P.teacher_force(vm.step, prompt, tokens)
     assert argmax == tokens
     f = P.forced(tokens, logits, argmax, flogits)
-    assert f.bit_equal_fraction == 1.0 and not f.disagreements and f.max_ulps == 0
+    assert f.bit_equal_fraction == 1.0 and not f.disagreements and f.top2_max_ulps == 0
     other = list(tokens)
     other[2] = (tokens[2] + 7) % spec.vocab_size
     vm.reset()

@@ -9,6 +9,7 @@
 #   run(carry=[".stage2"], command="bash .stage2/install.sh && bash scripts/device/issue6.sh")
 # (a machine still warm from the staging needs only: run(command="bash scripts/device/issue6.sh")).
 #
+# ISOLATION=step runs the one-process-per-request workbench instead of the persistent worker (for comparison).
 # Wall time: about 4-5 minutes (pip ~20 s; campaign capped by WALL=270 s, budget 3 device minutes, 5 timed
 # candidates; offline re-decision ~15 s). Writes under $OUT:
 #   campaign.tar.gz  the campaign directory: report.md/.html/.json, journal.jsonl, campaign.json,
@@ -26,6 +27,7 @@ DIR=${ISSUE6_DIR:-/tmp/issue6-campaign}
 BUDGET_MIN=${BUDGET_MIN:-3}
 MAX_CAND=${MAX_CAND:-5}
 WALL=${WALL:-270}
+ISOLATION=${ISOLATION:-worker}  # worker: one persistent process for gates and timings; step: one per request
 mkdir -p "$OUT"
 rm -rf "$DIR"
 T0=$(date +%s)
@@ -40,7 +42,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 echo "== live campaign: mosaic run --source pallas --target $TARGET ... (wall cap ${WALL} s) =="
 timeout -s INT -k 30 "$WALL" "${MOSAIC[@]}" run --source pallas --target "$TARGET" --family gemm \
   --shape 4096x4096x4096 --dtype bf16 --gpu h200 --budget-min "$BUDGET_MIN" --max-candidates "$MAX_CAND" \
-  --out "$DIR" > "$OUT/run.stdout" 2> "$OUT/run.log"
+  --isolation "$ISOLATION" --out "$DIR" > "$OUT/run.stdout" 2> "$OUT/run.log"
 rc=$?
 cat "$OUT/run.log" "$OUT/run.stdout"
 echo "live campaign: exit $rc after $(( $(date +%s) - T0 )) s"
@@ -81,6 +83,19 @@ for e in events:
               f"{us(e['t_reference_ns'])} us; {e['timed']} timed; {e['cost_s'] / 60:.2f} device minutes counted")
         print(f"  knobs: {e['incumbent_knobs']}")
         print(f"  remaining differences: {', '.join(r['key'] for r in e['remaining'])}")
+# per kernel: what its cost was spent on, and which process ran its gate and timings (isolation records)
+for b in sorted((d / "bundles").glob("cand-*.bundle")) if (d / "bundles").is_dir() else []:
+    m = json.loads((b / "manifest.json").read_text())
+    cap, run = m.get("capture") or {}, m.get("mosaic_run") or {}
+    iso = cap.get("isolation") or {}
+    ref = ((cap.get("summary") or {}).get("oracle_reference") or {}).get("source", "-")
+    t = json.loads((b / "timings.json").read_text()) if (b / "timings.json").is_file() else {}
+    sess = [f"{s.get('wall_s', 0):.1f} s ({(s.get('isolation') or {}).get('mode', '-')} pid "
+            f"{(s.get('isolation') or {}).get('pid', '-')} req {(s.get('isolation') or {}).get('request', '-')})"
+            for s in t.get("sessions") or []]
+    print(f"  cost {b.name[5:-7]}: total {run.get('cost_s', 0):.1f} s; gate {cap.get('wall_s', 0):.1f} s "
+          f"({iso.get('mode', '-')} pid {iso.get('pid', '-')} req {iso.get('request', '-')}, "
+          f"reference {ref}{', RETRIED' if iso.get('first_attempt') else ''}); timings {', '.join(sess) or '-'}")
 EOF
 cat "$OUT/summary.txt"
 

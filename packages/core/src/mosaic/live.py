@@ -297,12 +297,14 @@ class LiveWorkbench:
             return r
         self.workers.retire(f"{what}: {why}")  # no-op when serve already did
         if r.status == "timeout" or r.isolation.get("request", 1) <= 1:
+            self.workers.start()  # the next one boots while the loop records this and moves on
             return r
         self.progress(f"{what}: {why} in a reused worker (pid {r.isolation.get('pid')}, request "
                       f"{r.isolation.get('request')}); asking a fresh worker before recording it")
         again = self.workers.serve(request, timeout)
         if problem(again):
             self.workers.retire(f"{what}: {problem(again)}")
+            self.workers.start()
         first = {"status": r.status, "problem": why, "pid": r.isolation.get("pid"),
                  "request": r.isolation.get("request"), "wall_s": round(r.wall_s, 3)}
         return attrs.evolve(again, wall_s=r.wall_s + again.wall_s,

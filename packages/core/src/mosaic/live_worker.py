@@ -9,7 +9,7 @@ oracle. The worker keeps what is safe to keep between requests and nothing else:
   the one timed later. The worker's cache owns them (a request's ``close()`` does not close them); at most
   ``CAPACITY`` are kept, least recently used closed first. A cached runnable's output bits are remembered
   at its first timing; a later session that sees other bits fails (a corrupted buffer is never timed).
-* **Seeded inputs** (read-only arrays) for timing sessions, and the oracle's float64 reference in memory
+* **Seeded inputs** for timing sessions (kept read-only; each request gets a copy), and the oracle's float64 reference in memory
   (:class:`mosaic.oracle.cache.ReferenceCache`, also on disk for the whole campaign).
 
 Isolation is kept by replacing the process, never by trusting it: the parent (:class:`Workers`) starts the
@@ -119,7 +119,8 @@ class WorkerState:
             for a in arrays.values():
                 a.flags.writeable = False
             self.inputs[key] = (arrays, inputs_digest(arrays))
-        return self.inputs[key]
+        arrays, digest = self.inputs[key]
+        return {k: v.copy() for k, v in arrays.items()}, digest  # the kept arrays are never handed out
 
     def runnable(self, spec, gpu, inputs: Mapping[str, Any], digest: str | None = None,
                  prepare: Callable | None = None):

@@ -115,7 +115,8 @@ def to_markdown(rep: dict) -> str:
     c = rep["campaign"] or {}
     lines = [f"# mosaic run: {c.get('source')} -> {c.get('target')}, {c.get('family')} "
              f"{'x'.join(str(v) for v in (c.get('shape') or {}).values())} {c.get('dtype')} on {rep['gpu']}", ""]
-    lines.append(f"Workbench: {rep['workbench']}; proposer: {rep['proposer']}.")
+    iso = c.get("isolation") if rep["workbench"] == "live" else None  # live: which processes measured
+    lines.append(f"Workbench: {rep['workbench']}{f' (isolation: {iso})' if iso else ''}; proposer: {rep['proposer']}.")
     ref = rep["reference"]
     if ref:
         n = ref["noise"]

@@ -296,7 +296,7 @@ class LiveWorkbench:
 
     # -- one request: a fresh child (isolation "step") or the persistent worker ------------------------------
     def _serve(self, request: Mapping[str, Any], timeout: float, problem: Callable[[ChildResult], str],
-               what: str) -> ChildResult:
+               what: str, before_retry: Callable[[], Any] | None = None) -> ChildResult:
         """Answer ``request`` in the campaign's isolation mode. Worker: any answer with a ``problem`` (a
         failure, a gate that did not pass: the text says which) retires the worker; when that worker had served earlier
         requests and the failure is not a timeout, the request is asked once more of a fresh worker and
@@ -314,6 +314,8 @@ class LiveWorkbench:
             return r
         self.progress(f"{what}: {why} in a reused worker (pid {r.isolation.get('pid')}, request "
                       f"{r.isolation.get('request')}); asking a fresh worker before recording it")
+        if before_retry is not None:  # nothing of the first attempt's files stays with the record
+            before_retry()
         again = self.workers.serve(request, timeout)
         if problem(again):
             self.workers.retire(f"{what}: {problem(again)}")
@@ -499,6 +501,7 @@ class LiveWorkbench:
                               max_array_bytes=0 if small else CaptureOptions().max_array_bytes)
         tmp = self.work / "gate" / f"{kernel.key}.bundle"
         shutil.rmtree(tmp, ignore_errors=True)
+
         def problem(r: ChildResult) -> str:
             if r.status != "ok":
                 return f"{r.status}: {r.message or _tail(r.output)}"
@@ -510,7 +513,7 @@ class LiveWorkbench:
         r = self._serve({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(tmp.resolve()),
                          "options": attrs.asdict(opts), "extra": None,
                          "oracle_cache": str(self.oracle_cache.resolve())}, opts.timeout, problem,
-                        f"gate {kernel.key}")
+                        f"gate {kernel.key}", before_retry=lambda: shutil.rmtree(tmp, ignore_errors=True))
         cap = r.data.get("capture", {}) if r.status == "ok" else {}
         status = cap.get("status", r.status)
         summary = dict(cap.get("summary") or {})

@@ -7,10 +7,15 @@ Run on the device (repo root), after installing the project:
     pip install --no-deps --no-build-isolation -e packages/core -e packages/gpu-hopper -e packages/amk
     python3 scripts/device/issue8.py            # writes $OUT/issue8.json and prints a summary
     python3 scripts/device/issue8.py --dry-run  # CPU only: build, lower/validate/encode every shape, plan
-    python3 scripts/device/issue8.py --quick    # <= 3 min: build, the changed micro-kernels, watchdog, bench of
-                                                # Llama-3.2-1B and SmolLM2-135M (3 rounds), SmolLM2 parity 2 x 32
+    python3 scripts/device/issue8.py --quick    # <= 4 min: build, the changed micro-kernels, the fused GEMV
+                                                # micro-kernels (fused vs ops.py, torch bf16 and the unfused
+                                                # chain), watchdog, bench of Llama-3.2-1B and SmolLM2-135M (3
+                                                # rounds, unfused configs, probes), SmolLM2 parity 2 x 32, then the
+                                                # fused configs (config.VM_FUSIONS) benched with probes
 Every stage runs in try/except (a failure is recorded with its traceback and the run goes on); a global
-time guard skips the stages that would start after --budget seconds (default 540).
+time guard skips the stages that would start after --budget seconds (default 540). The fused stages run in
+child processes (``--child fused-micro`` / ``--child fused-bench``, with a timeout): a fused micro-kernel
+that faults or hangs loses its own stage, never the CUDA context of the unfused stages.
 """
 
 from __future__ import annotations
@@ -44,11 +49,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=64, help="Decode steps per bench sample.")
     p.add_argument("--dry-run", action="store_true", help="CPU parts only (no GPU): build, lower, validate, encode.")
     p.add_argument("--quick", action="store_true",
-                   help="<= 3 minutes: build, micro-kernels of the changed ops, watchdog, bench (3 rounds) of "
-                        "llama-3.2-1b and smollm2-135m, smollm2-135m parity (2 prompts x 32 tokens).")
+                   help="<= 4 minutes: build, micro-kernels of the changed ops and the fused GEMVs, watchdog, bench "
+                        "(3 rounds) of llama-3.2-1b and smollm2-135m unfused and fused, smollm2-135m parity (2 "
+                        "prompts x 32 tokens).")
+    p.add_argument("--child", choices=("fused-micro", "fused-bench"), default=None,
+                   help=argparse.SUPPRESS)  # a fused stage in its own process (the parent runs it)
     args = p.parse_args(argv)
     if args.quick:
-        args.budget = min(args.budget, 170.0)
+        args.budget = min(args.budget, 200.0)
         args.tokens, args.prompts, args.rounds = min(args.tokens, 32), min(args.prompts, 2), min(args.rounds, 3)
         args.shapes = "smollm2-135m"
         args.bench_shapes = "llama-3.2-1b,smollm2-135m"
@@ -184,11 +192,12 @@ def st_build():
 @stage("lower_validate_encode")
 def st_lower():
     """Every shape's schedule at positions 0 and the last parity position: validated, same structure, encoded."""
-    from mosaic_amk.config import ScheduleConfig
+    import attrs
+    from mosaic_amk.config import VM_FUSIONS, ScheduleConfig
     from mosaic_amk.cuda import encode as E
     from mosaic_amk.cuda.bench import floor_bytes
     from mosaic_amk.cuda.cuda_vm import cuda_config
-    from mosaic_amk.lowering import lower
+    from mosaic_amk.lowering import layer_stages, lower
     from mosaic_amk.validator import validate
 
     gpu = gpu_record()
@@ -205,6 +214,13 @@ def st_lower():
                       "same_structure": E.structure_key(s0) == E.structure_key(s1),
                       "floor_bytes": fb, "floor_ms_h200": fb / (gpu.hbm_bandwidth_gbs * 1e9) * 1e3,
                       "kv_capacity": enc.max_attention_tokens}
+        # the fused configuration (config.VM_FUSIONS): lowered, validated and encoded at the real sizes
+        fcfg = attrs.evolve(cfg, fusion=VM_FUSIONS)
+        f0, f1 = lower(spec, fcfg, gpu, 0), lower(spec, fcfg, gpu, last)
+        E.encode(f0)
+        out[shape]["fused"] = {"tasks": len(f0.tasks), "valid": [validate(f0).ok, validate(f1).ok],
+                               "same_structure": E.structure_key(f0) == E.structure_key(f1),
+                               "stages_per_layer": [layer_stages(s0)["per_layer"], layer_stages(f0)["per_layer"]]}
     return out
 
 
@@ -607,9 +623,9 @@ def model_stage(shape: str, do_bench: bool, do_parity: bool = True, planted: boo
         if do_bench:
             from mosaic_amk.cuda.bench import format_table, run_bench
 
-            budget = max(30.0, min(150.0, left() - (25 if ARGS.quick else 60)))
+            budget = max(30.0, min(150.0, left() - (110 if ARGS.quick else 60)))
             res = run_bench(model, spec, gpu, rounds=ARGS.rounds, steps=ARGS.steps, log=print,
-                            deadline=time.time() + budget)
+                            deadline=time.time() + budget, probe=["default", "rows32-lm"])
             out["bench"] = res
             print(format_table(res), flush=True)
         del vm, model, weights
@@ -670,6 +686,180 @@ def st_cli():
     return out
 
 
+# ------------------------------------------------------------------------------ fused GEMVs (child processes)
+
+def _run_child(kind: str, timeout: float) -> dict:
+    """Run ``--child kind`` in a fresh process (its own CUDA context) and return what it saved; a child that
+    crashes, faults the GPU or times out fails this stage only (what it saved before is kept)."""
+    import subprocess
+
+    out_dir = Path(ARGS.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"issue8_{kind}.json"
+    path.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--out", str(out_dir), "--rounds",
+           str(ARGS.rounds), "--steps", str(ARGS.steps), "--bench-shapes", ",".join(ARGS.bench_shapes),
+           "--budget", str(max(10.0, timeout - 5))]
+    t = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        rc, tail = p.returncode, (p.stdout[-6000:], p.stderr[-3000:])
+    except subprocess.TimeoutExpired as exc:
+        rc, tail = "timeout", ((exc.stdout or b"")[-6000:], (exc.stderr or b"")[-3000:])
+        tail = tuple(x.decode(errors="replace") if isinstance(x, bytes) else x for x in tail)
+    print(tail[0], flush=True)
+    res = json.loads(path.read_text()) if path.exists() else {}
+    res["child"] = {"rc": rc, "seconds": round(time.time() - t, 1)}
+    if rc != 0:
+        res["child"]["stderr_tail"] = tail[1]
+        REPORT["stages"].setdefault(kind.replace("-", "_"), {})["partial"] = res
+        raise RuntimeError(f"child {kind} ended with {rc}: {tail[1][-400:]}")
+    return res
+
+
+@stage("fused_micro", need=30)
+def st_fused_micro():
+    return _run_child("fused-micro", timeout=max(20.0, min(75.0, left() - 50)))
+
+
+@stage("fused_bench", need=45)
+def st_fused_bench():
+    return _run_child("fused-bench", timeout=max(30.0, left() + 20))
+
+
+def _child_save(kind: str, res: dict) -> None:
+    out = Path(ARGS.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"issue8_{kind}.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+
+
+def _torch_fused_ref(c: dict):
+    """transformers' bf16 eager formulation of a fused GEMV case (rmsnorm, linear, RoPE as HF computes them)."""
+    import torch
+    import torch.nn.functional as F
+    from mosaic_amk import ops
+
+    P = c["parts"]
+
+    def tb(a):
+        return torch.from_numpy(np.asarray(a, np.float32)).cuda().bfloat16()
+
+    xt = tb(P["x"]).float()
+    xn = (tb(P["nw"]) * (xt * torch.rsqrt(xt.pow(2).mean(-1, keepdim=True) + P["eps"])).bfloat16())[None]
+    opt = lambda k: tb(P[k]) if P.get(k) is not None else None  # noqa: E731
+    if c["case"] == "rmsnorm_gemv":
+        return (tb(P["res"]) + F.linear(xn, tb(P["w"]), opt("b"))[0]).float().cpu().numpy()
+    if c["case"] == "rmsnorm_gemv_silu_mul":
+        y = F.silu(F.linear(xn, tb(P["wg"]), opt("bg"))) * F.linear(xn, tb(P["wu"]), opt("bu"))
+        return y[0].float().cpu().numpy()
+    hd, nh = P["head_dim"], P["heads"]
+    y = F.linear(xn, tb(P["w"]), opt("b"))[0]
+    if P["rope"]:
+        cos, sin = ops.rope_tables(P["inv_freq"], P["position"], 1.0)
+        q = y.view(nh, hd)
+        rot = torch.cat((-q[:, hd // 2:], q[:, :hd // 2]), dim=-1)
+        y = (q * tb(cos) + rot * tb(sin)).reshape(-1)
+    return y.float().cpu().numpy()
+
+
+def child_fused_micro() -> dict:
+    """Each fused GEMV micro-kernel at Llama-3.2-1B sizes, split over the 132 SMs: f32 mode vs ops.KERNELS of the
+    fused op, hf-bf16 mode vs torch bf16 (HF's formulation) and vs the VM's own unfused chain (rmsnorm, gemv /
+    gemv_silu_mul, rope / rope_append / kv_append: expected bit-identical), and us per step fused vs unfused."""
+    import cupy as cp
+    from mosaic_amk.cuda.build import build
+    from mosaic_amk.cuda.microbench import FUSED_GEMV_CASES, fused_gemv_case
+    from mosaic_amk.importer import reference_inv_freq
+
+    res: dict = {"build": build(512).to_json(), "cases": {}}
+    inv = reference_inv_freq(64, {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 8192})
+    sizes = {"rmsnorm_gemv": dict(rows=4096), "rmsnorm_gemv_silu_mul": dict(rows=8192), "gemv_rope": dict(heads=32),
+             "gemv_rope_append_k": dict(heads=8), "gemv_rope_append_v": dict(heads=8)}
+    for case in FUSED_GEMV_CASES:
+        out: dict = {}
+        res["cases"][case] = out
+        try:
+            c = fused_gemv_case(case, np.random.default_rng(7), hidden=2048, head_dim=64, position=37,
+                                inv_freq=inv, **sizes[case])
+            pos = c["parts"]["position"]
+
+            def run(kind, mode, c=c, pos=pos):
+                lz = _launcher(c[kind], mode=mode)
+                lz.bind(c["weights"], c["inputs"])
+                lz.launch()
+                lz.check()
+                got = cp.asnumpy(lz.dev[c["out"]]).astype(np.float32)
+                return lz, (got.reshape(-1, got.shape[-1])[pos] if c["out"] == "cache" else got)
+
+            ref = c["ref"].reshape(-1, c["ref"].shape[-1])[pos] if c["out"] == "cache" else c["ref"]
+            _, got = run("fused", "f32")
+            err = np.abs(got - ref)
+            out["f32_max_rel_err"] = float(err.max() / max(float(np.abs(ref).max()), 1e-30))
+            out["f32_ok"] = bool(out["f32_max_rel_err"] < 1e-4)
+            lz_f, fused = run("fused", "hf-bf16")
+            lz_u, unfused = run("unfused", "hf-bf16")
+            hf = _torch_fused_ref(c)
+            u = ulps_bf16(fused, hf)
+            out.update(hf_exact_fraction=float((u == 0).mean()), hf_max_ulps=int(u.max()), hf_ok=bool(u.max() <= 2),
+                       vs_unfused_exact_fraction=float((fused.view(np.uint32) == unfused.view(np.uint32)).mean()),
+                       unfused_hf_exact_fraction=float((ulps_bf16(unfused, hf) == 0).mean()))
+            out["vs_unfused_ok"] = out["vs_unfused_exact_fraction"] == 1.0
+            out["us_fused"] = round(_time_launch(lz_f, n=3, steps=20), 2)
+            out["us_unfused"] = round(_time_launch(lz_u, n=3, steps=20), 2)
+            out["tasks_fused"], out["tasks_unfused"] = len(c["fused"].tasks), len(c["unfused"].tasks)
+        except Exception as exc:  # noqa: BLE001 - one case must not lose the others
+            out["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+            out["trace"] = traceback.format_exc()[-2000:]
+        print(f"  fused micro {case}: {out}", flush=True)
+        _child_save("fused-micro", res)
+    # the fused ops' own criterion: ops.py in f32, the unfused chain's bits in hf-bf16 (hf_ok, <= 2 ulps from torch,
+    # is reported as for the other micro-kernels: the plain gemv misses it by summation order alone)
+    res["all_ok"] = all(v.get("f32_ok") and v.get("vs_unfused_ok") for v in res["cases"].values())
+    _child_save("fused-micro", res)
+    return res
+
+
+def child_fused_bench() -> dict:
+    """The bench shapes with the fusions the VM runs (config.VM_FUSIONS) against the best unfused configs of this
+    morning (rows32-lm, rows16-lm), interleaved in this process, each gated on greedy-token equality with HF eager
+    bf16; the probes on fused-rows32-lm and fused-rows16-lm. HF eager / graph are timed in the parent's bench."""
+    import torch
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.bench import default_candidates, format_table, fused_candidates, run_bench
+    from mosaic_amk.lowering import layer_stages, lower
+
+    gpu = gpu_record()
+    res: dict = {"shapes": {}}
+    for shape in ARGS.bench_shapes:
+        out: dict = {}
+        res["shapes"][shape] = out
+        try:
+            t = time.time()
+            model = hf_gpu.random_model(shape, seed=0)
+            spec = hf_gpu.spec_of(model)
+            out["build_s"] = round(time.time() - t, 1)
+            ref = [c for c in default_candidates(spec) if c[0] in ("rows32-lm", "rows16-lm")]
+            fused = fused_candidates(spec)
+            out["stages_per_layer"] = {n: layer_stages(lower(fake_spec(shape), cfg, gpu, 0))["per_layer"]
+                                       for n, cfg in (ref[0], fused[0])}
+            budget = max(20.0, min(90.0, left() / max(1, len(ARGS.bench_shapes) - list(ARGS.bench_shapes).index(shape))
+                                   - 20))
+            b = run_bench(model, spec, gpu, [*ref, *fused], rounds=ARGS.rounds, steps=ARGS.steps, eager=False,
+                          graph=False, probe=["fused-rows32-lm", "fused-rows16-lm"], log=print,
+                          deadline=time.time() + budget)
+            out["bench"] = b
+            print(format_table(b), flush=True)
+            del model
+            torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001
+            out["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+            out["trace"] = traceback.format_exc()[-2000:]
+        _child_save("fused-bench", res)
+    return res
+
+
 def summary() -> str:
     st = REPORT["stages"]
     lines = ["", "=" * 100, "issue 8 summary"]
@@ -700,6 +890,31 @@ def summary() -> str:
                 lines.append(f"    bench {name[6:]:14s} {c['name']:42s} "
                              + (f"{ms:8.3f} ms/token" if ms else f"error {c.get('error', '')[:60]}")
                              + (f"  ({fd / ms * 100:5.1f}% of floor {fd:.3f})" if ms and fd else ""))
+    fm = (st.get("fused_micro") or {}).get("result") or (st.get("fused_micro") or {}).get("partial") or {}
+    if fm.get("cases"):
+        lines.append("  fused micro-kernel       f32 rel err  hf exact  hf max ulps  =unfused (bits)  us fused  us unfused")
+        for k, v in fm["cases"].items():
+            if "error" in v:
+                lines.append(f"    {k:22s} ERROR {v['error'][:110]}")
+                continue
+            lines.append(f"    {k:22s} {v.get('f32_max_rel_err', float('nan')):10.2e} {v.get('hf_exact_fraction', float('nan')):9.4f}"
+                         f" {v.get('hf_max_ulps', -1):11d} {v.get('vs_unfused_exact_fraction', float('nan')):15.4f}"
+                         f" {v.get('us_fused', float('nan')):9} {v.get('us_unfused', float('nan')):11}")
+    fb = (st.get("fused_bench") or {}).get("result") or (st.get("fused_bench") or {}).get("partial") or {}
+    for shape, r in (fb.get("shapes") or {}).items():
+        if "error" in r:
+            lines.append(f"  fused bench {shape}: ERROR {r['error'][:150]}")
+        lines.append(f"  fused bench {shape}: stages per layer {r.get('stages_per_layer')}")
+        b = r.get("bench") or {}
+        fd = b.get("floor_ms_datasheet")
+        for c in b.get("contenders", []):
+            ms = c.get("ms_per_token")
+            lines.append(f"    fused-bench {shape:14s} {c['name']:50s} "
+                         + (f"{ms:8.3f} ms/token" if ms else f"error {str(c.get('error', ''))[:60]}")
+                         + (f"  ({fd / ms * 100:5.1f}% of floor {fd:.3f})" if ms and fd else ""))
+        for cand in b.get("candidates", []):
+            if cand.get("gate") or cand.get("error"):
+                lines.append(f"    fused-bench {shape} candidate {cand['name']}: {cand.get('gate') or cand.get('error')}"[:220])
     h = (st.get("handoff") or {}).get("result")
     if h:
         lines.append(f"  hand-off: same SM {h['same_sm']['us_per_task_sync_only']} us/task, SM0<->SM1 "
@@ -717,6 +932,9 @@ def summary() -> str:
 def main(argv=None) -> int:
     global ARGS
     ARGS = parse_args(argv)
+    if ARGS.child:  # a fused stage in its own process: save its JSON, exit
+        {"fused-micro": child_fused_micro, "fused-bench": child_fused_bench}[ARGS.child]()
+        return 0
     REPORT["args"] = vars(ARGS)
     st_environment()
     st_build()
@@ -728,9 +946,12 @@ def main(argv=None) -> int:
         return 0 if all(e.get("ok") for e in REPORT["stages"].values()) else 1
     st_micro()
     st_watchdog()
-    if ARGS.quick:  # the bench shapes (Llama first: the goal that matters most), parity on SmolLM2-135M
+    if ARGS.quick:  # the bench shapes (Llama first: the goal that matters most), parity on SmolLM2-135M; the
+        # fused stages last and in child processes (a fused op that faults cannot lose the unfused results)
         model_stage("llama-3.2-1b", do_bench=True, do_parity=False)()
         model_stage("smollm2-135m", do_bench=True)()
+        st_fused_micro()
+        st_fused_bench()
         save()
         print(summary(), flush=True)
         return 0
@@ -740,6 +961,8 @@ def main(argv=None) -> int:
     for shape in ARGS.bench_shapes:
         if shape not in ARGS.shapes:
             model_stage(shape, do_bench=True, do_parity=False)()
+    st_fused_micro()
+    st_fused_bench()
     st_cli()
     save()
     print(summary(), flush=True)

@@ -111,11 +111,16 @@ def test_device_script_dry_run(tmp_path):
 
 
 def test_device_script_quick_arguments():
-    """--quick: the <= 3-minute plan (SmolLM2-135M parity 2 x 32, both bench shapes, 3 rounds, 170 s guard)."""
-    a = _script().parse_args(["--quick"])
+    """--quick: the <= 4-minute plan (SmolLM2-135M parity 2 x 32, both bench shapes, 3 rounds, a 200 s guard
+    for starting stages; the last, the fused bench child, is killed at the guard + 20 s); the fused stages'
+    child processes take the same shapes and rounds."""
+    m = _script()
+    a = m.parse_args(["--quick"])
     assert (a.quick, a.prompts, a.tokens, a.rounds) == (True, 2, 32, 3)
     assert a.shapes == ["smollm2-135m"] and a.bench_shapes == ["llama-3.2-1b", "smollm2-135m"]
-    assert a.budget <= 170
+    assert a.budget <= 200 and a.child is None
+    c = m.parse_args(["--child", "fused-bench", "--rounds", "3", "--bench-shapes", "llama-3.2-1b,smollm2-135m"])
+    assert c.child == "fused-bench" and c.bench_shapes == a.bench_shapes and not c.quick
 
 
 def test_attention_shared_memory_need():

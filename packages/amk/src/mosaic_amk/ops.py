@@ -493,7 +493,7 @@ def op_argmax(ins, outs, p) -> None:
     outs[0][0] = int(np.argmax(ins[0]))
 
 
-# fused ops (FUSED_SPECS) ---------------------------------------------------------------------------------
+# fused ops (the fused GEMVs of SPECS, then FUSED_SPECS) -----------------------------------------------------
 
 def op_rmsnorm_gemv(ins, outs, p) -> None:
     op_gemv([_rmsnorm(ins[0], ins[1], p["eps"]), *ins[2:]], outs, p)

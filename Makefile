@@ -40,6 +40,9 @@ demo: $(STAMP) $(STAMP312)
 	rm -rf $(DEMO_DIR)
 	$(VENV312)/bin/mosaic run --source pallas --target cute --family gemm --shape 4096x4096x4096 --dtype bf16 \
 	  --gpu h200 --out $(DEMO_DIR)
+	@echo "==> the recorded H200 campaign (examples/h200-pallas-to-cute-gemm-4096) re-decided from its bundles"
+	$(BIN)/mosaic run --offline examples/h200-pallas-to-cute-gemm-4096 --out $(DEMO_DIR)/redecided --quiet
+	@sed -n '/^## Edits/,/^## Null/p' $(DEMO_DIR)/redecided/report.md | grep '^|'
 
 # pytest exits 5 when it collects nothing; that is a failure here, as is any failed test.
 test: $(STAMP) $(STAMP312)

@@ -168,16 +168,17 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
                                 for o in verdict.outputs}}
     if not verdict.passed:
         return "numerics-failed", files, summary
-    from mosaic.timing.device import L2Flush
+    from mosaic.timing.device import L2Flush, Serialized
     from mosaic.timing.timer import make_timer
 
     timer = timer or make_timer(opts.timer)
     flush = L2Flush(gpu.l2_bytes) if opts.flush else None
+    serial = Serialized(runnable)  # jax launches on its own stream: no flush or other run may overlap
     try:
         # the reference against itself, interleaved run by run: blocks (2i, 2i+1) = (A_i, A'_i)
         blocks = []
         for i in range(opts.blocks):
-            blocks += timer.time_interleaved([runnable, runnable], opts.runs,
+            blocks += timer.time_interleaved([serial, serial], opts.runs,
                                              warmup=opts.warmup if i == 0 else 2, flush=flush,
                                              flush_name=flush.description if flush else "none",
                                              clocks=i in (0, opts.blocks - 1))
@@ -187,6 +188,7 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
     all_times = [t for b in blocks for t in b.times_ns]
     timings = {"source": timer.source, "fallback_reason": getattr(timer, "reason", ""),
                "unit": "ns", "interleaved": "blocks (2i, 2i+1) are the kernel against itself, run by run",
+               "serialized": Serialized.description,
                "statistic": "median of a block's runs; noise = t(0.995, P-1) * sd(median(A_i) - median(A'_i))",
                "summary": summarize(all_times).to_json(), "blocks": [b.to_json() for b in blocks]}
     if len(blocks) >= 10:

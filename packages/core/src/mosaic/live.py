@@ -621,24 +621,6 @@ def prepare(spec: KernelSpec, gpu, workdir: Path, inputs: Mapping[str, Any]):
     return lang.backend.prepare(spec, gpu, Path(workdir), dict(inputs))
 
 
-class Serialized:
-    """A Runnable whose every run is alone on the device: synchronise, launch, synchronise.
-
-    jax launches on its own (non-blocking) stream and the L2 flush and CUTLASS use the default stream, so
-    without this a flush or the other kernel of an A B pair could overlap a timed kernel. CUPTI's device
-    time of the kernel is unaffected by the host round trips."""
-
-    def __init__(self, inner):
-        from mosaic.timing.device import synchronize
-
-        self.inner, self._sync = inner, synchronize
-
-    def launch(self) -> None:
-        self._sync()
-        self.inner.launch()
-        self._sync()
-
-
 # -- the child's modes ---------------------------------------------------------------------------------------------
 def child_check(req: Mapping[str, Any], state=None) -> dict:
     """Capture's oracle (and short timing) on a prepared Runnable, bundle written to ``out``; no lowering.
@@ -679,7 +661,7 @@ def child_time(req: Mapping[str, Any], state=None) -> dict:
     bits differ from those it gave at its first timing in this worker fails the request."""
     from mosaic.capture import make_inputs
     from mosaic.plugins import host
-    from mosaic.timing.device import L2Flush, TimingError
+    from mosaic.timing.device import L2Flush, Serialized, TimingError
     from mosaic.timing.timer import make_timer
 
     specs = [KernelSpec.from_json(s) for s in req["specs"]]

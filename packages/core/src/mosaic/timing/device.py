@@ -77,3 +77,22 @@ def gpu_clocks() -> dict:
     values = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
     return dict(zip(["sm_mhz", "mem_mhz", "max_sm_mhz", "temperature_c", "power_w"],
                     values, strict=False))
+
+
+class Serialized:
+    """A Runnable whose every run is alone on the device: synchronise, launch, synchronise.
+
+    jax launches on its own (non-blocking) stream while the L2 flush and CUTLASS use the default stream, so
+    without this a flush or the other kernel of an A B pair could overlap a timed kernel. CUPTI's device
+    time of the kernel is unaffected by the host round trips. Capture and the live timing sessions both
+    time through it."""
+
+    description = "device synchronised before and after every launch"
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def launch(self) -> None:
+        synchronize()
+        self.inner.launch()
+        synchronize()

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Issue 6 on the lent H200: ONE live convergence campaign, Pallas -> CUTLASS, bf16 GEMM 4096^3, with the
-# command users type (`mosaic run ...`), then `mosaic run --offline` on its directory, which must reproduce
-# every verdict from the bundles alone. CUTLASS, not CuTe: the CuTe tuned kernel still crashes with an
-# illegal memory access on the H200 (being fixed); `--target cute` takes the same path once it runs.
+# Issue 6 on the lent H200: ONE live convergence campaign, Pallas -> CuTe (TARGET=cutlass for CUTLASS), bf16 GEMM
+# (SHAPE, default 4096x4096x4096), with the command users type (`mosaic run ...`), then `mosaic run --offline` on
+# its directory, which must reproduce every verdict from the bundles alone.
 #
 # From the repository root, after ../shared/device/stage-gpu-wheels.sh (cupti-python + CUTLASS headers):
 #   run(carry=[".stage1"], command="bash .stage1/install.sh")
@@ -19,7 +18,8 @@ set -uo pipefail
 export PYTHONPATH="$(cat /tmp/site/.pythonpath 2>/dev/null || true)${PYTHONPATH:+:$PYTHONPATH}"
 export MOSAIC_CUTLASS_INCLUDE=${MOSAIC_CUTLASS_INCLUDE:-/tmp/site/cutlass_library/source/include}
 export MOSAIC_CACHE_DIR=${MOSAIC_CACHE_DIR:-/tmp/mosaic-cache}
-TARGET=${TARGET:-cutlass}  # TARGET=cute once the CuTe tuned kernel runs on the device
+TARGET=${TARGET:-cute}     # or cutlass
+SHAPE=${SHAPE:-4096x4096x4096}
 export MOSAIC_LOAD_PLUGINS=${MOSAIC_LOAD_PLUGINS:-hopper,pallas,$TARGET}
 export MOSAIC_NVCC_TIMEOUT=${MOSAIC_NVCC_TIMEOUT:-240}
 OUT=${OUT:-/tmp/issue6-out}
@@ -41,7 +41,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 
 echo "== live campaign: mosaic run --source pallas --target $TARGET ... (wall cap ${WALL} s) =="
 timeout -s INT -k 30 "$WALL" "${MOSAIC[@]}" run --source pallas --target "$TARGET" --family gemm \
-  --shape 4096x4096x4096 --dtype bf16 --gpu h200 --budget-min "$BUDGET_MIN" --max-candidates "$MAX_CAND" \
+  --shape "$SHAPE" --dtype bf16 --gpu h200 --budget-min "$BUDGET_MIN" --max-candidates "$MAX_CAND" \
   --isolation "$ISOLATION" --out "$DIR" > "$OUT/run.stdout" 2> "$OUT/run.log"
 rc=$?
 cat "$OUT/run.log" "$OUT/run.stdout"

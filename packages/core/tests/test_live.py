@@ -291,7 +291,8 @@ def test_device_script_parses_and_its_summary_reads_a_journal(tmp_path):
     script = Path(__file__).resolve().parents[3] / "scripts" / "device" / "issue6.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
-    assert "--source pallas --target \"$TARGET\"" in text and "TARGET=${TARGET:-cutlass}" in text
+    assert "--source pallas --target \"$TARGET\"" in text and "TARGET=${TARGET:-cute}" in text
+    assert "--shape \"$SHAPE\"" in text and "SHAPE=${SHAPE:-4096x4096x4096}" in text
     assert "--offline" in text and "--exclude=.work" in text
     summary = text.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
     src = rf.build_campaign(tmp_path / "c")

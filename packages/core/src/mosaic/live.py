@@ -621,6 +621,20 @@ def prepare(spec: KernelSpec, gpu, workdir: Path, inputs: Mapping[str, Any]):
     return lang.backend.prepare(spec, gpu, Path(workdir), dict(inputs))
 
 
+def answer(req: Mapping[str, Any], modes: Mapping[str, Callable], state) -> dict:
+    """Run one request in its mode; every failure becomes a recorded ``{"status": "failed"}`` (never lost)."""
+    try:
+        mode = modes.get(req.get("mode"))
+        if mode is None:
+            raise MosaicError(f"unknown mode {req.get('mode')!r}; known: {', '.join(modes)}", "mode")
+        return mode(req, state)
+    except MosaicError as exc:
+        return {"status": "failed", "error": exc.line()}
+    except Exception as exc:  # noqa: BLE001 - recorded for the parent, never lost
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+
+
 # -- the child's modes ---------------------------------------------------------------------------------------------
 def child_check(req: Mapping[str, Any], state=None) -> dict:
     """Capture's oracle (and short timing) on a prepared Runnable, bundle written to ``out``; no lowering.
@@ -748,16 +762,7 @@ def _child(request_path: str) -> int:  # one request per process (isolation = "s
         print(f"error: {request_path} is not a {REQUEST_FORMAT} request", file=sys.stderr)
         return 2
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    mode = MODES.get(req.get("mode"))
-    try:
-        if mode is None:
-            raise MosaicError(f"unknown mode {req.get('mode')!r}; known: {', '.join(MODES)}", "mode")
-        result = mode(req, None)
-    except MosaicError as exc:
-        result = {"status": "failed", "error": exc.line()}
-    except Exception as exc:  # noqa: BLE001 - recorded for the parent, never lost
-        result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                  "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+    result = answer(req, MODES, None)
     Path(req["result"]).write_text(json.dumps(result, default=lambda o: o.tolist() if hasattr(o, "tolist")
                                               else str(o)))
     return 0

@@ -38,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -172,6 +171,7 @@ def serve(fd: int, modes: Mapping[str, Callable] | None = None, preload: tuple[s
     """The worker's loop: answer each request line on stdin with one JSON line on ``fd``, until stdin closes."""
     from mosaic.errors import MosaicError
     from mosaic.live import MODES, REQUEST_FORMAT
+    from mosaic.live import answer as run_request
 
     os.set_inheritable(fd, False)
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -196,18 +196,11 @@ def serve(fd: int, modes: Mapping[str, Callable] | None = None, preload: tuple[s
                 continue
             state.begin()
             rid = req.get("id") if isinstance(req, dict) else None
-            try:
-                if not isinstance(req, dict) or req.get("format") != REQUEST_FORMAT:
-                    raise MosaicError(f"protocol: not a {REQUEST_FORMAT} request", "worker")
-                mode = known.get(req.get("mode"))
-                if mode is None:
-                    raise MosaicError(f"unknown mode {req.get('mode')!r}; known: {', '.join(known)}", "mode")
-                result = mode(req, state)
-            except MosaicError as exc:
-                result = {"status": "failed", "error": exc.line()}
-            except Exception as exc:  # noqa: BLE001 - recorded for the parent, never lost
-                result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                          "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+            if not isinstance(req, dict) or req.get("format") != REQUEST_FORMAT:
+                result = {"status": "failed", "error": MosaicError(f"protocol: not a {REQUEST_FORMAT} request",
+                                                                   "worker").line()}
+            else:
+                result = run_request(req, known, state)
             sys.stdout.flush()
             sys.stderr.flush()
             answer({**result, "id": rid, "worker": state.record()})

@@ -47,6 +47,12 @@ def _as_float(name: str, value: np.ndarray) -> np.ndarray:
     return arr
 
 
+
+def _first_unrepresentable(arr, fmt) -> tuple | None:
+    """Index of the first element of ``arr`` that ``fmt`` cannot represent exactly, or None."""
+    bad = ~fmt.representable(arr)
+    return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
+
 def check(family: str, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray], dtype: str,
           out_dtype: str | None = None, cache=None) -> Verdict:
     """Compare a kernel's outputs with the family's float64 reference. Raises BadInput for malformed input.
@@ -72,9 +78,8 @@ def check(family: str, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, n
             arr = ins[n]
             if not np.all(np.isfinite(arr)):
                 raise BadInput(f"input '{n}' holds NaN or inf", "inputs")
-            bad = ~in_fmt.representable(arr)
-            if bad.any():
-                where = tuple(int(i) for i in np.argwhere(bad)[0])
+            where = _first_unrepresentable(arr, in_fmt)
+            if where is not None:
                 raise BadInput(f"input '{n}' holds values not representable in {in_fmt.name}, first at {where}: "
                                f"{float(arr[where])!r}", "inputs")
 
@@ -88,9 +93,8 @@ def check(family: str, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, n
         raise BadInput(f"{family} output file lacks {', '.join(missing)}", "output")
     outs = {n: _as_float(n, outputs[n]) for n in fam.outputs}
     for n, arr in outs.items():
-        bad = ~out_fmt.representable(arr)
-        if bad.any():
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = _first_unrepresentable(arr, out_fmt)
+        if where is not None:
             raise BadInput(f"output '{n}' holds values not representable in {out_fmt.name}, first at {where}: "
                            f"{float(arr[where])!r} (pass --out-dtype if the kernel writes another format)", "output")
     if expectations is None:

@@ -26,6 +26,11 @@ FUSIONS = DEFAULT_FUSIONS + CPU_FUSIONS
 # every fusion the CUDA VM runs: 5 serial stages per layer instead of 8 (lowering.layer_stages)
 VM_FUSIONS = DEFAULT_FUSIONS + ("rmsnorm_gemv", "gemv_rope_append")
 SM_POLICIES = ("round_robin", "least_loaded", "single")
+# the CUDA VM's synchronisation variants (vm.cu sync_flags; docs/amk-cuda.md "Synchronisation variants"); the
+# first of each is the v0 path, the default until the device run compares them
+WAIT_MODES = ("acquire", "relaxed")
+SIGNAL_MODES = ("inline", "merged", "side")
+PREFETCH_MODES = ("inline", "side")
 
 
 def _fusion(inst, attribute, value) -> None:
@@ -70,6 +75,12 @@ class ScheduleConfig:
     - ``num_sms``: SMs to use (0: all SMs of the GPU).
     - ``prefetch_depth`` / ``prefetch_tile_bytes``: weight tiles in flight per block (cp.async stages).
     - ``threads_per_block``, ``smem_bytes``: the persistent block's shape.
+    - ``wait_mode`` / ``signal_mode`` / ``prefetch_mode``: the CUDA VM's task-loop synchronisation (launch
+      flags, not schedule structure): ``acquire`` (ld.acquire.gpu every poll) or ``relaxed`` (ld.relaxed.gpu
+      polls, one fence.acquire.gpu after the waits hold); ``inline`` (3 block barriers per task, thread 0
+      signals), ``merged`` (2 barriers, thread 0 signals the previous task before its wait) or ``side``
+      (2 barriers, warp 1 signals while thread 0 waits); ``inline`` (every thread issues the L2 prefetches
+      before the head barrier) or ``side`` (warp 1 issues them while thread 0 waits).
     - ``kv_page_tokens``, ``kv_max_tokens``: KV cache page size and capacity in tokens (0: the model's
       max_position_embeddings rounded up to a page).
     """
@@ -88,6 +99,9 @@ class ScheduleConfig:
     smem_bytes: int = attrs.field(default=96 * 1024, validator=_int_pos)
     kv_page_tokens: int = attrs.field(default=16, validator=_pow2)
     kv_max_tokens: int = attrs.field(default=0, validator=non_negative_int)
+    wait_mode: str = attrs.field(default="acquire", validator=one_of(*WAIT_MODES))
+    signal_mode: str = attrs.field(default="inline", validator=one_of(*SIGNAL_MODES))
+    prefetch_mode: str = attrs.field(default="inline", validator=one_of(*PREFETCH_MODES))
 
     @prefetch_depth.validator
     def _depth(self, attribute, value):

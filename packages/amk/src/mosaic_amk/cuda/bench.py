@@ -96,6 +96,27 @@ def fused_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             for name, cfg in default_candidates(spec)]
 
 
+# the VM's synchronisation variants (config.WAIT_MODES / SIGNAL_MODES / PREFETCH_MODES; docs/amk-cuda.md
+# "Synchronisation variants"): name -> (wait_mode, signal_mode, prefetch_mode); "v0" is the default path
+SYNC_VARIANTS = {"v0": ("acquire", "inline", "inline"),
+                 "relaxed": ("relaxed", "inline", "inline"),
+                 "merged": ("relaxed", "merged", "inline"),
+                 "side": ("relaxed", "side", "inline"),
+                 "side-pf": ("relaxed", "side", "side")}
+
+
+def sync_candidates(base: Sequence[tuple[str, ScheduleConfig]], variants: Sequence[str] = tuple(SYNC_VARIANTS)
+                    ) -> list[tuple[str, ScheduleConfig]]:
+    """Each base candidate under each synchronisation variant, named ``<base>/<variant>``; every one is gated
+    on greedy-token equality with HF like any candidate (a broken variant reports no time)."""
+    out = []
+    for name, cfg in base:
+        for v in variants:
+            wait, signal, prefetch = SYNC_VARIANTS[v]
+            out.append((f"{name}/{v}", attrs.evolve(cfg, wait_mode=wait, signal_mode=signal, prefetch_mode=prefetch)))
+    return out
+
+
 def probe_masks(enc: E.Encoded) -> list[tuple[str, dict]]:
     """The "where the time goes" probes for one encoded schedule: (what, time_decode keyword arguments); a probe
     whose ops the schedule does not use is left out (it would equal the full run)."""
@@ -117,8 +138,9 @@ def probe_masks(enc: E.Encoded) -> list[tuple[str, dict]]:
 def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, ScheduleConfig]] | None = None, *,
               rounds: int = 5, steps: int = 64, hf_steps: int = 16, gate_tokens: int = 16, variants: bool = True,
               graph: bool = True, eager: bool = True, log=print, deadline: float | None = None,
-              probe: Sequence[str] | None = None) -> dict:
-    """Bench one HF model (on the GPU, bf16) against the CUDA VM. Returns a JSON-able dict."""
+              probe: Sequence[str] | None = None, probe_only: Sequence[str] | None = None) -> dict:
+    """Bench one HF model (on the GPU, bf16) against the CUDA VM. Returns a JSON-able dict. ``probe_only``:
+    the probe names (probe_masks' first elements) to run on each probed candidate (default: all)."""
     from mosaic_amk.cuda import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
 
@@ -156,6 +178,8 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
     for name in probed:
         vm = passed[name]
         for what, kw in probe_masks(vm.enc):
+            if probe_only is not None and what not in probe_only:  # e.g. only the sync skeleton per variant
+                continue
             contenders.append(Contender(f"amk probe[{name}]: {what}", lambda vm=vm, kw=kw: vm.time_decode(steps, **kw)))
     if eager:
         contenders.append(Contender("hf eager", lambda: hf_gpu.time_eager(model, hf_steps)))

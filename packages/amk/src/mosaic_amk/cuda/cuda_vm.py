@@ -69,7 +69,8 @@ class CudaVM:
         self.build_info = build_vm(self.config.threads_per_block)
         self.launcher = Launcher(self.enc, str(self.build_info.cubin), threads=self.config.threads_per_block,
                                  smem_bytes=self.config.smem_bytes, mode=self.mode, timeout_s=self.timeout_s,
-                                 prefetch_depth=self.config.prefetch_depth)
+                                 prefetch_depth=self.config.prefetch_depth, wait_mode=self.config.wait_mode,
+                                 signal_mode=self.config.signal_mode, prefetch_mode=self.config.prefetch_mode)
         self.launcher.bind(self.weights if self.weights is not None else self.model.weights)
         self._seq = None
         self._dummy = self.launcher.cp.zeros(4, self.launcher.cp.int32)

@@ -33,6 +33,20 @@ ERRORS = {1: "embed token outside the table", 2: "position outside the KV cache 
           4: "attention context longer than the score buffer in shared memory",
           8: "a GEMV's x (with a fused GEMV's rows and cos/sin) does not fit the block's shared memory"}
 MODES = {"f32": 0, "hf-bf16": 1}
+# vm.cu sync_flags (SYNC_* there; test_cuda_launcher checks they agree): bit 0 relaxed waits, bits 1-2 the
+# signal mode, bit 3 side-warp prefetch
+WAIT_FLAGS = {"acquire": 0, "relaxed": 1}
+SIGNAL_FLAGS = {"inline": 0 << 1, "merged": 1 << 1, "side": 2 << 1}
+PREFETCH_FLAGS = {"inline": 0, "side": 8}
+
+
+def sync_flags(wait_mode: str = "acquire", signal_mode: str = "inline", prefetch_mode: str = "inline") -> int:
+    """The VM's sync_flags launch argument for the three synchronisation modes (config.WAIT_MODES etc.)."""
+    for what, table, value in (("wait_mode", WAIT_FLAGS, wait_mode), ("signal_mode", SIGNAL_FLAGS, signal_mode),
+                               ("prefetch_mode", PREFETCH_FLAGS, prefetch_mode)):
+        if value not in table:
+            raise DeviceError(f"{what} must be one of {', '.join(table)}, got {value!r}")
+    return WAIT_FLAGS[wait_mode] | SIGNAL_FLAGS[signal_mode] | PREFETCH_FLAGS[prefetch_mode]
 SKIPPABLE = {name: 1 << code for name, code in E.OP_CODE.items()}
 
 
@@ -141,6 +155,9 @@ class Launcher:
     mode: str = "hf-bf16"
     timeout_s: float = 1.0
     prefetch_depth: int = 1
+    wait_mode: str = "acquire"
+    signal_mode: str = "inline"
+    prefetch_mode: str = "inline"
     cp: Any = None
     fn: Any = None
     dev: dict = attrs.field(factory=dict)  # name -> owned cupy array
@@ -148,10 +165,12 @@ class Launcher:
     keep: list = attrs.field(factory=list)  # external arrays kept alive
     tables: dict = attrs.field(factory=dict)
     rope_positions: int = attrs.field(default=0, init=False)
+    sync: int = attrs.field(default=0, init=False)  # sync_flags of the three modes
 
     def __attrs_post_init__(self) -> None:
         if self.mode not in MODES:
             raise DeviceError(f"precision mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        self.sync = sync_flags(self.wait_mode, self.signal_mode, self.prefetch_mode)
         cp = self.cp = _cupy()
         dev = cp.cuda.Device()
         attr = lambda code: int(cp.cuda.runtime.deviceGetAttribute(code, dev.id))  # noqa: E731
@@ -245,11 +264,13 @@ class Launcher:
 
     # ------------------------------------------------------------------------------------ launching
     def launch(self, position: int | None = None, token_in: int = 0, token_out: int = 0, *,
-               skip_ops: int = 0, prefetch_depth: int | None = None, n_steps: int = 1, token_stride: int = 0) -> None:
+               skip_ops: int = 0, prefetch_depth: int | None = None, n_steps: int = 1, token_stride: int = 0,
+               sync: int | None = None) -> None:
         """Enqueue one launch (asynchronous). ``token_in``/``token_out`` are device pointers that replace
         the ``token``/``next_token`` buffers (0: use the bound buffers). ``n_steps`` > 1 runs that many decode
         steps in the one launch, at positions ``position ..``, step s reading ``token_in + s * token_stride``
-        and writing ``token_out + s * token_stride`` (a grid sync between steps; see vm.cu)."""
+        and writing ``token_out + s * token_stride`` (a grid sync between steps; see vm.cu). ``sync`` overrides
+        the launcher's sync_flags (:func:`sync_flags`) for this launch."""
         e, t = self.enc, self.tables
         if n_steps < 1 or (n_steps > 1 and token_stride and not (token_in and token_out)):
             raise DeviceError("a multi-step launch needs n_steps >= 1 (and device token pointers to step through)")
@@ -263,7 +284,8 @@ class Launcher:
                 np.int32(pos if pos is not None else 0), np.int32(MODES[self.mode]),
                 np.int64(int(self.timeout_s * 1e9)),
                 np.int32(self.prefetch_depth if prefetch_depth is None else prefetch_depth),
-                np.int32(skip_ops), np.int32(self.smem_bytes), np.int32(n_steps), np.int32(token_stride))
+                np.int32(skip_ops), np.int32(self.smem_bytes), np.int32(n_steps), np.int32(token_stride),
+                np.int32(self.sync if sync is None else sync))
         try:
             self.fn((e.num_sms,), (self.threads,), args, shared_mem=self.smem_bytes)
         except Exception as exc:  # cupy raises CUDADriverError / CUDARuntimeError

@@ -17,6 +17,15 @@
 // step s - 1 with every counter at s * producers. One step per launch is the schedule's semantics; a
 // launch of n steps is n launches without the launch overhead (the grid sync stands in for the kernel
 // boundary). An aborted launch still reaches the exit sync (no trap), so the context stays usable.
+//
+// sync_flags (launch argument; encode.SYNC_* / launcher.sync_flags; docs/amk-cuda.md "Synchronisation variants"):
+//   bit 0 WAIT_RELAXED: poll with ld.relaxed.gpu, one fence.acquire.gpu after every wait of the task holds
+//         (one CCTL.IVALL per task instead of one per poll); 0: ld.acquire.gpu on every poll (v0)
+//   bits 1-2 SIGNAL: 0 inline (v0 loop: 3 block barriers per task, thread 0 signals after the last);
+//         1 merged (2 barriers per task: thread 0 signals the previous task, then waits for this one);
+//         2 side (2 barriers; lane 0 of warp 1 signals the previous task while warp 0 already waits)
+//   bit 3 PREFETCH_SIDE: warp 1 issues the L2 prefetches while thread 0 waits (the current task's regions
+//         from its shared record); 0: every thread, before the head barrier (v0)
 #include <cooperative_groups.h>
 #include "microkernels.cuh"
 
@@ -26,6 +35,11 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+__device__ __forceinline__ void fence_acquire_gpu() {
+  // PTX 8.6+: an acquire fence (SASS: CCTL.IVALL only, no MEMBAR); with the strong reads before it in program
+  // order it forms an acquire pattern on each location read (PTX ISA, memory consistency model)
+  asm volatile("fence.acquire.gpu;" ::: "memory");
 }
 __device__ __forceinline__ int ld_relaxed(const int* p) {
   int v;
@@ -49,6 +63,14 @@ __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 }
 
 #define PF_CHUNK 16384u
+#define SYNC_WAIT_RELAXED 1
+#define SYNC_SIGNAL_SHIFT 1
+#define SYNC_SIGNAL_MASK 3
+#define SIGNAL_INLINE 0
+#define SIGNAL_MERGED 1
+#define SIGNAL_SIDE 2
+#define SYNC_PREFETCH_SIDE 8
+#define SIDE_WARP (AMK_WARPS > 1 ? 1 : 0)
 
 // issue the L2 prefetches of one task's weight regions (a whole block shares the work)
 __device__ void prefetch_task(const Ctx& c, const int* tg) {
@@ -67,6 +89,24 @@ __device__ void prefetch_task(const Ctx& c, const int* tg) {
   }
 }
 
+// the same regions, issued by the lanes of ONE warp from a record in shared or global memory (generic loads:
+// the task table is immutable during the launch)
+__device__ void prefetch_task_warp(const Ctx& c, const int* rec, int lane) {
+  for (int r = 0; r < AMK_MAX_PF; ++r) {
+    const int b = rec[W_PF + 3 * r];
+    if (b < 0) continue;
+    const unsigned long long off = (unsigned long long)rec[W_PF + 3 * r + 1] * 16ull;
+    const unsigned long long size = (unsigned long long)rec[W_PF + 3 * r + 2] * 16ull;
+    const char* base = (const char*)c.bptr[b] + off;
+    const unsigned long long chunks = (size + PF_CHUNK - 1) / PF_CHUNK;
+    for (unsigned long long k = lane; k < chunks; k += 32) {
+      const unsigned long long lo = k * PF_CHUNK;
+      const unsigned long long n = size - lo < PF_CHUNK ? size - lo : PF_CHUNK;
+      prefetch_l2(base + lo, (unsigned)n);
+    }
+  }
+}
+
 __device__ void dump(int* control, int state, int task, int counter, int value, int threshold, int qpos,
                      unsigned long long t0) {
   int* d = control + AMK_CTRL_HEAD + blockIdx.x * AMK_DUMP_WORDS;
@@ -76,17 +116,20 @@ __device__ void dump(int* control, int state, int task, int counter, int value, 
 }
 
 // thread 0 only. Returns false when the launch is aborted (by this block's watchdog or another's).
+// relaxed: every poll is ld.relaxed.gpu and ONE fence.acquire.gpu follows the last successful poll (a strong
+// read of each counter followed in program order by an acquire fence: an acquire pattern on each counter);
+// otherwise every poll is ld.acquire.gpu (each one an acquire operation, each one a CCTL.IVALL in SASS).
 __device__ bool wait_all(const int* t, const int* counters, const int* __restrict__ producers, int step, int* control,
-                         long long timeout_ns, int qpos, unsigned long long t_launch) {
+                         long long timeout_ns, int qpos, unsigned long long t_launch, bool relaxed = false) {
   const int n = t[W_NWAIT];
   for (int i = 0; i < n; ++i) {
     const int cnt = t[W_WAIT + 2 * i];
     const int thr = t[W_WAIT + 2 * i + 1] + (step ? step * __ldg(producers + cnt) : 0);
-    int v = ld_acquire(counters + cnt);
+    int v = relaxed ? ld_relaxed(counters + cnt) : ld_acquire(counters + cnt);
     if (v >= thr) continue;
     const unsigned long long t0 = globaltimer();
     for (unsigned spins = 1;; ++spins) {
-      v = ld_acquire(counters + cnt);
+      v = relaxed ? ld_relaxed(counters + cnt) : ld_acquire(counters + cnt);
       if (v >= thr) break;
       if ((spins & 63u) == 0) {
         if (ld_relaxed(control + C_ABORT)) {
@@ -104,6 +147,7 @@ __device__ bool wait_all(const int* t, const int* counters, const int* __restric
       }
     }
   }
+  if (relaxed) fence_acquire_gpu();
   return true;
 }
 
@@ -138,7 +182,7 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
        unsigned long long token_in, unsigned long long token_out, int token_buf, int next_buf,
        const float* __restrict__ rope_table, int rope_positions,
        int position, int mode, long long timeout_ns, int prefetch_depth, int skip_ops, int smem_bytes,
-       int n_steps, int token_stride) {
+       int n_steps, int token_stride, int sync_flags) {
   extern __shared__ __align__(16) float dyn_smem[];
   __shared__ int task_s[2][AMK_TASK_WORDS];
   __shared__ float red[64];
@@ -162,35 +206,69 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
   bool ok = !aborted_before;
   int last = -1;
   if (n_steps < 1) n_steps = 1;
+  const bool relaxed = (sync_flags & SYNC_WAIT_RELAXED) != 0;
+  const int signal_mode = (sync_flags >> SYNC_SIGNAL_SHIFT) & SYNC_SIGNAL_MASK;
+  const bool pf_side = (sync_flags & SYNC_PREFETCH_SIDE) != 0;
+  const bool v0 = signal_mode == SIGNAL_INLINE;
+  const int signaller = signal_mode == SIGNAL_SIDE ? SIDE_WARP * 32 : 0;  // the thread that sends the signals
+  // One loop for every variant (one inlined copy of the micro-kernels: two copies cost 128 registers + spills).
+  // v0 (signal inline): head barrier, wait, barrier, dispatch, tail barrier, thread 0 signals: 3 barriers.
+  // v1 (signal merged / side): no head barrier; the signal of task q - 1 (pending, held by the signalling
+  // thread, set after the tail barrier B2 of q - 1) is sent at the top of iteration q: by thread 0 right before
+  // its wait (merged) or by the side warp's lane 0 while thread 0 already waits (side); always before the
+  // barrier B1 of q, so an aborted wait still leaves every finished task signalled. 2 barriers per task.
   for (int step = 0; ok && step < n_steps; ++step) {
     c.position = position + step;
     c.token_in = token_in + (unsigned long long)step * (unsigned long long)token_stride;
     c.token_out = token_out + (unsigned long long)step * (unsigned long long)token_stride;
     int prefetched = q0;  // queue entries [q0, prefetched) have had their weights prefetched this step
+    int pending = -1;     // v1: counter of the finished task not yet signalled (the signalling thread's copy)
     if (qn > 0 && threadIdx.x < AMK_TASK_WORDS)
       task_s[0][threadIdx.x] = __ldg(tasks + (size_t)queue[q0] * AMK_TASK_WORDS + threadIdx.x);
+    if (!v0) __syncthreads();  // B0: record of q0 in task_s[0]
     for (int q = q0; q < q1; ++q) {
       const int slot = (q - q0) & 1;
       const int* ts = task_s[slot];
-      if (prefetch_depth > 0) {
+      if (pending >= 0) { signal_release(counters + pending); pending = -1; }  // v1, the signalling thread
+      if (prefetch_depth > 0 && !pf_side) {
         const int upto = min(q1, q + prefetch_depth);
         for (; prefetched < upto; ++prefetched) prefetch_task(c, tasks + (size_t)queue[prefetched] * AMK_TASK_WORDS);
       }
-      __syncthreads();  // this task's record is in task_s[slot]; the previous task is done with the other slot
-      // the next record loads while this task waits and runs (threads of the last warps: thread 0 waits)
+      if (v0) __syncthreads();  // this task's record is in task_s[slot]; the previous task is done with the other slot
+      // the next record loads while this task waits and runs (threads of the last warps: thread 0 waits); the
+      // other slot was last read by task q - 1 before its tail barrier
       if (q + 1 < q1 && threadIdx.x >= AMK_THREADS - AMK_TASK_WORDS)
         task_s[slot ^ 1][threadIdx.x - (AMK_THREADS - AMK_TASK_WORDS)] =
             __ldg(tasks + (size_t)queue[q + 1] * AMK_TASK_WORDS + threadIdx.x - (AMK_THREADS - AMK_TASK_WORDS));
-      if (threadIdx.x == 0)
-        go = wait_all(ts, counters, producers, step, control, timeout_ns, q - q0, t_launch) ? 1 : 0;
-      __syncthreads();
-      if (!go) { ok = false; break; }
+      int mine = 1;
+      if (threadIdx.x == 0) {
+        mine = wait_all(ts, counters, producers, step, control, timeout_ns, q - q0, t_launch, relaxed) ? 1 : 0;
+        if (v0) go = mine;
+      }
+      if (prefetch_depth > 0 && pf_side && (int)(threadIdx.x >> 5) == SIDE_WARP) {
+        // the side warp, while thread 0 waits: the current task's regions from its shared record
+        const int upto = min(q1, q + prefetch_depth);
+        for (; prefetched < upto; ++prefetched)
+          prefetch_task_warp(c, prefetched == q ? ts : tasks + (size_t)queue[prefetched] * AMK_TASK_WORDS, threadIdx.x & 31);
+      }
+      if (v0) {
+        __syncthreads();
+        mine = go;
+      } else {
+        mine = __syncthreads_and(mine);  // B1: every wait held (0: the launch aborted)
+      }
+      if (!mine) { ok = false; break; }
       const int op = ts[W_OP];
       if (!((skip_ops >> op) & 1)) dispatch(c, ts, op);
-      __syncthreads();  // every thread's output stores precede the signal
-      if (threadIdx.x == 0) signal_release(counters + ts[W_SIGNAL]);
+      const int sig = ts[W_SIGNAL];
       last = ts[W_ID];
+      __syncthreads();  // B2: every thread's output stores precede the signal (v1: nobody reads task_s[slot] again)
+      if (threadIdx.x == signaller) {
+        if (v0) signal_release(counters + sig);
+        else pending = sig;
+      }
     }
+    if (pending >= 0) signal_release(counters + pending);  // v1: the step's last task
     if (step + 1 < n_steps) {
       __threadfence();
       grid.sync();  // step boundary: stands in for the kernel boundary between two one-step launches

@@ -122,3 +122,71 @@ def test_fused_gemv_micro_kernels(case):
     unfused = _run_case(c["unfused"], c, "hf-bf16")
     assert np.isfinite(fused).all()
     assert np.array_equal(fused.view(np.uint32), unfused.view(np.uint32))
+
+
+# ------------------------------------------------------------------ synchronisation variants (vm.cu sync_flags)
+
+SYNC_VARIANT_NAMES = ["relaxed", "merged", "side", "side-pf"]
+
+
+@pytest.mark.parametrize("variant", SYNC_VARIANT_NAMES)
+@pytest.mark.parametrize("steps_per_launch", [1, 8])
+def test_sync_variant_tokens_equal_v0(variant, steps_per_launch, tmp_path):
+    """Each synchronisation variant generates the v0 path's greedy tokens (one step per launch and 8 steps in
+    one launch: the step-boundary signal of the last task), with bit-identical logits in the per-step path."""
+    _gpu_or_skip()
+    import attrs
+    from mosaic.plugins import host
+    from mosaic_amk.config import ScheduleConfig
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.bench import SYNC_VARIANTS
+    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
+    from mosaic_amk.tiny_models import make_checkpoint
+
+    model = hf_gpu.load_bf16(make_checkpoint(tmp_path / "llama", "llama"))
+    spec = hf_gpu.spec_of(model)
+    weights = weights_from_torch(model, spec)
+    base = ScheduleConfig(gemv_rows_per_task=16, prefetch_depth=2)
+    wait, signal, prefetch = SYNC_VARIANTS[variant]
+    cfg = attrs.evolve(base, wait_mode=wait, signal_mode=signal, prefetch_mode=prefetch)
+    gpu = host().get("gpus", "h200")
+    v0 = CudaVM(spec, base, gpu, weights=weights, max_positions=64)
+    vm = CudaVM(spec, cfg, gpu, weights=weights, max_positions=64)
+    assert vm.launcher.sync != 0 and v0.launcher.sync == 0
+    prompt = [3, 17, 42, 5, 11]
+    logits = steps_per_launch == 1
+    want, want_logits = v0.generate(prompt, 24, logits=logits, steps_per_launch=steps_per_launch)
+    got, got_logits = vm.generate(prompt, 24, logits=logits, steps_per_launch=steps_per_launch)
+    assert got == want
+    for a, b in zip(got_logits, want_logits, strict=True):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("variant", SYNC_VARIANT_NAMES)
+def test_sync_variant_watchdog_and_handoff_chain(variant):
+    """Under each variant: the planted deadlock trips the watchdog (dump names the counter), a valid hand-off
+    chain across two SMs then computes its result, and a multi-step launch of it too (counters not re-zeroed)."""
+    _gpu_or_skip()
+    import cupy as cp
+    from mosaic_amk.cuda.bench import SYNC_VARIANTS
+    from mosaic_amk.cuda.build import build
+    from mosaic_amk.cuda.encode import encode
+    from mosaic_amk.cuda.launcher import Launcher, WatchdogAbort
+    from mosaic_amk.cuda.microbench import deadlock, handoff_chain
+
+    wait, signal, prefetch = SYNC_VARIANTS[variant]
+    kw = dict(wait_mode=wait, signal_mode=signal, prefetch_mode=prefetch)
+    lz = Launcher(encode(deadlock(132)), str(build(512).cubin), timeout_s=0.2, **kw)
+    lz.bind({}, {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)})
+    lz.launch()
+    with pytest.raises(WatchdogAbort) as exc:
+        lz.check()
+    states = {d["block"]: d for d in exc.value.dump}
+    assert "timeout" in {states[0]["state"], states[1]["state"]}
+    assert states[0]["counter"] == 1 and states[0]["threshold"] == 1
+    for n_steps in (1, 5):
+        ok = Launcher(encode(handoff_chain(50, [0, 1], 132)), str(build(512).cubin), **kw)
+        ok.bind({}, {"a": np.ones(1, np.float32), "b": np.ones(1, np.float32)})
+        ok.launch(n_steps=n_steps)
+        ok.check()
+        assert float(cp.asnumpy(ok.dev["y49"])[0]) == 51.0

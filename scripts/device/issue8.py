@@ -11,7 +11,11 @@ Run on the device (repo root), after installing the project:
                                                 # micro-kernels (fused vs ops.py, torch bf16 and the unfused
                                                 # chain), watchdog, bench of Llama-3.2-1B and SmolLM2-135M (3
                                                 # rounds, unfused configs, probes), SmolLM2 parity 2 x 32, then the
-                                                # fused configs (config.VM_FUSIONS) benched with probes
+                                                # fused configs (config.VM_FUSIONS) benched with probes, then
+                                                # the synchronisation variants (below)
+    python3 scripts/device/issue8.py --quick --sync  # <= 2.5 min: build + the synchronisation variants only
+                                                # (bench.SYNC_VARIANTS: hand-off chains, watchdog, skeleton and
+                                                # full ms/token of both bench shapes per variant, gated on HF)
 Every stage runs in try/except (a failure is recorded with its traceback and the run goes on); a global
 time guard skips the stages that would start after --budget seconds (default 540). The fused stages run in
 child processes (``--child fused-micro`` / ``--child fused-bench``, with a timeout): a fused micro-kernel
@@ -52,7 +56,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="<= 4 minutes: build, micro-kernels of the changed ops and the fused GEMVs, watchdog, bench "
                         "(3 rounds) of llama-3.2-1b and smollm2-135m unfused and fused, smollm2-135m parity (2 "
                         "prompts x 32 tokens).")
-    p.add_argument("--child", choices=("fused-micro", "fused-bench"), default=None,
+    p.add_argument("--sync", action="store_true",
+                   help="Only the synchronisation variants (vm.cu sync_flags): per variant the hand-off chains and "
+                        "the watchdog, and skeleton + full ms/token of the bench shapes (in a child process).")
+    p.add_argument("--child", choices=("fused-micro", "fused-bench", "sync"), default=None,
                    help=argparse.SUPPRESS)  # a fused stage in its own process (the parent runs it)
     args = p.parse_args(argv)
     if args.quick:
@@ -860,6 +867,150 @@ def child_fused_bench() -> dict:
     return res
 
 
+# ------------------------------------------------------------ synchronisation variants (child process)
+
+@stage("sync", need=40)
+def st_sync():
+    return _run_child("sync", timeout=max(40.0, left() + 20))
+
+
+def _sync_launcher(schedule, variant: str, **kw):
+    """A launcher of ``schedule`` (gated, or an already encoded schedule) under one synchronisation variant."""
+    from mosaic_amk.cuda import encode as E
+    from mosaic_amk.cuda.bench import SYNC_VARIANTS
+    from mosaic_amk.cuda.build import build
+    from mosaic_amk.cuda.launcher import Launcher, gate
+
+    wait, signal, prefetch = SYNC_VARIANTS[variant]
+    unsafe = kw.pop("unsafe", False)
+    if not isinstance(schedule, E.Encoded):
+        gate(schedule, unsafe)
+        schedule = E.encode(schedule, runtime_position=False)
+    return Launcher(schedule, str(build(512).cubin), threads=512, mode="f32", wait_mode=wait, signal_mode=signal,
+                    prefetch_mode=prefetch, **kw)
+
+
+def child_sync() -> dict:
+    """The VM's synchronisation variants (bench.SYNC_VARIANTS; vm.cu sync_flags), each against v0 in this one
+    process: (1) the hand-off chain (2000 no-op tasks, each waiting for the previous one's counter; same SM, SM 0
+    <-> SM 1, SM 0 <-> SM 66), us per hand-off with the ops skipped and with the add; (2) the planted deadlock
+    trips the watchdog and a valid chain runs right after; (3) per bench shape, the best unfused config of the
+    last run (Llama-3.2-1B rows32-lm, SmolLM2-135M rows16-lm) and its fused twin under every variant, each gated
+    on greedy-token equality with HF eager bf16 (a broken variant reports no time), interleaved rounds: full,
+    "skip all ops (sync skeleton)" and "no prefetch" ms/token."""
+    import cupy as cp
+    import torch
+    from mosaic_amk.cuda import bench as B
+    from mosaic_amk.cuda import encode as E
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.build import build
+    from mosaic_amk.cuda.launcher import SKIPPABLE, WatchdogAbort, gate
+    from mosaic_amk.cuda.microbench import deadlock, handoff_chain
+
+    SYNC_VARIANTS = B.SYNC_VARIANTS
+
+    res: dict = {"build": build(512).to_json(), "variants": {k: list(v) for k, v in SYNC_VARIANTS.items()},
+                 "handoff": {}, "watchdog": {}, "bench": {}}
+    n = 2000
+    ones = {"a": np.ones(1, np.float32), "b": np.ones(1, np.float32)}
+    for tag, sms in (("same_sm", [0]), ("sm0_sm1", [0, 1]), ("sm0_sm66", [0, 66])):
+        chain = handoff_chain(n, sms, 132)
+        gate(chain)
+        chain = E.encode(chain, runtime_position=False)
+        for v in SYNC_VARIANTS:
+            row: dict = {}
+            try:
+                lz = _sync_launcher(chain, v)
+                lz.bind({}, ones)
+                t_skip = _time_launch(lz, n=5, skip_ops=sum(SKIPPABLE.values()))
+                t_ops = _time_launch(lz, n=5)
+                y = float(lz.dev[f"y{n - 1}"].get()[0])
+                row = {"us_per_task_sync_only": round(t_skip / n, 4), "us_per_task_with_add": round(t_ops / n, 4),
+                       "chain_ok": y == n + 1}
+            except Exception as exc:  # noqa: BLE001
+                row = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            res["handoff"].setdefault(tag, {})[v] = row
+        print(f"  sync hand-off {tag}: {res['handoff'][tag]}", flush=True)
+    _child_save("sync", res)
+    for v in SYNC_VARIANTS:
+        w: dict = {}
+        try:
+            lz = _sync_launcher(deadlock(132), v, unsafe=True, timeout_s=0.1)
+            lz.bind({}, {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)})
+            lz.launch()
+            try:
+                lz.check()
+                w["tripped"] = False
+            except WatchdogAbort as exc:
+                w["tripped"] = True
+                w["states"] = sorted({d["state"] for d in exc.dump})
+                w["origin"] = [d for d in exc.dump if d["state"] == "timeout"][:1]
+            ok = _sync_launcher(handoff_chain(64, [0, 1], 132), v)
+            ok.bind({}, ones)
+            ok.launch(n_steps=3)
+            ok.check()
+            w["next_launch_ok"] = float(cp.asnumpy(ok.dev["y63"])[0]) == 65.0
+        except Exception as exc:  # noqa: BLE001
+            w["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        res["watchdog"][v] = w
+    print(f"  sync watchdog: {res['watchdog']}", flush=True)
+    _child_save("sync", res)
+    gpu = gpu_record()
+    base_name = {"llama-3.2-1b": "rows32-lm", "smollm2-135m": "rows16-lm"}
+    probes = ["skip all ops (sync skeleton)", "no prefetch"]
+    for i, shape in enumerate(ARGS.bench_shapes):
+        out: dict = {}
+        res["bench"][shape] = out
+        try:
+            model = hf_gpu.random_model(shape, seed=0)
+            spec = hf_gpu.spec_of(model)
+            name = base_name.get(shape, "rows32-lm")
+            base = [c for c in B.default_candidates(spec) if c[0] == name]
+            fused = [c for c in B.fused_candidates(spec) if c[0] == f"fused-{name}"]
+            cands = B.sync_candidates(base) + B.sync_candidates(fused)
+            budget = max(20.0, left() / max(1, len(ARGS.bench_shapes) - i) - 10)
+            b = B.run_bench(model, spec, gpu, cands, rounds=ARGS.rounds, steps=ARGS.steps, eager=False, graph=False,
+                          probe=[c[0] for c in cands], probe_only=probes, log=print, deadline=time.time() + budget)
+            out["bench"] = b
+            print(B.format_table(b), flush=True)
+            del model
+            torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001
+            out["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+            out["trace"] = traceback.format_exc()[-2000:]
+        _child_save("sync", res)
+    return res
+
+
+def sync_summary(r: dict) -> list[str]:
+    """The variant table: hand-off us, watchdog, and per shape / config: full, skeleton, no-prefetch ms/token."""
+    lines = []
+    hs = r.get("handoff") or {}
+    if hs:
+        lines.append("  sync hand-off us/task (sync only | with add):  " + "  ".join(hs))
+        for v in r.get("variants", {}):
+            cells = [f"{(hs[t].get(v) or {}).get('us_per_task_sync_only', '-')!s:>7} | "
+                     f"{(hs[t].get(v) or {}).get('us_per_task_with_add', '-')!s:<7}" for t in hs]
+            lines.append(f"    {v:10s} " + "   ".join(cells))
+    for v, w in (r.get("watchdog") or {}).items():
+        if not (w.get("tripped") and w.get("next_launch_ok")):
+            lines.append(f"  sync watchdog {v}: {w}"[:200])
+    for shape, o in (r.get("bench") or {}).items():
+        if "error" in o:
+            lines.append(f"  sync bench {shape}: ERROR {o['error'][:150]}")
+            continue
+        ms = {c["name"]: c.get("ms_per_token") for c in o["bench"].get("contenders", [])}
+        lines.append(f"  sync bench {shape} ms/token: {'config/variant':28s} {'full':>7s} {'skeleton':>9s} {'no-pf':>7s}")
+        for cand in o["bench"].get("candidates", []):
+            nm = cand["name"]
+            f = lambda k: f"{k:7.3f}" if isinstance(k, float) else f"{'-':>7s}"  # noqa: E731
+            lines.append(f"    {'':24s} {nm:28s} {f(ms.get(f'amk[{nm}]'))} "
+                         f"{f(ms.get(f'amk probe[{nm}]: skip all ops (sync skeleton)')):>9s} "
+                         f"{f(ms.get(f'amk probe[{nm}]: no prefetch'))}"
+                         + (f"  {cand.get('gate') or cand.get('error')}"[:120] if cand.get("gate") or cand.get("error") else ""))
+    return lines
+
+
 def summary() -> str:
     st = REPORT["stages"]
     lines = ["", "=" * 100, "issue 8 summary"]
@@ -923,6 +1074,9 @@ def summary() -> str:
     if w:
         lines.append(f"  watchdog: refused={w.get('refused_without_unsafe')} tripped={w.get('tripped')} "
                      f"next launch ok={w.get('next_launch_ok')} torch ok={w.get('torch_after_ok')}")
+    sy = (st.get("sync") or {}).get("result") or (st.get("sync") or {}).get("partial") or {}
+    if sy:
+        lines += sync_summary(sy)
     if REPORT["skipped"]:
         lines.append(f"  skipped by the time guard: {[s['stage'] for s in REPORT['skipped']]}")
     lines.append(f"  elapsed {time.time() - T0:.0f} s; JSON: {Path(ARGS.out) / 'issue8.json'}")
@@ -933,7 +1087,7 @@ def main(argv=None) -> int:
     global ARGS
     ARGS = parse_args(argv)
     if ARGS.child:  # a fused stage in its own process: save its JSON, exit
-        {"fused-micro": child_fused_micro, "fused-bench": child_fused_bench}[ARGS.child]()
+        {"fused-micro": child_fused_micro, "fused-bench": child_fused_bench, "sync": child_sync}[ARGS.child]()
         return 0
     REPORT["args"] = vars(ARGS)
     st_environment()
@@ -944,6 +1098,11 @@ def main(argv=None) -> int:
         save()
         print(summary())
         return 0 if all(e.get("ok") for e in REPORT["stages"].values()) else 1
+    if ARGS.sync:  # the synchronisation variants only (one child process)
+        st_sync()
+        save()
+        print(summary(), flush=True)
+        return 0
     st_micro()
     st_watchdog()
     if ARGS.quick:  # the bench shapes (Llama first: the goal that matters most), parity on SmolLM2-135M; the
@@ -952,6 +1111,7 @@ def main(argv=None) -> int:
         model_stage("smollm2-135m", do_bench=True)()
         st_fused_micro()
         st_fused_bench()
+        st_sync()
         save()
         print(summary(), flush=True)
         return 0
@@ -963,6 +1123,7 @@ def main(argv=None) -> int:
             model_stage(shape, do_bench=True, do_parity=False)()
     st_fused_micro()
     st_fused_bench()
+    st_sync()
     st_cli()
     save()
     print(summary(), flush=True)

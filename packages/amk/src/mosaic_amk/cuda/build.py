@@ -61,16 +61,21 @@ def nvcc_path() -> str:
     return nvcc
 
 
-def flags(threads: int) -> list[str]:
+# build-time variants of the micro-kernels (``defines``): the GEMV body (microkernels.cuh: AMK_GEMV_IMPL 1 = the
+# first body, 2 = the streaming ring, the default) and its loads in flight per lane (AMK_GEMV_DEPTH, 2..16)
+_DEFINE = re.compile(r"^AMK_GEMV_(IMPL|DEPTH)=\d{1,2}$")
+
+
+def flags(threads: int, defines: tuple[str, ...] = ()) -> list[str]:
     return ["-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3", "-lineinfo", "-Xptxas", "-v",
-            f"-DAMK_THREADS={threads}", "-std=c++17"]
+            f"-DAMK_THREADS={threads}", *(f"-D{d}" for d in defines), "-std=c++17"]
 
 
-def source_key(threads: int, nvcc_version: str) -> str:
+def source_key(threads: int, nvcc_version: str, defines: tuple[str, ...] = ()) -> str:
     h = hashlib.sha256()
     for name in SOURCES:
         h.update(name.encode() + b"\0" + (SOURCE_DIR / name).read_bytes() + b"\0")
-    h.update(nvcc_version.encode() + b"\0" + " ".join(flags(threads)).encode())
+    h.update(nvcc_version.encode() + b"\0" + " ".join(flags(threads, defines)).encode())
     return h.hexdigest()
 
 
@@ -100,24 +105,29 @@ def parse_ptxas(log: str, kernel: str = KERNEL) -> dict[str, int]:
     return out
 
 
-def build(threads: int = 512, *, force: bool = False) -> VmBuild:
-    """Compile (or reuse the cached) cubin of the VM for ``threads`` threads per block."""
+def build(threads: int = 512, *, force: bool = False, defines: tuple[str, ...] = ()) -> VmBuild:
+    """Compile (or reuse the cached) cubin of the VM for ``threads`` threads per block; ``defines`` picks a
+    micro-kernel variant (``("AMK_GEMV_IMPL=1",)``: the first GEMV body, for A/B timing)."""
     if threads % 32 or not 32 <= threads <= 1024:
         raise BuildError(f"threads per block must be a multiple of 32 in 32..1024, got {threads}")
+    defines = tuple(defines)
+    bad = [d for d in defines if not _DEFINE.match(str(d))]
+    if bad:
+        raise BuildError(f"unknown build define(s) {bad}: expected AMK_GEMV_IMPL=<n> or AMK_GEMV_DEPTH=<n>")
     nvcc = nvcc_path()
     try:
         version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BuildError(f"could not run nvcc --version: {exc}") from None
     version_line = next((ln for ln in version.splitlines() if "release" in ln), version.strip()[-80:])
-    key = source_key(threads, version_line)
+    key = source_key(threads, version_line, defines)
     out_dir = cache_dir() / key[:24]
     cubin, log_path = out_dir / "amk_vm.cubin", out_dir / "ptxas.log"
     cached = cubin.is_file() and log_path.is_file() and not force
     if not cached:
         out_dir.mkdir(parents=True, exist_ok=True)
         tmp = out_dir / f"amk_vm.{os.getpid()}.cubin"
-        cmd = [nvcc, *flags(threads), "-I", str(SOURCE_DIR), "-o", str(tmp), str(SOURCE_DIR / "vm.cu")]
+        cmd = [nvcc, *flags(threads, defines), "-I", str(SOURCE_DIR), "-o", str(tmp), str(SOURCE_DIR / "vm.cu")]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.TimeoutExpired) as exc:

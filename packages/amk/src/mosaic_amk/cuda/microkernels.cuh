@@ -96,22 +96,112 @@ __device__ void load_act(float* dst, const float* src, int n) {
   }
 }
 
-__device__ __forceinline__ float dot8(uint4 w, const float* x) {
-  const float4 a = *(const float4*)x, b = *(const float4*)(x + 4);
-  float2 w0 = __bfloat1622float2(*(const __nv_bfloat162*)&w.x);
-  float2 w1 = __bfloat1622float2(*(const __nv_bfloat162*)&w.y);
-  float2 w2 = __bfloat1622float2(*(const __nv_bfloat162*)&w.z);
-  float2 w3 = __bfloat1622float2(*(const __nv_bfloat162*)&w.w);
-  float s = w0.x * a.x;
-  s = fmaf(w0.y, a.y, s); s = fmaf(w1.x, a.z, s); s = fmaf(w1.y, a.w, s);
-  s = fmaf(w2.x, b.x, s); s = fmaf(w2.y, b.y, s); s = fmaf(w3.x, b.z, s); s = fmaf(w3.y, b.w, s);
+// ------------------------------------------------------------------------------------- GEMV row streams
+// Two bodies, chosen at build time (build.py defines=): AMK_GEMV_IMPL 1 (default) is the first body (one row at a
+// time per warp, bursts of 8 register loads, x staged first); AMK_GEMV_IMPL 2 streams every row of a warp through
+// a cp.async shared-memory ring of AMK_GEMV_DEPTH 16-byte items per lane (re-issued as soon as consumed, across
+// row ends; the first items in flight before x is staged; x in a bank-conflict-free layout). Both sum each
+// lane's chunks in the same order and reduce with the same butterfly, so their outputs are bit-identical. Body 2
+// is not the default yet: inside the whole VM (attention is the register peak) it costs 32 bytes of spills of
+// the task loop's scalars (ptxas, sm_90a, nvcc 13.0); issue8.py --quick times both.
+#ifndef AMK_GEMV_IMPL
+#define AMK_GEMV_IMPL 1
+#endif
+#ifndef AMK_GEMV_DEPTH
+#define AMK_GEMV_DEPTH 8
+#endif
+#if AMK_GEMV_IMPL != 1 && AMK_GEMV_IMPL != 2
+#error "AMK_GEMV_IMPL must be 1 or 2"
+#endif
+#if AMK_GEMV_DEPTH < 2 || AMK_GEMV_DEPTH > 16
+#error "AMK_GEMV_DEPTH must be in 2..16 (16-byte items in flight per lane; gate+up streams take half as many)"
+#endif
+
+// threadIdx.x read by a volatile asm: values derived from it in the GEMV bodies are computed where they are used.
+// With plain threadIdx.x the compiler hoists them (xpos of a thread's first elements, its ring slot) out of the
+// VM's task loop, where they hold registers across every micro-kernel (32 bytes of spills in the VM).
+__device__ __forceinline__ int tid_v() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
+// w holds 8 bf16 (element 2k in the low half of word k): bf16 -> f32 is a shift or a mask, no PRMT
+__device__ __forceinline__ float bf_lo(unsigned v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf_hi(unsigned v) { return __uint_as_float(v & 0xffff0000u); }
+// sum of w[e] * x[e], e = 0..7, in element order (a = x[0..3], b = x[4..7])
+__device__ __forceinline__ float dot8v(uint4 w, float4 a, float4 b) {
+  float s = bf_lo(w.x) * a.x;
+  s = fmaf(bf_hi(w.x), a.y, s); s = fmaf(bf_lo(w.y), a.z, s); s = fmaf(bf_hi(w.y), a.w, s);
+  s = fmaf(bf_lo(w.z), b.x, s); s = fmaf(bf_hi(w.z), b.y, s); s = fmaf(bf_lo(w.w), b.z, s); s = fmaf(bf_hi(w.w), b.w, s);
   return s;
 }
 
-// one warp: dot of bf16 row (K elements, K % 8 == 0, 16-byte aligned) with x in shared memory
+// Where x[i] lives in the GEMV's shared-memory copy of x (K floats, K % 8 == 0). Body 2: the first halves of the
+// 8-element chunks (x[8c .. 8c+3]) at float4 c, the second halves at float4 K/8 + c, so the 32 lanes of a warp
+// reading chunks c = lane + 32j load 512 contiguous bytes per LDS.128 (no bank conflict; the plain layout has a
+// 32-byte stride per lane: two-way conflicts). Body 1: plain.
+__device__ __forceinline__ int xpos(int i, int K) {
+#if AMK_GEMV_IMPL == 2
+  return ((i >> 3) << 2) + (i & 3) + ((i & 4) ? (K >> 1) : 0);
+#else
+  (void)K;
+  return i;
+#endif
+}
+
+// x (K floats of an activation) into shared memory in the xpos layout
+__device__ void load_x(float* xs, const float* x, int K) {
+#if AMK_GEMV_IMPL == 2
+  if ((K & 7) == 0 && (((uintptr_t)x) & 15) == 0) {
+    const float4* s4 = (const float4*)x;
+    float4* d4 = (float4*)xs;
+    const int nch = K >> 3;
+    for (int q = tid_v(); q < (K >> 2); q += AMK_THREADS) d4[(q & 1) * nch + (q >> 1)] = ld_act4(s4 + q);
+  } else {
+    for (int i = tid_v(); i < K; i += AMK_THREADS) xs[xpos(i, K)] = ld_act(x + i);
+  }
+#else
+  load_act(xs, x, K);
+#endif
+}
+
+// cp.async (LDGSTS): 16 bytes global -> shared through L2 only, no register holds the bytes in flight
+__device__ __forceinline__ void cp_async16(unsigned smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(smem), "l"(gmem) : "memory");
+}
+// 16 bytes of shared memory at a shared-window address (volatile: stays after the wait_group that makes them valid)
+__device__ __forceinline__ uint4 lds16(unsigned smem) {
+  uint4 r;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(smem));
+  return r;
+}
+// the shared-window address of p, computed where it is used (volatile: never hoisted out of the VM's task loop,
+// where it would hold a register across every micro-kernel)
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  unsigned long long a;
+  asm volatile("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return (unsigned)a;
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// The first body: one warp per row, bursts of GEMV_UNROLL 16-byte loads into registers (x read in the xpos
+// layout). Body 2 falls back to it when its shared-memory ring does not fit next to x.
+__device__ __forceinline__ float dot8x(uint4 w, const float* xs, int ch, int K) {
+#if AMK_GEMV_IMPL == 2
+  const float4* x4 = (const float4*)xs;
+  return dot8v(w, x4[ch], x4[(K >> 3) + ch]);
+#else
+  (void)K;
+  return dot8v(w, *(const float4*)(xs + 8 * ch), *(const float4*)(xs + 8 * ch + 4));
+#endif
+}
 #define GEMV_UNROLL 8
 __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* xs, int K) {
-  const int lane = threadIdx.x & 31;
+  const int lane = tid_v() & 31;
   const int nch = K >> 3;
   const uint4* r = (const uint4*)row;
   float acc = 0.f;
@@ -121,14 +211,14 @@ __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* 
 #pragma unroll
     for (int u = 0; u < GEMV_UNROLL; ++u) w[u] = ld_w16(r + ch + 32 * u);
 #pragma unroll
-    for (int u = 0; u < GEMV_UNROLL; ++u) acc += dot8(w[u], xs + 8 * (ch + 32 * u));
+    for (int u = 0; u < GEMV_UNROLL; ++u) acc += dot8x(w[u], xs, ch + 32 * u, K);
   }
-  for (; ch < nch; ch += 32) acc += dot8(ld_w16(r + ch), xs + 8 * ch);
+  for (; ch < nch; ch += 32) acc += dot8x(ld_w16(r + ch), xs, ch, K);
   return warp_sum(acc);
 }
 // two rows at once (gate and up): twice the loads in flight
 __device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const float* xs, int K) {
-  const int lane = threadIdx.x & 31;
+  const int lane = tid_v() & 31;
   const int nch = K >> 3;
   const uint4* a = (const uint4*)ra;
   const uint4* b = (const uint4*)rb;
@@ -140,13 +230,112 @@ __device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_b
     for (int u = 0; u < 4; ++u) { wa[u] = ld_w16(a + ch + 32 * u); wb[u] = ld_w16(b + ch + 32 * u); }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      sa += dot8(wa[u], xs + 8 * (ch + 32 * u));
-      sb += dot8(wb[u], xs + 8 * (ch + 32 * u));
+      sa += dot8x(wa[u], xs, ch + 32 * u, K);
+      sb += dot8x(wb[u], xs, ch + 32 * u, K);
     }
   }
-  for (; ch < nch; ch += 32) { sa += dot8(ld_w16(a + ch), xs + 8 * ch); sb += dot8(ld_w16(b + ch), xs + 8 * ch); }
+  for (; ch < nch; ch += 32) { sa += dot8x(ld_w16(a + ch), xs, ch, K); sb += dot8x(ld_w16(b + ch), xs, ch, K); }
   return make_float2(warp_sum(sa), warp_sum(sb));
 }
+
+#if AMK_GEMV_IMPL == 2
+// Body 2. The rows r0 + warp, r0 + warp + AMK_WARPS, ... of NW bf16 matrices (NW = 1: gemv; 2: gate and up), K
+// columns (K % 8 == 0, rows 16-byte aligned). Item (k, j) of a warp is chunk c = lane + 32 j (16 bytes, 8 columns)
+// of its k-th row in every matrix; a warp's items run row-major. Each lane keeps D items in flight with cp.async
+// into its own 16-byte slots of a shared-memory ring (one commit group per item): begin() issues items 0..D-1
+// (before x is staged), run() waits for item f (wait_group D-1), reads it back, adds it, and re-issues its slot
+// with item f + D, so loads cross row ends without a bubble and cost no registers (D * NW * 16 bytes per lane:
+// 64 KB per block at the default depth). Each lane adds its chunks of a row in order j = 0, 1, ...
+// (acc += dot8, as row_dot), then one butterfly per row (warp_sum) and epi(k, row, sums) on every lane.
+// A lane only reads slots it filled itself, after its own wait_group; a slot is refilled only after the FMAs
+// that consumed its bytes (in-order issue: the read has returned before the refill is issued).
+__device__ __forceinline__ int ring_floats(int nw, int d) { return d * nw * AMK_THREADS * 4; }
+
+template <int NW, int D>
+struct RowStream {
+  static constexpr unsigned SLOT = 16u * NW * AMK_THREADS;  // bytes of one ring slot (all lanes, all matrices)
+  const uint4* base[NW];
+  unsigned ring0;       // shared address of this lane's 16 bytes in slot 0 (matrix w at + 16 w AMK_THREADS)
+  unsigned row_ch;      // 16-byte chunk index of this lane's chunk 0 in the row being loaded (< 2^32: 64 GB)
+  int nch, cpl, left, lj;  // chunks per row, per lane (ceil), items of this warp not yet consumed, chunk loaded next
+
+  // the next item into the slot at shared address s (item f + D goes where item f was), one commit group
+  __device__ __forceinline__ void issue(unsigned s) {
+    if ((tid_v() & 31) + 32 * lj < nch) {
+#pragma unroll
+      for (int w = 0; w < NW; ++w) cp_async16(s + 16u * w * AMK_THREADS, base[w] + (row_ch + 32u * lj));
+    }
+    cp_async_commit();
+    if (++lj == cpl) { lj = 0; row_ch += (unsigned)(AMK_WARPS * nch); }
+  }
+
+  __device__ __forceinline__ void begin(const __nv_bfloat16* const* W, int K, int r0, int r1, float* ring) {
+    const int warp = tid_v() >> 5, lane = tid_v() & 31;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) base[w] = (const uint4*)W[w];
+    ring0 = smem_addr(ring) + 16u * tid_v();
+    nch = K >> 3;
+    cpl = (nch + 31) >> 5;
+    const int nrw = r0 + warp < r1 ? (r1 - r0 - warp + AMK_WARPS - 1) / AMK_WARPS : 0;
+    left = nrw * cpl;
+    row_ch = (unsigned)(r0 + warp) * (unsigned)nch + lane;
+    lj = 0;
+#pragma unroll
+    for (int u = 0; u < D; ++u) {  // empty groups past the end keep "item f is group f" for the waits
+      if (u < left) issue(ring0 + u * SLOT);
+      else cp_async_commit();
+    }
+  }
+
+  template <class Epi>
+  __device__ __forceinline__ void run(const float* xs, int r0, Epi epi) {
+    const int lane = tid_v() & 31;
+    const float4* xa = (const float4*)xs;
+    float acc[NW];
+#pragma unroll
+    for (int w = 0; w < NW; ++w) acc[w] = 0.f;
+    int k = 0, cj = 0;
+    unsigned cs = ring0;  // the slot of the item being consumed
+    for (; left > 0; --left) {
+      cp_async_wait<D - 1>();  // this item's copies (this lane's) have landed
+      const int ch = lane + 32 * cj;
+      if (ch < nch) {
+        const float4 a = xa[ch], b = xa[nch + ch];
+#pragma unroll
+        for (int w = 0; w < NW; ++w) acc[w] += dot8v(lds16(cs + 16u * w * AMK_THREADS), a, b);
+      }
+      if (left > D) issue(cs);
+      else cp_async_commit();
+      cs = cs == ring0 + (D - 1) * SLOT ? ring0 : cs + SLOT;
+      if (++cj == cpl) {  // warp-uniform
+        float s[NW];
+#pragma unroll
+        for (int w = 0; w < NW; ++w) { s[w] = warp_sum(acc[w]); acc[w] = 0.f; }
+        epi(k, r0 + (tid_v() >> 5) + AMK_WARPS * k, s);
+        ++k;
+        cj = 0;
+      }
+    }
+    cp_async_wait_all();  // nothing of this task is left in flight into the ring
+  }
+};
+
+// per-row operands (bias, residual) of a warp's rows, loaded ahead: lane l holds row k = 32 b + l's value for
+// the batch b of rows being finished; batch 0 is loaded with the first weight items, later ones (more than 32
+// rows per warp) when their first row ends
+struct RowOperand {
+  float v;
+  __device__ __forceinline__ void fetch_bf16(const __nv_bfloat16* p, int r0, int r1, int k0) {
+    const int r = r0 + (tid_v() >> 5) + AMK_WARPS * (k0 + (tid_v() & 31));
+    v = (p && r < r1) ? ld_bf16(p + r) : 0.f;
+  }
+  __device__ __forceinline__ void fetch_act(const float* p, int r0, int r1, int k0) {
+    const int r = r0 + (tid_v() >> 5) + AMK_WARPS * (k0 + (tid_v() & 31));
+    v = (p && r < r1) ? ld_act(p + r) : 0.f;
+  }
+  __device__ __forceinline__ float at(int k) const { return __shfl_sync(0xffffffffu, v, k & 31); }
+};
+#endif
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
@@ -159,12 +348,12 @@ __device__ void mk_embed(const Ctx& c, const int* t) {
   const int tok = __ldcg((const int*)buf(c, kb));
   float* y = (float*)buf(c, yb);
   if (tok < 0 || tok >= V) {
-    if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_TOKEN);
-    for (int i = threadIdx.x; i < H; i += AMK_THREADS) y[i] = __int_as_float(0x7fc00000);
+    if (tid_v() == 0) atomicOr(c.control + C_ERROR, E_TOKEN);
+    for (int i = tid_v(); i < H; i += AMK_THREADS) y[i] = __int_as_float(0x7fc00000);
     return;
   }
   const __nv_bfloat16* row = table + (size_t)tok * H;
-  for (int i = threadIdx.x; i < H; i += AMK_THREADS) y[i] = ld_bf16(row + i);
+  for (int i = tid_v(); i < H; i += AMK_THREADS) y[i] = ld_bf16(row + i);
 }
 
 // ---------------------------------------------------------------------------------------- rmsnorm
@@ -179,26 +368,81 @@ __device__ void mk_rmsnorm(const Ctx& c, const int* t) {
   load_act(xs, x, n);
   __syncthreads();
   float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += AMK_THREADS) ss = fmaf(xs[i], xs[i], ss);
+  for (int i = tid_v(); i < n; i += AMK_THREADS) ss = fmaf(xs[i], xs[i], ss);
   ss = block_sum(c, ss);
   const float var = ss / (float)n;
   const float eps = fbits(t[W_EPS]);
   const bool hf = c.mode == MODE_HF_BF16;
   const float inv = hf ? rsqrtf(var + eps) : 1.0f / sqrtf(var + eps);
-  for (int i = threadIdx.x; i < n; i += AMK_THREADS) {
+  for (int i = tid_v(); i < n; i += AMK_THREADS) {
     const float wi = ld_bf16(w + i);
     y[i] = hf ? bf16r(wi * bf16r(xs[i] * inv)) : wi * (xs[i] * inv);
   }
 }
 
 // ------------------------------------------------------------------------------------------- gemv
-// rows [r0, r1) of y = res + (W @ xs + b), one warp per row, xs (K floats) in shared memory; HF rounds the
-// linear output (bias added first) and the residual sum. Row r is stored at y[r - y0]. Shared by gemv,
-// rmsnorm_gemv and (into shared memory, no residual) gemv_rope / gemv_rope_append, so they round alike.
+#if AMK_GEMV_IMPL == 2
+// body 2 at the deepest ring that fits: begin (the first items in flight), fetch(0) (the first rows' operands),
+// stage_x() (x into shared memory, ends with a barrier), run; false when not even the shallow ring fits
+template <int NW, int D, class StageX, class Fetch, class Epi>
+__device__ __forceinline__ void stream_rows(const __nv_bfloat16* const* W, int K, int r0, int r1, float* ring,
+                                            const float* xs, StageX& stage_x, Fetch& fetch, Epi& epi) {
+  RowStream<NW, D> rs;
+  rs.begin(W, K, r0, r1, ring);
+  fetch(0);
+  stage_x();
+  rs.run(xs, r0, epi);
+}
+template <int NW, class StageX, class Fetch, class Epi>
+__device__ __forceinline__ bool stream_rows_fit(const __nv_bfloat16* const* W, int K, int r0, int r1, float* ring,
+                                                int room, const float* xs, StageX& stage_x, Fetch& fetch, Epi& epi) {
+  constexpr int D1 = AMK_GEMV_DEPTH / NW, D2 = AMK_GEMV_DEPTH / NW / 2 > 0 ? AMK_GEMV_DEPTH / NW / 2 : 1;
+  if (room >= ring_floats(NW, D1)) {
+    stream_rows<NW, D1>(W, K, r0, r1, ring, xs, stage_x, fetch, epi);
+    return true;
+  }
+  if (room >= ring_floats(NW, D2)) {
+    stream_rows<NW, D2>(W, K, r0, r1, ring, xs, stage_x, fetch, epi);
+    return true;
+  }
+  return false;
+}
+#endif
+
+// rows [r0, r1) of y = res + (W @ xs + b), one warp per row (rows warp, warp + AMK_WARPS, ...), xs (K floats in
+// the xpos layout) in shared memory, put there by stage_x() (which ends with a block barrier). Body 2 streams the
+// weights through a ring at smem[ring_off ..) (floats, a multiple of 4) and calls stage_x() once the first items
+// are in flight, so staging x (and a fused task's norm) overlaps their latency; without room for the ring it
+// runs the first body. HF rounds the linear output (bias added first) and the residual sum. Row r is stored at
+// y[r - y0]. Shared by gemv, rmsnorm_gemv and (into shared memory, no residual) gemv_rope / gemv_rope_append, so
+// they round alike.
+template <class StageX>
 __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const __nv_bfloat16* W, int K, int r0, int r1,
-                                          const __nv_bfloat16* bias, const float* res, float* y, int y0) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+                                          const __nv_bfloat16* bias, const float* res, float* y, int y0, int ring_off,
+                                          StageX stage_x) {
+  const int warp = tid_v() >> 5, lane = tid_v() & 31;
   const bool hf = c.mode == MODE_HF_BF16;
+#if AMK_GEMV_IMPL == 2
+  RowOperand ob, orr;
+  auto fetch = [&](int k0) {
+    ob.fetch_bf16(bias, r0, r1, k0);
+    orr.fetch_act(res, r0, r1, k0);
+  };
+  auto epi = [&](int k, int r, const float* s) {
+    if (k > 0 && (k & 31) == 0) fetch(k);  // the next 32 rows' operands (warp-uniform)
+    const float bv = ob.at(k), rv = orr.at(k);
+    if (lane == 0) {
+      float v = bias ? s[0] + bv : s[0];
+      if (hf) v = bf16r(v);
+      if (res) v = hf ? bf16r(rv + v) : rv + v;
+      y[r - y0] = v;
+    }
+  };
+  if (stream_rows_fit<1>(&W, K, r0, r1, c.smem + ring_off, c.smem_floats - ring_off, xs, stage_x, fetch, epi)) return;
+#else
+  (void)ring_off;
+#endif
+  stage_x();
   for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
     float acc = row_dot(W + (size_t)r * K, xs, K);
     if (lane == 0) {
@@ -210,12 +454,36 @@ __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const _
   }
 }
 
-// rows [r0, r1) of y = silu(Wg @ xs + bg) * (Wu @ xs + bu); HF: bf16(bf16(silu(bf16(g))) * bf16(u))
+// rows [r0, r1) of y = silu(Wg @ xs + bg) * (Wu @ xs + bu); HF: bf16(bf16(silu(bf16(g))) * bf16(u)); x staged by
+// stage_x() and the ring at smem[ring_off ..) as in gemv_rows (gate and up chunks of one output row stream together
+// and share each x chunk)
+template <class StageX>
 __device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const __nv_bfloat16* Wg,
                                           const __nv_bfloat16* Wu, int K, int r0, int r1, const __nv_bfloat16* bg,
-                                          const __nv_bfloat16* bu, float* y) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+                                          const __nv_bfloat16* bu, float* y, int ring_off, StageX stage_x) {
+  const int warp = tid_v() >> 5, lane = tid_v() & 31;
   const bool hf = c.mode == MODE_HF_BF16;
+#if AMK_GEMV_IMPL == 2
+  RowOperand og, ou;
+  auto fetch = [&](int k0) {
+    og.fetch_bf16(bg, r0, r1, k0);
+    ou.fetch_bf16(bu, r0, r1, k0);
+  };
+  auto epi = [&](int k, int r, const float* s) {
+    if (k > 0 && (k & 31) == 0) fetch(k);
+    const float gv = og.at(k), uv = ou.at(k);
+    if (lane == 0) {
+      float g = bg ? s[0] + gv : s[0];
+      float u = bu ? s[1] + uv : s[1];
+      y[r] = hf ? bf16r(bf16r(silu(bf16r(g))) * bf16r(u)) : silu(g) * u;
+    }
+  };
+  const __nv_bfloat16* W[2] = {Wg, Wu};
+  if (stream_rows_fit<2>(W, K, r0, r1, c.smem + ring_off, c.smem_floats - ring_off, xs, stage_x, fetch, epi)) return;
+#else
+  (void)ring_off;
+#endif
+  stage_x();
   for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
     float2 gu = row_dot2(Wg + (size_t)r * K, Wu + (size_t)r * K, xs, K);
     if (lane == 0) {
@@ -231,35 +499,39 @@ __device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const _
 // the block, so every thread returns together
 __device__ __forceinline__ bool smem_fits(const Ctx& c, int floats) {
   if (floats >= 0 && floats <= c.smem_floats) return true;
-  if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_SMEM);
+  if (tid_v() == 0) atomicOr(c.control + C_ERROR, E_SMEM);
   return false;
 }
 
-// xs[0, n) = rmsnorm(x, w, eps), computed exactly as mk_rmsnorm computes its output (same reduction order,
+// xs = rmsnorm(x, w, eps) in the xpos layout (n % 8 == 0), computed exactly as mk_rmsnorm computes its output (same reduction order,
 // same rounding in both modes), so a fused task's normalised x is bit-identical to the unfused rmsnorm's
 __device__ void norm_into(const Ctx& c, float* xs, const float* x, const __nv_bfloat16* w, int n, float eps) {
-  load_act(xs, x, n);
+  load_x(xs, x, n);
   __syncthreads();
   float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += AMK_THREADS) ss = fmaf(xs[i], xs[i], ss);
+  for (int i = tid_v(); i < n; i += AMK_THREADS) {  // x[i] in mk_rmsnorm's order: the same sum
+    const float xi = xs[xpos(i, n)];
+    ss = fmaf(xi, xi, ss);
+  }
   ss = block_sum(c, ss);
   const float var = ss / (float)n;
   const bool hf = c.mode == MODE_HF_BF16;
   const float inv = hf ? rsqrtf(var + eps) : 1.0f / sqrtf(var + eps);
-  for (int i = threadIdx.x; i < n; i += AMK_THREADS) {  // each thread rewrites only the elements it read
+  for (int i = tid_v(); i < n; i += AMK_THREADS) {  // each thread rewrites only the elements it read
     const float wi = ld_bf16(w + i);
-    xs[i] = hf ? bf16r(wi * bf16r(xs[i] * inv)) : wi * (xs[i] * inv);
+    float* p = xs + xpos(i, n);
+    *p = hf ? bf16r(wi * bf16r(*p * inv)) : wi * (*p * inv);
   }
   __syncthreads();
 }
 
-// x into shared memory: normalised (norm_into) when nb >= 0, else as it is
+// x into shared memory (the xpos layout): normalised (norm_into) when nb >= 0, else as it is; ends with a barrier
 __device__ __forceinline__ void x_into(const Ctx& c, const int* t, float* xs, int xb, int nb, int K) {
   const float* x = (const float*)buf(c, xb);
   if (nb >= 0) {
     norm_into(c, xs, x, (const __nv_bfloat16*)buf(c, nb), K, fbits(t[W_EPS]));
   } else {
-    load_act(xs, x, K);
+    load_x(xs, x, K);
     __syncthreads();
   }
 }
@@ -276,10 +548,9 @@ __device__ void mk_gemv(const Ctx& c, const int* t, bool norm) {
   const int K = bmeta(c, wb, B_ROW);
   if (!smem_fits(c, K)) return;
   float* xs = c.smem;
-  x_into(c, t, xs, xb, nb, K);
   gemv_rows(c, xs, (const __nv_bfloat16*)buf(c, wb), K, t[W_ROW0], t[W_ROW1],
             bb >= 0 ? (const __nv_bfloat16*)buf(c, bb) : nullptr, rb >= 0 ? (const float*)buf(c, rb) : nullptr,
-            (float*)buf(c, yb), 0);
+            (float*)buf(c, yb), 0, (K + 3) & ~3, [&] { x_into(c, t, xs, xb, nb, K); });
 }
 
 // gemv_silu_mul:         y[r] = silu(w_gate[r] @ x + b_gate[r]) * (w_up[r] @ x + b_up[r]); inputs x, w_gate, w_up,
@@ -292,10 +563,10 @@ __device__ void mk_gemv_silu_mul(const Ctx& c, const int* t, bool norm) {
   const int K = bmeta(c, gb, B_ROW);
   if (!smem_fits(c, K)) return;
   float* xs = c.smem;
-  x_into(c, t, xs, xb, nb, K);
   silu_rows(c, xs, (const __nv_bfloat16*)buf(c, gb), (const __nv_bfloat16*)buf(c, ub), K, t[W_ROW0], t[W_ROW1],
             has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 2]) : nullptr,
-            has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 3]) : nullptr, (float*)buf(c, yb));
+            has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 3]) : nullptr, (float*)buf(c, yb), (K + 3) & ~3,
+            [&] { x_into(c, t, xs, xb, nb, K); });
 }
 
 // ---------------------------------------------------------------------------- silu_mul / add
@@ -394,9 +665,8 @@ __device__ void gemv_rope_into(const Ctx& c, const int* t, bool rope, int k, flo
   float* ys = xs + K;
   float* cs = ys + nr;
   float* sn = cs + hd;
-  x_into(c, t, xs, xb, nb, K);
   gemv_rows(c, xs, (const __nv_bfloat16*)buf(c, wb), K, r0, r1, bb >= 0 ? (const __nv_bfloat16*)buf(c, bb) : nullptr,
-            nullptr, ys, r0);
+            nullptr, ys, r0, (K + nr + 2 * hd + 3) & ~3, [&] { x_into(c, t, xs, xb, nb, K); });
   const bool hf = c.mode == MODE_HF_BF16;
   if (rope) {  // cos/sin of this position, as rope_into loads them
     const int pos = task_pos(c, t);

@@ -259,6 +259,45 @@ def _time_launch(lz, n=10, steps=1, **kw) -> float:
     return cp.cuda.get_elapsed_time(s, e) / (n * steps) * 1e3  # us
 
 
+# GEMV bodies timed against each other (microkernels.cuh AMK_GEMV_IMPL / AMK_GEMV_DEPTH, build(defines=)): the
+# default build is body 1; body 2 streams each warp's rows through a cp.async ring. Each variant: bits equal to the
+# default build's hf-bf16 output, us per step (20-step launches) with the L2 prefetch on (the launcher's 1) and off.
+GEMV_AB_NAMES = ("gemv_16384x8192", "gemv_silu_mul_8192x2048", "lm_head_gemv_argmax_128256x2048")
+GEMV_AB_VARIANTS = {"body1": (), "body2": ("AMK_GEMV_IMPL=2",), "body2-depth12": ("AMK_GEMV_IMPL=2", "AMK_GEMV_DEPTH=12")}
+
+
+def _gemv_ab(sched, inputs, weights, kv, out_name, ref_bits, floor_bytes) -> dict:
+    import cupy as cp
+    from mosaic_amk.cuda import encode as E
+    from mosaic_amk.cuda.build import build
+    from mosaic_amk.cuda.launcher import Launcher
+
+    gpu = gpu_record()
+    out = {}
+    for tag, defines in GEMV_AB_VARIANTS.items():
+        try:
+            b = build(512, defines=defines)
+            lz = Launcher(E.encode(sched, runtime_position=False), str(b.cubin), threads=512, mode="hf-bf16",
+                          timeout_s=1.0, prefetch_depth=1)
+            lz.bind(weights, inputs)
+            for k, v in (kv or {}).items():
+                lz.dev[k][...] = cp.asarray(v)
+            lz.launch()
+            lz.check()
+            got = cp.asnumpy(lz.dev[out_name]).astype(np.float32)
+            t_pf = _time_launch(lz, n=3, steps=20)
+            t_nopf = _time_launch(lz, n=3, steps=20, prefetch_depth=0)
+            out[tag] = {"registers": b.registers, "spill_stores": b.spill_stores,
+                        "bits_equal_default": bool(np.array_equal(got.view(np.uint32), ref_bits.view(np.uint32))),
+                        "us": round(t_pf, 2), "us_no_prefetch": round(t_nopf, 2),
+                        "gbs": round(floor_bytes / (t_pf * 1e-6) / 1e9, 1),
+                        "gbs_no_prefetch": round(floor_bytes / (t_nopf * 1e-6) / 1e9, 1),
+                        "floor_us": round(floor_bytes / (gpu.hbm_bandwidth_gbs * 1e9) * 1e6, 2)}
+        except Exception as exc:  # noqa: BLE001 - one variant must not lose the others
+            out[tag] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+    return out
+
+
 @stage("microkernels", need=30)
 def st_micro():
     """Each micro-kernel on random data: f32 mode vs ops.py (float32 on the same bf16 weights), HF-bf16
@@ -323,6 +362,8 @@ def st_micro():
                            bytes=floor_bytes, floor_us=round(floor_bytes / bw * 1e6, 2),
                            gbs=round(floor_bytes / (t_full * 1e-6) / 1e9, 1),
                            gbs_net_of_skeleton=round(floor_bytes / (max(t_full - t_skel, 1e-3) * 1e-6) / 1e9, 1))
+                if name in GEMV_AB_NAMES:
+                    res["gemv_ab"] = _gemv_ab(sched, inputs, weights, kv, out_name, got, floor_bytes)
         results[name] = res
         print(f"  micro {name}: {res}", flush=True)
 
@@ -1024,6 +1065,15 @@ def summary() -> str:
                 lines.append(f"    {k:34s} {v.get('f32_max_rel_err', float('nan')):10.2e} {v.get('hf_exact_fraction', float('nan')):9.4f}"
                              f" {v.get('hf_max_ulps', -1):10d} {v.get('us', float('nan')):8} {v.get('floor_us', float('nan')):9} "
                              f"{v.get('gbs', float('nan')):8}")
+    ab = [(k, v["gemv_ab"]) for k, v in mic.items() if isinstance(v, dict) and v.get("gemv_ab")]
+    if ab:
+        lines.append("  GEMV body A/B (us/step, 20-step launches; GB/s of the weight bytes; =bits vs the default build)")
+        for k, var in ab:
+            for tag, r in var.items():
+                lines.append(f"    {k:34s} {tag:14s} " + (f"ERROR {r['error'][:80]}" if "error" in r else
+                             f"{r['us']:8} us {r['gbs']:7} GB/s | no prefetch {r['us_no_prefetch']:8} us "
+                             f"{r['gbs_no_prefetch']:7} GB/s | floor {r['floor_us']} us | =bits {r['bits_equal_default']}"
+                             f" | regs {r['registers']} spill {r['spill_stores']}"))
     for name, e in st.items():
         if not name.startswith("model:") or not e.get("ok"):
             continue

@@ -1,0 +1,162 @@
+"""The two GEMV bodies of microkernels.cuh (AMK_GEMV_IMPL 1, the default, and 2, the cp.async ring; build(defines=)):
+both build for sm_90a, body 2 really streams through cp.async (LDGSTS in its SASS, none in body 1's), bad defines are
+refused; on a GPU (marked ``gpu``) body 2 is bit-identical to body 1 in both precision modes for gemv (bias,
+residual, a K with a partial last chunk round, more than 32 rows per warp), gemv_silu_mul and every fused GEMV,
+and its f32 mode is ops.py (normwise relative error < 1e-4)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from mosaic_amk.cuda import build as B
+
+BODY2 = ("AMK_GEMV_IMPL=2",)
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.isfile("/usr/local/cuda/bin/nvcc"),
+                                reason="nvcc not found (the VM build needs it)")
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    old = os.environ.get("MOSAIC_CACHE_DIR")
+    os.environ["MOSAIC_CACHE_DIR"] = str(tmp_path_factory.mktemp("amk-gemv-cache"))
+    try:
+        yield B.build(512), B.build(512, defines=BODY2)
+    finally:
+        if old is None:
+            os.environ.pop("MOSAIC_CACHE_DIR", None)
+        else:
+            os.environ["MOSAIC_CACHE_DIR"] = old
+
+
+def test_defines_are_checked_and_keyed():
+    with pytest.raises(B.BuildError, match="unknown build define"):
+        B.build(512, defines=("AMK_THREADS=1024",))
+    with pytest.raises(B.BuildError, match="unknown build define"):
+        B.build(512, defines=("AMK_GEMV_IMPL=2; rm",))
+    assert B.source_key(512, "release 13.0", BODY2) != B.source_key(512, "release 13.0")
+    assert "-DAMK_GEMV_IMPL=2" in B.flags(512, BODY2) and "-DAMK_GEMV_IMPL=2" not in B.flags(512)
+
+
+def _cuobjdump() -> str | None:
+    from pathlib import Path
+
+    import nvidia
+
+    for root in map(Path, nvidia.__path__):
+        hits = sorted(root.glob("*/bin/cuobjdump"))
+        if hits:
+            return str(hits[0])
+    return shutil.which("cuobjdump")
+
+
+@needs_nvcc
+def test_both_bodies_build_and_body2_uses_cp_async(builds):
+    body1, body2 = builds
+    assert body1.key != body2.key and body1.cubin != body2.cubin
+    assert body1.spill_stores == 0 and body1.stack_bytes == 0, body1.ptxas_log  # the default stays spill-free
+    assert body2.registers <= 128, body2.ptxas_log
+    tool = _cuobjdump()
+    if tool is None:  # pragma: no cover - the venv ships nvidia-cuda-cuobjdump
+        pytest.skip("cuobjdump not found")
+    sass = [subprocess.run([tool, "--dump-sass", str(b.cubin)], capture_output=True, text=True, timeout=120).stdout
+            for b in builds]
+    assert "LDGSTS" not in sass[0]
+    assert "LDGSTS" in sass[1] and "DEPBAR" in sass[1]
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+
+def _gpu_or_skip():
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no device")
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"needs cupy and a CUDA device ({type(exc).__name__}: {exc})")
+
+
+def _run(schedule, weights, inputs, out, mode, defines=()):
+    import cupy as cp
+    from mosaic_amk.cuda.encode import encode
+    from mosaic_amk.cuda.launcher import Launcher, gate
+
+    gate(schedule)
+    lz = Launcher(encode(schedule, runtime_position=False), str(B.build(512, defines=defines).cubin), mode=mode)
+    lz.bind(weights, inputs)
+    lz.launch()
+    lz.check()
+    return cp.asnumpy(lz.dev[out]).astype(np.float32)
+
+
+def _gemv_case(rng, n, k, bias, resid, parts):
+    from mosaic_amk.cuda.launcher import bf16_round
+    from mosaic_amk.cuda.microbench import op_schedule, split_rows
+    from mosaic_amk.schedule import Buffer
+
+    x = bf16_round(rng.standard_normal(k).astype(np.float32))
+    w = bf16_round((0.05 * rng.standard_normal((n, k))).astype(np.float32))
+    b, r = bf16_round(rng.standard_normal(n).astype(np.float32)), bf16_round(rng.standard_normal(n).astype(np.float32))
+    bufs = [Buffer("x", "f32", (k,), "input"), Buffer("w", "f32", (n, k), "weight"), Buffer("y", "f32", (n,), "output")]
+    ins, rows = ["x", "w"], ["w", "y"]
+    if bias:
+        bufs.append(Buffer("b", "f32", (n,), "weight"))
+        ins.append("b")
+        rows.append("b")
+    if resid:
+        bufs.append(Buffer("res", "f32", (n,), "input"))
+        ins.append("res")
+        rows.append("res")
+    s = op_schedule("gemv", bufs, ins, ["y"], {"bias": bias, "residual": resid}, 132, split_rows(n, parts), rows)
+    return s, {"w": w, "b": b}, {"x": x, "res": r}, [x, w, *([b] if bias else []), *([r] if resid else [])]
+
+
+# (rows, K, bias, residual, tasks): K = 576 has a partial last round of chunks (72 per row); 1000 rows in 1 task
+# give each warp 32 rows and more (the second operand batch); 8 rows leave warps idle
+GEMV_CASES = [(1000, 2048, True, True, 132), (1000, 576, True, True, 1), (8, 8192, False, True, 1),
+              (4096, 2048, False, False, 132), (520, 8, True, False, 3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GEMV_CASES, ids=lambda c: f"{c[0]}x{c[1]}-b{int(c[2])}r{int(c[3])}-t{c[4]}")
+def test_body2_gemv_is_body1_bits_and_ops_py(case):
+    _gpu_or_skip()
+    from mosaic_amk import ops
+
+    n, k, bias, resid, parts = case
+    s, weights, inputs, ref_ins = _gemv_case(np.random.default_rng(5), n, k, bias, resid, parts)
+    ref = np.empty(n, np.float32)
+    ops.op_gemv(ref_ins, [ref], {"row_start": 0, "row_end": n, "bias": bias, "residual": resid})
+    for mode in ("f32", "hf-bf16"):
+        one = _run(s, weights, inputs, "y", mode)
+        two = _run(s, weights, inputs, "y", mode, BODY2)
+        assert np.isfinite(two).all()
+        assert np.array_equal(one.view(np.uint32), two.view(np.uint32)), mode
+        if mode == "f32":
+            assert np.abs(two - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append_k",
+                                  "gemv_rope_append_v"])
+def test_body2_fused_gemvs_are_body1_bits_and_the_unfused_chain(case):
+    """Body 2 keeps the fused ops' contract: f32 is ops.KERNELS, hf-bf16 is bit-identical to body 2's unfused chain
+    (which includes gemv_silu_mul for the silu case) and to body 1."""
+    _gpu_or_skip()
+    from mosaic_amk.cuda.microbench import fused_gemv_case
+
+    c = fused_gemv_case(case, np.random.default_rng(3), hidden=1024, rows=1000, heads=16, head_dim=64, position=37)
+    pick = (lambda a: a.reshape(-1, a.shape[-1])[37]) if c["out"] == "cache" else (lambda a: a)
+    got = pick(_run(c["fused"], c["weights"], c["inputs"], c["out"], "f32", BODY2))
+    ref = pick(c["ref"])
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+    fused = _run(c["fused"], c["weights"], c["inputs"], c["out"], "hf-bf16", BODY2)
+    unfused = _run(c["unfused"], c["weights"], c["inputs"], c["out"], "hf-bf16", BODY2)
+    body1 = _run(c["fused"], c["weights"], c["inputs"], c["out"], "hf-bf16")
+    assert np.array_equal(fused.view(np.uint32), unfused.view(np.uint32))
+    assert np.array_equal(fused.view(np.uint32), body1.view(np.uint32))

@@ -1,0 +1,49 @@
+"""One direct measurement of the AMK bench's ``best-measured`` candidate against ``rows32-lm`` (the best config of
+the default bench) and HF static cache + CUDA graph, interleaved, for the bench shapes; every candidate gated on
+greedy-token equality with HF first. Probes ``skip all ops`` (sync skeleton) on best-measured.
+
+    python3 scripts/device/amk_best.py [--shapes llama-3.2-1b,smollm2-135m] [--rounds 3]   # writes $OUT/amk_best.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="llama-3.2-1b,smollm2-135m")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = p.parse_args(argv)
+    from mosaic.plugins import host
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.bench import default_candidates, format_table, run_bench
+
+    gpu = host().get("gpus", "h200")
+    out = {}
+    for shape in [s for s in a.shapes.split(",") if s]:
+        t0 = time.time()
+        model = hf_gpu.random_model(shape)
+        spec = hf_gpu.spec_of(model)
+        cands = [c for c in default_candidates(spec) if c[0] in ("rows32-lm", "best-measured")]
+        cands = [(n, c.for_gpu(gpu)) for n, c in cands]
+        res = run_bench(model, spec, gpu, cands, rounds=a.rounds, steps=a.steps, eager=False,
+                        probe=["best-measured"], probe_only=["skip all ops (sync skeleton)"], log=print)
+        res["seconds"] = round(time.time() - t0, 1)
+        out[shape] = res
+        print(format_table(res), flush=True)
+        del model
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out) / "amk_best.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -775,6 +775,12 @@ def st_fused_bench():
     return _run_child("fused-bench", timeout=max(30.0, left() + 20))
 
 
+def record_failure(out: dict, exc: BaseException) -> None:
+    """A stage part that raised: its error line and the end of its traceback, kept in its JSON (never lost)."""
+    out["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+    out["trace"] = traceback.format_exc()[-2000:]
+
+
 def _child_save(kind: str, res: dict) -> None:
     out = Path(ARGS.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -858,8 +864,7 @@ def child_fused_micro() -> dict:
             out["us_unfused"] = round(_time_launch(lz_u, n=3, steps=20), 2)
             out["tasks_fused"], out["tasks_unfused"] = len(c["fused"].tasks), len(c["unfused"].tasks)
         except Exception as exc:  # noqa: BLE001 - one case must not lose the others
-            out["error"] = f"{type(exc).__name__}: {exc}"[:1500]
-            out["trace"] = traceback.format_exc()[-2000:]
+            record_failure(out, exc)
         print(f"  fused micro {case}: {out}", flush=True)
         _child_save("fused-micro", res)
     # the fused ops' own criterion: ops.py in f32, the unfused chain's bits in hf-bf16 (hf_ok, <= 2 ulps from torch,
@@ -902,8 +907,7 @@ def child_fused_bench() -> dict:
             del model
             torch.cuda.empty_cache()
         except Exception as exc:  # noqa: BLE001
-            out["error"] = f"{type(exc).__name__}: {exc}"[:1500]
-            out["trace"] = traceback.format_exc()[-2000:]
+            record_failure(out, exc)
         _child_save("fused-bench", res)
     return res
 
@@ -1017,8 +1021,7 @@ def child_sync() -> dict:
             del model
             torch.cuda.empty_cache()
         except Exception as exc:  # noqa: BLE001
-            out["error"] = f"{type(exc).__name__}: {exc}"[:1500]
-            out["trace"] = traceback.format_exc()[-2000:]
+            record_failure(out, exc)
         _child_save("sync", res)
     return res
 

@@ -164,6 +164,30 @@ def test_failure_in_a_reused_worker_is_confirmed_in_a_fresh_one(tmp_path):
         bench.close()
 
 
+def test_a_gate_failed_in_a_reused_worker_is_never_turned_into_a_pass_by_the_retry(tmp_path):
+    lines: list[str] = []
+    bench = LiveWorkbench(campaign(), tmp_path, progress=lines.append, worker_argv=SCRIPT)
+    try:
+        spec = KernelSpec("gemm", {"m": 64, "n": 64, "k": 64}, "bf16", "cublas", {})
+        k = Kernel(candidate_key(spec), spec)
+        save_kernel_bundle(bench.dest(k.key), spec=spec, key=k.key, role="candidate", cost_s=1.0, gpu="h200")
+        bench._serve({"mode": "ping"}, 120, lambda r: "", "ping")  # the worker has served a request before
+        real = bench._serve  # the gate's request goes to the script's flaky stand-in for child_check
+
+        def as_flaky(request, *a, **kw):
+            return real({**request, "mode": "flaky_check"} if request.get("mode") == "check" else request, *a, **kw)
+
+        bench._serve = as_flaky
+        checked = bench._gate(k, bench.dest(k.key))
+    finally:
+        bench.close()
+    assert not checked.passed
+    assert "failed the gate in a reused worker" in checked.reason and "passed in a fresh one" in checked.reason
+    cap = load_bundle(bench.dest(k.key)).manifest["capture"]
+    assert cap["summary"]["numerics_pass"] is False and cap["isolation"]["first_attempt"]["request"] == 2
+    assert any("in a reused worker" in line for line in lines)
+
+
 @pytest.mark.parametrize("isolation", ["worker", "step"])
 def test_gate_records_its_isolation_and_a_failed_gate_gets_a_new_worker(tmp_path, isolation):
     """No GPU here: the gate fails for real (torch has no CUDA); recorded, and offline reads the verdict."""

@@ -71,6 +71,14 @@ def flaky(req, state):
     return {"status": "ok", "pid": state.pid}
 
 
+def flaky_check(req, state):
+    """A gate stand-in that fails numerics in a reused worker and passes in a fresh one."""
+    if state.requests > 1:
+        return {"status": "ok", "capture": {"status": "numerics-failed", "message": "c[3, 4] off by one ulp",
+                                            "summary": {"numerics_pass": False}}}
+    return {"status": "ok", "capture": {"status": "ok", "summary": {"numerics_pass": True}}}
+
+
 if __name__ == "__main__":
     sys.exit(main(modes={"numpy_gate": numpy_gate, "crash": crash, "hang": hang, "garble": garble,
-                         "flaky": flaky}))
+                         "flaky": flaky, "flaky_check": flaky_check}))

@@ -300,8 +300,10 @@ class LiveWorkbench:
         """Answer ``request`` in the campaign's isolation mode. Worker: any answer with a ``problem`` (a
         failure, a gate that did not pass: the text says which) retires the worker; when that worker had served earlier
         requests and the failure is not a timeout, the request is asked once more of a fresh worker and
-        that answer is the record (a kernel is never blamed for what an earlier one left behind); the
-        first attempt is kept in ``isolation.first_attempt`` and both attempts' seconds are its cost."""
+        that answer is the record, with the first attempt kept in ``isolation.first_attempt`` (both attempts'
+        seconds are its cost). For a timing session the fresh answer stands (the kernel is not blamed for what
+        an earlier one left behind); a gate that failed first is never turned into a pass by the retry
+        (``_gate``): a kernel whose verdict depends on what ran before it is rejected, the retry is evidence."""
         if self.isolation == "step":
             return run_child(request, timeout, argv=[self.python, "-m", "mosaic.live"])
         r = self.workers.serve(request, timeout)
@@ -525,6 +527,12 @@ class LiveWorkbench:
                       else "output changed between runs (not deterministic)")
         else:
             reason = f"{status} at run time: {cap.get('message') or r.message or _tail(r.output)}"
+        first = r.isolation.get("first_attempt")
+        if passed and first:  # never overturned: a verdict that depends on what ran before is not a pass
+            passed = False
+            reason = (f"failed the gate in a reused worker (pid {first.get('pid')}, request {first.get('request')}: "
+                      f"{first.get('problem')}) and passed in a fresh one: a kernel whose verdict depends on what "
+                      "ran before it is not accepted")
         summary["numerics_pass"] = passed
         files: dict = {}
         if tmp.is_dir():

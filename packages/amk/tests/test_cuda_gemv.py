@@ -2,7 +2,14 @@
 both build for sm_90a, body 2 really streams through cp.async (LDGSTS in its SASS, none in body 1's), bad defines are
 refused; on a GPU (marked ``gpu``) body 2 is bit-identical to body 1 in both precision modes for gemv (bias,
 residual, a K with a partial last chunk round, more than 32 rows per warp), gemv_silu_mul and every fused GEMV,
-and its f32 mode is ops.py (normwise relative error < 1e-4)."""
+and its f32 mode is ops.py (normwise relative error < 1e-4).
+
+The weight preload (AMK_WEIGHT_PRELOAD=N, ScheduleConfig.weight_preload; docs/amk-cuda.md "Weight preload"; its CPU
+checks are in test_cuda_preload.py): on a GPU, every allowed N is bit-identical to the default build for gemv (the
+cases above: rows past the warps, K shorter than the preload, a partial chunk round), the fused GEMVs and their
+unfused chains (rmsnorm -> gemv / gemv_silu_mul -> rope / append: GEMV tasks that really wait), an LM head
+(rmsnorm -> gemv -> argmax), at 1 and 3 steps per launch; whole models (tiny Llama, a 2-layer Llama-3.2-1B shape)
+generate the same tokens and bit-identical logits; the watchdog still trips on a GEMV task's wait."""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from mosaic_amk.config import WEIGHT_PRELOADS
 from mosaic_amk.cuda import build as B
 
 BODY2 = ("AMK_GEMV_IMPL=2",)
@@ -81,7 +89,7 @@ def _gpu_or_skip():
         pytest.skip(f"needs cupy and a CUDA device ({type(exc).__name__}: {exc})")
 
 
-def _run(schedule, weights, inputs, out, mode, defines=()):
+def _run(schedule, weights, inputs, out, mode, defines=(), n_steps=1):
     import cupy as cp
     from mosaic_amk.cuda.encode import encode
     from mosaic_amk.cuda.launcher import Launcher, gate
@@ -89,7 +97,7 @@ def _run(schedule, weights, inputs, out, mode, defines=()):
     gate(schedule)
     lz = Launcher(encode(schedule, runtime_position=False), str(B.build(512, defines=defines).cubin), mode=mode)
     lz.bind(weights, inputs)
-    lz.launch()
+    lz.launch(n_steps=n_steps)
     lz.check()
     return cp.asnumpy(lz.dev[out]).astype(np.float32)
 
@@ -160,3 +168,147 @@ def test_body2_fused_gemvs_are_body1_bits_and_the_unfused_chain(case):
     body1 = _run(c["fused"], c["weights"], c["inputs"], c["out"], "hf-bf16")
     assert np.array_equal(fused.view(np.uint32), unfused.view(np.uint32))
     assert np.array_equal(fused.view(np.uint32), body1.view(np.uint32))
+
+
+# ------------------------------------------------------------------------------------ weight preload (GPU)
+PRELOADS = tuple(n for n in WEIGHT_PRELOADS if n)
+
+
+def _bits_equal(a, b) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preload", PRELOADS)
+@pytest.mark.parametrize("case", GEMV_CASES, ids=lambda c: f"{c[0]}x{c[1]}-b{int(c[2])}r{int(c[3])}-t{c[4]}")
+def test_preload_gemv_is_default_bits(case, preload):
+    _gpu_or_skip()
+    n, k, bias, resid, parts = case
+    s, weights, inputs, _ = _gemv_case(np.random.default_rng(5), n, k, bias, resid, parts)
+    for mode in ("f32", "hf-bf16"):
+        want = _run(s, weights, inputs, "y", mode)
+        got = _run(s, weights, inputs, "y", mode, B.preload_defines(preload))
+        assert np.isfinite(want).all() and _bits_equal(got, want), (mode, preload)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preload", PRELOADS)
+@pytest.mark.parametrize("case", ["rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append_k",
+                                  "gemv_rope_append_v"])
+def test_preload_fused_gemvs_and_chains_are_default_bits(case, preload):
+    """The fused op and its unfused chain (whose GEMV / gemv_silu_mul tasks wait for the rmsnorm stage: the preload
+    is issued before a real wait), both precision modes, 1 and 3 steps per launch."""
+    _gpu_or_skip()
+    from mosaic_amk.cuda.microbench import fused_gemv_case
+
+    c = fused_gemv_case(case, np.random.default_rng(3), hidden=1024, rows=1000, heads=16, head_dim=64, position=37)
+    for which in ("fused", "unfused"):
+        for mode in ("f32", "hf-bf16"):
+            want = _run(c[which], c["weights"], c["inputs"], c["out"], mode)
+            for n_steps in (1, 3):
+                got = _run(c[which], c["weights"], c["inputs"], c["out"], mode, B.preload_defines(preload), n_steps)
+                assert _bits_equal(got, want), (which, mode, n_steps)
+
+
+def lm_head_chain(rng, hidden=2048, vocab=5000, num_sms=132):
+    """rmsnorm -> LM-head gemv (row tasks over the SMs, each waiting for the norm) -> argmax (waits for them all):
+    (schedule, weights, inputs); the logits and next_token are outputs."""
+    from mosaic_amk.cuda.launcher import bf16_round
+    from mosaic_amk.cuda.microbench import chain_schedule, split_rows
+    from mosaic_amk.schedule import Buffer
+
+    x = bf16_round((3.0 * rng.standard_normal(hidden)).astype(np.float32))
+    nw = bf16_round((1.0 + 0.2 * rng.standard_normal(hidden)).astype(np.float32))
+    w = bf16_round((0.02 * rng.standard_normal((vocab, hidden))).astype(np.float32))
+    bufs = [Buffer("x", "f32", (hidden,), "input"), Buffer("nw", "f32", (hidden,), "weight"),
+            Buffer("xn", "f32", (hidden,), "activation"), Buffer("w", "f32", (vocab, hidden), "weight"),
+            Buffer("logits", "f32", (vocab,), "output"), Buffer("next_token", "i32", (1,), "output")]
+    stages = [{"op": "rmsnorm", "inputs": ["x", "nw"], "outputs": ["xn"], "params": {"eps": 1e-5}},
+              {"op": "gemv", "inputs": ["xn", "w"], "outputs": ["logits"], "params": {"bias": False, "residual": False},
+               "rows": split_rows(vocab, num_sms), "row_buffers": ["w", "logits"]},
+              {"op": "argmax", "inputs": ["logits"], "outputs": ["next_token"], "params": {}}]
+    return chain_schedule(bufs, stages, num_sms, ["logits", "next_token"]), {"nw": nw, "w": w}, {"x": x}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preload", PRELOADS)
+def test_preload_lm_head_argmax_is_default_bits(preload):
+    _gpu_or_skip()
+    s, weights, inputs = lm_head_chain(np.random.default_rng(11))
+    for mode in ("f32", "hf-bf16"):
+        want = _run(s, weights, inputs, "logits", mode)
+        want_tok = _run(s, weights, inputs, "next_token", mode)
+        for n_steps in (1, 3):
+            got = _run(s, weights, inputs, "logits", mode, B.preload_defines(preload), n_steps)
+            tok = _run(s, weights, inputs, "next_token", mode, B.preload_defines(preload), n_steps)
+            assert _bits_equal(got, want), (mode, n_steps)
+            assert tok[0] == want_tok[0] == int(np.argmax(want)), (mode, n_steps)
+
+
+@pytest.mark.gpu
+def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works():
+    """A GEMV task whose wait can never hold (threshold + 1, forced past the validator): its preload was issued,
+    the watchdog still trips and names its counter; a valid launch with the same cubin then gives the default bits."""
+    _gpu_or_skip()
+    import cupy as cp
+    from mosaic_amk.cuda.encode import encode
+    from mosaic_amk.cuda.launcher import Launcher, WatchdogAbort, gate
+    from mosaic_amk.cuda.microbench import fused_gemv_case, raise_threshold
+
+    c = fused_gemv_case("rmsnorm_gemv", np.random.default_rng(3), hidden=1024, rows=1000, position=37)
+    ok = c["unfused"]
+    i = next(i for i, t in enumerate(ok.tasks) if t.op == "gemv")
+    bad = raise_threshold(ok, i)
+    assert not gate(bad, unsafe=True).ok
+    cubin = str(B.build(512, defines=B.preload_defines(PRELOADS[-1])).cubin)
+    lz = Launcher(encode(bad, runtime_position=False), cubin, mode="hf-bf16", timeout_s=0.2)
+    lz.bind(c["weights"], c["inputs"])
+    lz.launch()
+    with pytest.raises(WatchdogAbort) as exc:
+        lz.check()
+    timed_out = [d for d in exc.value.dump if d["state"] == "timeout"]
+    assert timed_out and timed_out[0]["task"] == ok.tasks[i].id
+    assert timed_out[0]["counter"] == ok.tasks[i].waits[0].counter
+    assert timed_out[0]["threshold"] == ok.tasks[i].waits[0].threshold + 1
+    good = Launcher(encode(ok, runtime_position=False), cubin, mode="hf-bf16", timeout_s=0.2)
+    good.bind(c["weights"], c["inputs"])
+    good.launch(n_steps=2)
+    good.check()
+    want = _run(ok, c["weights"], c["inputs"], c["out"], "hf-bf16")
+    assert _bits_equal(cp.asnumpy(good.dev[c["out"]]).astype(np.float32), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model_kind", ["tiny-llama", "llama-3.2-1b-2layers"])
+@pytest.mark.parametrize("steps_per_launch", [1, 8])
+def test_preload_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, tmp_path):
+    """best-measured's config (fused GEMVs, relaxed polling, no L2 prefetch) with and without weight_preload=8:
+    the same greedy tokens (one step per launch: bit-identical logits too; 8 steps in one launch: the tokens)."""
+    _gpu_or_skip()
+    import attrs
+    from mosaic.plugins import host
+    from mosaic_amk.config import VM_FUSIONS, ScheduleConfig
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
+    from mosaic_amk.tiny_models import make_checkpoint
+
+    if model_kind == "tiny-llama":
+        model = hf_gpu.load_bf16(make_checkpoint(tmp_path / "llama", "llama"))
+    else:  # K = 2048 (the preload covers a whole row) and 8192 (the row loop goes on after it)
+        model = hf_gpu.random_model("llama-3.2-1b", num_hidden_layers=2, vocab_size=8192)
+    spec = hf_gpu.spec_of(model)
+    weights = weights_from_torch(model, spec)
+    base = ScheduleConfig(gemv_rows_per_task=16, prefetch_depth=0, fusion=VM_FUSIONS, wait_mode="relaxed")
+    gpu = host().get("gpus", "h200")
+    off = CudaVM(spec, base, gpu, weights=weights, max_positions=64)
+    on = CudaVM(spec, attrs.evolve(base, weight_preload=8), gpu, weights=weights, max_positions=64)
+    assert on.build_info.key == B.build(base.threads_per_block, defines=B.preload_defines(8)).key
+    assert off.build_info.key == B.build(base.threads_per_block).key
+    prompt = [3, 17, 42, 5, 11]
+    logits = steps_per_launch == 1
+    want, want_logits = off.generate(prompt, 24, logits=logits, steps_per_launch=steps_per_launch)
+    got, got_logits = on.generate(prompt, 24, logits=logits, steps_per_launch=steps_per_launch)
+    assert got == want
+    assert len(got_logits) == (24 if logits else 0)
+    for a, b in zip(got_logits, want_logits, strict=True):
+        assert _bits_equal(a, b)

@@ -31,6 +31,10 @@ SM_POLICIES = ("round_robin", "least_loaded", "single")
 WAIT_MODES = ("acquire", "relaxed")
 SIGNAL_MODES = ("inline", "merged", "side")
 PREFETCH_MODES = ("inline", "side")
+# weight_preload: 16-byte weight loads per lane issued before a GEMV task's wait (vm.cu / microkernels.cuh
+# AMK_WEIGHT_PRELOAD, a build define; docs/amk-cuda.md "Weight preload"); 0 = off. The values whose build is
+# spill-free (ptxas, sm_90a, nvcc 13.0; test_cuda_preload builds each): 4 spills 8 bytes, so it is not offered
+WEIGHT_PRELOADS = (0, 2, 6, 8)
 
 
 def _fusion(inst, attribute, value) -> None:
@@ -48,6 +52,11 @@ def _int_pos(inst, attribute, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         _fail(inst, attribute, value, "an integer")
     positive(inst, attribute, value)
+
+
+def _preload(inst, attribute, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value not in WEIGHT_PRELOADS:
+        _fail(inst, attribute, value, f"one of {', '.join(map(str, WEIGHT_PRELOADS))}")
 
 
 def _warp_multiple(inst, attribute, value) -> None:
@@ -81,6 +90,10 @@ class ScheduleConfig:
       signals), ``merged`` (2 barriers, thread 0 signals the previous task before its wait) or ``side``
       (2 barriers, warp 1 signals while thread 0 waits); ``inline`` (every thread issues the L2 prefetches
       before the head barrier) or ``side`` (warp 1 issues them while thread 0 waits).
+    - ``weight_preload``: 0 (off) or N in ``WEIGHT_PRELOADS``: before a GEMV-family task's wait, each lane loads
+      the first N 16-byte chunks of its warp's first row (gate and up: N/2 each) into registers, consumed after
+      the wait (bit-identical results); a build variant of the VM (``AMK_WEIGHT_PRELOAD``), not schedule
+      structure.
     - ``kv_page_tokens``, ``kv_max_tokens``: KV cache page size and capacity in tokens (0: the model's
       max_position_embeddings rounded up to a page).
     """
@@ -102,6 +115,7 @@ class ScheduleConfig:
     wait_mode: str = attrs.field(default="acquire", validator=one_of(*WAIT_MODES))
     signal_mode: str = attrs.field(default="inline", validator=one_of(*SIGNAL_MODES))
     prefetch_mode: str = attrs.field(default="inline", validator=one_of(*PREFETCH_MODES))
+    weight_preload: int = attrs.field(default=0, validator=_preload)
 
     @prefetch_depth.validator
     def _depth(self, attribute, value):

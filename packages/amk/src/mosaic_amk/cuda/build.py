@@ -62,8 +62,14 @@ def nvcc_path() -> str:
 
 
 # build-time variants of the micro-kernels (``defines``): the GEMV body (microkernels.cuh: AMK_GEMV_IMPL 1 = the
-# first body, 2 = the streaming ring, the default) and its loads in flight per lane (AMK_GEMV_DEPTH, 2..16)
-_DEFINE = re.compile(r"^AMK_GEMV_(IMPL|DEPTH)=\d{1,2}$")
+# first body, the default, 2 = the streaming ring), its loads in flight per lane (AMK_GEMV_DEPTH, 2..16) and the
+# weight preload before a GEMV task's wait (AMK_WEIGHT_PRELOAD, config.WEIGHT_PRELOADS; body 1 only)
+_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD)=\d{1,2}$")
+
+
+def preload_defines(weight_preload: int) -> tuple[str, ...]:
+    """The build defines of ``ScheduleConfig.weight_preload`` (none when 0: the default build)."""
+    return (f"AMK_WEIGHT_PRELOAD={int(weight_preload)}",) if weight_preload else ()
 
 
 def flags(threads: int, defines: tuple[str, ...] = ()) -> list[str]:
@@ -113,7 +119,11 @@ def build(threads: int = 512, *, force: bool = False, defines: tuple[str, ...] =
     defines = tuple(defines)
     bad = [d for d in defines if not _DEFINE.match(str(d))]
     if bad:
-        raise BuildError(f"unknown build define(s) {bad}: expected AMK_GEMV_IMPL=<n> or AMK_GEMV_DEPTH=<n>")
+        raise BuildError(f"unknown build define(s) {bad}: expected AMK_GEMV_IMPL=<n>, AMK_GEMV_DEPTH=<n> or "
+                         "AMK_WEIGHT_PRELOAD=<n>")
+    preload = any(d.startswith("AMK_WEIGHT_PRELOAD=") and d != "AMK_WEIGHT_PRELOAD=0" for d in defines)
+    if preload and any(d.startswith("AMK_GEMV_IMPL=") and d != "AMK_GEMV_IMPL=1" for d in defines):
+        raise BuildError("AMK_WEIGHT_PRELOAD needs GEMV body 1 (AMK_GEMV_IMPL=1; body 2 issues its own first loads)")
     nvcc = nvcc_path()
     try:
         version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout

@@ -12,6 +12,19 @@
 #endif
 #define AMK_WARPS (AMK_THREADS / 32)
 
+// Weight preload (build.py defines=("AMK_WEIGHT_PRELOAD=N",), ScheduleConfig.weight_preload; 0 = off, the default
+// build, whose code is unchanged): before thread 0 waits for a GEMV-family task's producers, every lane issues N
+// 16-byte weight loads of its warp's first row (gate and up: N/2 of each) into registers (Ctx::pre); the row loop
+// consumes them first, after the wait and the x staging, in the order it would have loaded them (bit-identical
+// sums). Weights are immutable during a launch, so reading them before the acquire is allowed; x is still read
+// after it (docs/amk-cuda.md "Weight preload").
+#ifndef AMK_WEIGHT_PRELOAD
+#define AMK_WEIGHT_PRELOAD 0
+#endif
+#if AMK_WEIGHT_PRELOAD < 0 || AMK_WEIGHT_PRELOAD > 8 || (AMK_WEIGHT_PRELOAD & 1)
+#error "AMK_WEIGHT_PRELOAD must be 0, 2, 4, 6 or 8 (16-byte loads per lane held across the wait)"
+#endif
+
 struct Ctx {
   const unsigned long long* bptr;
   const int* bmeta;
@@ -26,6 +39,9 @@ struct Ctx {
   float* smem;          // dynamic shared memory
   float* red;           // 64 floats of static shared memory for reductions
   int* ired;            // 32 ints of static shared memory
+#if AMK_WEIGHT_PRELOAD > 0
+  uint4 pre[AMK_WEIGHT_PRELOAD];  // the current GEMV task's preloaded weight chunks (preload_weights)
+#endif
 };
 
 __device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -116,6 +132,9 @@ __device__ void load_act(float* dst, const float* src, int n) {
 #if AMK_GEMV_DEPTH < 2 || AMK_GEMV_DEPTH > 16
 #error "AMK_GEMV_DEPTH must be in 2..16 (16-byte items in flight per lane; gate+up streams take half as many)"
 #endif
+#if AMK_WEIGHT_PRELOAD > 0 && AMK_GEMV_IMPL != 1
+#error "AMK_WEIGHT_PRELOAD needs GEMV body 1 (body 2 issues its own first items)"
+#endif
 
 // threadIdx.x read by a volatile asm: values derived from it in the GEMV bodies are computed where they are used.
 // With plain threadIdx.x the compiler hoists them (xpos of a thread's first elements, its ring slot) out of the
@@ -200,12 +219,14 @@ __device__ __forceinline__ float dot8x(uint4 w, const float* xs, int ch, int K) 
 #endif
 }
 #define GEMV_UNROLL 8
-__device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* xs, int K) {
+// acc0 / ch0 (the preload): start from the sum acc0 of this lane's chunks below ch0 (a multiple of 32)
+__device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* xs, int K, float acc0 = 0.f,
+                                         int ch0 = 0) {
   const int lane = tid_v() & 31;
   const int nch = K >> 3;
   const uint4* r = (const uint4*)row;
-  float acc = 0.f;
-  int ch = lane;
+  float acc = acc0;
+  int ch = lane + ch0;
   for (; ch + 32 * (GEMV_UNROLL - 1) < nch; ch += 32 * GEMV_UNROLL) {
     uint4 w[GEMV_UNROLL];
 #pragma unroll
@@ -217,13 +238,14 @@ __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* 
   return warp_sum(acc);
 }
 // two rows at once (gate and up): twice the loads in flight
-__device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const float* xs, int K) {
+__device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const float* xs, int K,
+                                          float2 acc0 = make_float2(0.f, 0.f), int ch0 = 0) {
   const int lane = tid_v() & 31;
   const int nch = K >> 3;
   const uint4* a = (const uint4*)ra;
   const uint4* b = (const uint4*)rb;
-  float sa = 0.f, sb = 0.f;
-  int ch = lane;
+  float sa = acc0.x, sb = acc0.y;
+  int ch = lane + ch0;
   for (; ch + 32 * 3 < nch; ch += 32 * 4) {
     uint4 wa[4], wb[4];
 #pragma unroll
@@ -237,6 +259,75 @@ __device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_b
   for (; ch < nch; ch += 32) { sa += dot8x(ld_w16(a + ch), xs, ch, K); sb += dot8x(ld_w16(b + ch), xs, ch, K); }
   return make_float2(warp_sum(sa), warp_sum(sb));
 }
+
+#if AMK_WEIGHT_PRELOAD > 0
+#define PRE_N AMK_WEIGHT_PRELOAD
+// The weight matrices a GEMV-family task streams: the inputs mk_gemv, mk_gemv_silu_mul and gemv_rope_into read as
+// w (gate, up); (-1, -1) for every other op
+__device__ __forceinline__ int2 gemv_weights(const int* t, int op) {
+  switch (op) {
+    case OP_GEMV: return make_int2(t[W_IN + 1], -1);
+    case OP_RMSNORM_GEMV: return make_int2(t[W_IN + 2], -1);
+    case OP_GEMV_SILU_MUL: return make_int2(t[W_IN + 1], t[W_IN + 2]);
+    case OP_RMSNORM_GEMV_SILU_MUL: return make_int2(t[W_IN + 2], t[W_IN + 3]);
+    case OP_GEMV_ROPE: case OP_GEMV_ROPE_APPEND: return make_int2(t[W_IN + 1], -1);
+    default: return make_int2(-1, -1);
+  }
+}
+// Issued by every thread BEFORE the task's wait (vm.cu): lane l of warp w loads chunks l, l + 32, ... (PRE_N of
+// them; gate and up: PRE_N / 2 of each) of row row_start + w, the first chunks row_dot / row_dot2 would load for
+// the warp's first row; chunks past the row end (K < 256 * PRE_N bf16) are not loaded (and not consumed). Only
+// weights are read (immutable for the whole launch; encode.py refuses a task that writes a weight, and only
+// weights are bf16 on the device); the addresses are inside the task's rows, which the encoder checked. Nothing
+// waits for these loads here: their registers are first read by pre_dot / pre_dot2 after the wait.
+// Every register of c.pre is (re)defined on every call, zero where nothing is loaded: the VM calls it once per task,
+// so no preloaded value is live across a task that does not consume it (else the registers stay live around the
+// whole task loop, attention included: 128 registers and spills).
+__device__ __forceinline__ void preload_weights(Ctx& c, const int* t, bool run) {
+#pragma unroll
+  for (int u = 0; u < PRE_N; ++u) c.pre[u] = make_uint4(0u, 0u, 0u, 0u);
+  const int2 wb = run ? gemv_weights(t, t[W_OP]) : make_int2(-1, -1);
+  const int r = t[W_ROW0] + (tid_v() >> 5);
+  if (wb.x < 0 || r >= t[W_ROW1]) return;
+  const int lane = tid_v() & 31;
+  const int nch = bmeta(c, wb.x, B_ROW) >> 3;
+  const uint4* a = (const uint4*)buf(c, wb.x) + (size_t)r * nch;
+  if (wb.y < 0) {
+#pragma unroll
+    for (int u = 0; u < PRE_N; ++u)
+      if (lane + 32 * u < nch) c.pre[u] = ld_w16(a + lane + 32 * u);
+  } else {
+    const uint4* b = (const uint4*)buf(c, wb.y) + (size_t)r * nch;
+#pragma unroll
+    for (int u = 0; u < PRE_N / 2; ++u)
+      if (lane + 32 * u < nch) {
+        c.pre[u] = ld_w16(a + lane + 32 * u);
+        c.pre[PRE_N / 2 + u] = ld_w16(b + lane + 32 * u);
+      }
+  }
+}
+// this lane's sum over the preloaded chunks of the warp's first row, in row_dot's order (row_dot goes on from chunk
+// lane + 32 PRE_N with it: the same additions in the same order as without the preload)
+__device__ __forceinline__ float pre_dot(const Ctx& c, const float* xs, int K) {
+  const int lane = tid_v() & 31, nch = K >> 3;
+  float acc = 0.f;
+#pragma unroll
+  for (int u = 0; u < PRE_N; ++u)
+    if (lane + 32 * u < nch) acc += dot8x(c.pre[u], xs, lane + 32 * u, K);
+  return acc;
+}
+__device__ __forceinline__ float2 pre_dot2(const Ctx& c, const float* xs, int K) {
+  const int lane = tid_v() & 31, nch = K >> 3;
+  float sa = 0.f, sb = 0.f;
+#pragma unroll
+  for (int u = 0; u < PRE_N / 2; ++u)
+    if (lane + 32 * u < nch) {
+      sa += dot8x(c.pre[u], xs, lane + 32 * u, K);
+      sb += dot8x(c.pre[PRE_N / 2 + u], xs, lane + 32 * u, K);
+    }
+  return make_float2(sa, sb);
+}
+#endif
 
 #if AMK_GEMV_IMPL == 2
 // Body 2. The rows r0 + warp, r0 + warp + AMK_WARPS, ... of NW bf16 matrices (NW = 1: gemv; 2: gate and up), K
@@ -444,7 +535,12 @@ __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const _
 #endif
   stage_x();
   for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
+#if AMK_WEIGHT_PRELOAD > 0
+    const bool first = r == r0 + warp;  // the warp's first row: its first chunks were preloaded before the wait
+    float acc = row_dot(W + (size_t)r * K, xs, K, first ? pre_dot(c, xs, K) : 0.f, first ? 32 * PRE_N : 0);
+#else
     float acc = row_dot(W + (size_t)r * K, xs, K);
+#endif
     if (lane == 0) {
       float v = bias ? acc + ld_bf16(bias + r) : acc;
       if (hf) v = bf16r(v);
@@ -485,7 +581,13 @@ __device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const _
 #endif
   stage_x();
   for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
+#if AMK_WEIGHT_PRELOAD > 0
+    const bool first = r == r0 + warp;  // as in gemv_rows: PRE_N / 2 chunks of each of gate and up preloaded
+    float2 gu = row_dot2(Wg + (size_t)r * K, Wu + (size_t)r * K, xs, K,
+                         first ? pre_dot2(c, xs, K) : make_float2(0.f, 0.f), first ? 16 * PRE_N : 0);
+#else
     float2 gu = row_dot2(Wg + (size_t)r * K, Wu + (size_t)r * K, xs, K);
+#endif
     if (lane == 0) {
       float g = bg ? gu.x + ld_bf16(bg + r) : gu.x;
       float u = bu ? gu.y + ld_bf16(bu + r) : gu.y;

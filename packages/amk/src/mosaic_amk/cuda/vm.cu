@@ -225,10 +225,16 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
     int pending = -1;     // v1: counter of the finished task not yet signalled (the signalling thread's copy)
     if (qn > 0 && threadIdx.x < AMK_TASK_WORDS)
       task_s[0][threadIdx.x] = __ldg(tasks + (size_t)queue[q0] * AMK_TASK_WORDS + threadIdx.x);
-    if (!v0) __syncthreads();  // B0: record of q0 in task_s[0]
+    // B0: record of q0 in task_s[0] (v0 without the preload: the head barrier orders it)
+    if (!v0 || AMK_WEIGHT_PRELOAD > 0) __syncthreads();
     for (int q = q0; q < q1; ++q) {
       const int slot = (q - q0) & 1;
       const int* ts = task_s[slot];
+#if AMK_WEIGHT_PRELOAD > 0
+      // the GEMV's first weight chunks, before anything that stalls (the pending signal's membar, the L2 prefetch
+      // descriptors, the wait): the record is readable here (stored before B1 of task q - 1, or before B0)
+      preload_weights(c, ts, !((skip_ops >> ts[W_OP]) & 1));
+#endif
       if (pending >= 0) { signal_release(counters + pending); pending = -1; }  // v1, the signalling thread
       if (prefetch_depth > 0 && !pf_side) {
         const int upto = min(q1, q + prefetch_depth);

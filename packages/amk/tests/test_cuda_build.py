@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from mosaic.lift.disasm import find_tool
 from mosaic_amk.cuda import build as B
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (the VM build needs it)")
@@ -58,18 +58,10 @@ def test_key_follows_sources(tmp_path, monkeypatch):
     assert B.source_key(512, "release 13.0") != k0
 
 
-def _cuobjdump() -> str | None:
-    import nvidia
-
-    for root in map(Path, nvidia.__path__):
-        hits = sorted(root.glob("*/bin/cuobjdump"))
-        if hits:
-            return str(hits[0])
-    return shutil.which("cuobjdump")
 
 
 def test_sass_has_vector_loads_prefetch_and_no_local_memory(vm_build):
-    tool = _cuobjdump()
+    tool = find_tool("cuobjdump")
     if tool is None:
         pytest.skip("cuobjdump not found (pip nvidia-cuda-cuobjdump or the CUDA toolkit)")
     sass = subprocess.run([tool, "--dump-sass", str(vm_build[0].cubin)], capture_output=True, text=True,

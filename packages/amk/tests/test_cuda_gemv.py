@@ -19,6 +19,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from mosaic.lift.disasm import find_tool
 from mosaic_amk.config import WEIGHT_PRELOADS
 from mosaic_amk.cuda import build as B
 
@@ -49,16 +50,6 @@ def test_defines_are_checked_and_keyed():
     assert "-DAMK_GEMV_IMPL=2" in B.flags(512, BODY2) and "-DAMK_GEMV_IMPL=2" not in B.flags(512)
 
 
-def _cuobjdump() -> str | None:
-    from pathlib import Path
-
-    import nvidia
-
-    for root in map(Path, nvidia.__path__):
-        hits = sorted(root.glob("*/bin/cuobjdump"))
-        if hits:
-            return str(hits[0])
-    return shutil.which("cuobjdump")
 
 
 @needs_nvcc
@@ -67,7 +58,7 @@ def test_both_bodies_build_and_body2_uses_cp_async(builds):
     assert body1.key != body2.key and body1.cubin != body2.cubin
     assert body1.spill_stores == 0 and body1.stack_bytes == 0, body1.ptxas_log  # the default stays spill-free
     assert body2.registers <= 128, body2.ptxas_log
-    tool = _cuobjdump()
+    tool = find_tool("cuobjdump")
     if tool is None:  # pragma: no cover - the venv ships nvidia-cuda-cuobjdump
         pytest.skip("cuobjdump not found")
     sass = [subprocess.run([tool, "--dump-sass", str(b.cubin)], capture_output=True, text=True, timeout=120).stdout

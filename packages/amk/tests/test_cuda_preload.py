@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 import pytest
 from mosaic.errors import BadInput
+from mosaic.lift.disasm import find_tool
 from mosaic.plugins import host
 from mosaic_amk.config import WEIGHT_PRELOADS, ScheduleConfig
 from mosaic_amk.cuda import build as B
@@ -116,14 +117,6 @@ def test_cuda_vm_builds_the_preload_variant(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------- ptxas / SASS
-def _cuobjdump() -> str | None:
-    import nvidia
-
-    for root in map(Path, nvidia.__path__):
-        hits = sorted(root.glob("*/bin/cuobjdump"))
-        if hits:
-            return str(hits[0])
-    return shutil.which("cuobjdump")
 
 
 def weight_loads_before_first_signal(sass: str) -> int:
@@ -145,7 +138,7 @@ def test_every_allowed_preload_builds_spill_free_with_loads_before_the_wait(prel
     b = B.build(512, defines=B.preload_defines(preload))
     assert b.spill_stores == 0 and b.spill_loads == 0 and b.stack_bytes == 0, b.ptxas_log
     assert b.registers <= 128
-    tool = _cuobjdump()
+    tool = find_tool("cuobjdump")
     if tool is None:  # pragma: no cover - the venv ships nvidia-cuda-cuobjdump
         pytest.skip("cuobjdump not found")
     sass = subprocess.run([tool, "--dump-sass", str(b.cubin)], capture_output=True, text=True, timeout=120).stdout

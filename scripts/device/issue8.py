@@ -231,6 +231,18 @@ def st_lower():
     return out
 
 
+def _run_case(lz, weights, inputs, kv, out_name):
+    """Bind, fill the KV cache, one launch (watchdog checked): the output as float32 on the host."""
+    import cupy as cp
+
+    lz.bind(weights, inputs)
+    for k, v in (kv or {}).items():
+        lz.dev[k][...] = cp.asarray(v)
+    lz.launch()
+    lz.check()
+    return cp.asnumpy(lz.dev[out_name]).astype(np.float32)
+
+
 def _launcher(schedule, mode="f32", unsafe=False, timeout_s=1.0, prefetch=1):
     from mosaic_amk.cuda import encode as E
     from mosaic_amk.cuda.build import build
@@ -267,7 +279,6 @@ GEMV_AB_VARIANTS = {"body1": (), "body2": ("AMK_GEMV_IMPL=2",), "body2-depth12":
 
 
 def _gemv_ab(sched, inputs, weights, kv, out_name, ref_bits, floor_bytes) -> dict:
-    import cupy as cp
     from mosaic_amk.cuda import encode as E
     from mosaic_amk.cuda.build import build
     from mosaic_amk.cuda.launcher import Launcher
@@ -279,12 +290,7 @@ def _gemv_ab(sched, inputs, weights, kv, out_name, ref_bits, floor_bytes) -> dic
             b = build(512, defines=defines)
             lz = Launcher(E.encode(sched, runtime_position=False), str(b.cubin), threads=512, mode="hf-bf16",
                           timeout_s=1.0, prefetch_depth=1)
-            lz.bind(weights, inputs)
-            for k, v in (kv or {}).items():
-                lz.dev[k][...] = cp.asarray(v)
-            lz.launch()
-            lz.check()
-            got = cp.asnumpy(lz.dev[out_name]).astype(np.float32)
+            got = _run_case(lz, weights, inputs, kv, out_name)
             t_pf = _time_launch(lz, n=3, steps=20)
             t_nopf = _time_launch(lz, n=3, steps=20, prefetch_depth=0)
             out[tag] = {"registers": b.registers, "spill_stores": b.spill_stores,
@@ -328,12 +334,7 @@ def st_micro():
         res = {}
         for mode in ("f32", "hf-bf16"):
             lz = _launcher(sched, mode=mode)
-            lz.bind(weights, inputs)
-            for k, v in (kv or {}).items():
-                lz.dev[k][...] = cp.asarray(v)
-            lz.launch()
-            lz.check()
-            got = cp.asnumpy(lz.dev[out_name]).astype(np.float32)
+            got = _run_case(lz, weights, inputs, kv, out_name)
             ref = ref32 if mode == "f32" else ref_hf
             if ref is None:
                 continue

@@ -1,11 +1,14 @@
-"""One direct measurement of the AMK bench's ``best-measured`` candidate and its weight-preload twin
-``best-measured-preload`` (the same config with ``weight_preload=8``: a GEMV task's first weight loads issued before
-its wait; a separate build of the VM) against ``rows32-lm`` (the best config of the default bench) and HF static
-cache + CUDA graph, interleaved, for the bench shapes; every candidate gated on greedy-token equality with HF
-first (a candidate whose tokens differ is reported, never timed). Probes ``skip all ops`` (sync skeleton) on
-best-measured. Prints each shape's table and one verdict line: preload vs no preload, ms/token and ratio.
+"""Direct measurements of the AMK bench's best candidates against ``best-measured`` (rows32 + LM-head split, fused
+GEMVs, relaxed polling, no L2 prefetch): its weight-preload twin ``best-measured-preload`` (a GEMV task's first
+weight loads issued before its wait; a separate build of the VM), the ``balanced`` split (one task per SM per GEMV
+stage) with and without the preload, with a separate RoPE stage, and on 66 SMs; plus ``rows32-lm`` (the best config
+of the default bench) and HF static cache + CUDA graph, interleaved, for the bench shapes. Every candidate is gated
+on greedy-token equality with HF first (a candidate whose tokens differ is reported, never timed). Probes ``skip all
+ops`` (sync skeleton) on best-measured and balanced. Prints each shape's table and one verdict line per candidate
+against best-measured: ms/token and ratio.
 
-    python3 scripts/device/amk_best.py [--shapes llama-3.2-1b,smollm2-135m] [--rounds 3]   # writes $OUT/amk_best.json
+    python3 scripts/device/amk_best.py [--shapes llama-3.2-1b,smollm2-135m] [--rounds 3] [--candidates a,b]
+    # writes $OUT/amk_best.json
 """
 
 from __future__ import annotations
@@ -17,19 +20,25 @@ import sys
 import time
 from pathlib import Path
 
-CANDIDATES = ("rows32-lm", "best-measured", "best-measured-preload")
+CANDIDATES = ("rows32-lm", "best-measured", "best-measured-preload", "balanced", "balanced-preload",
+              "balanced-rope-stage-preload", "balanced-66sm-preload")
+BASE = "best-measured"
+
+
+def verdict(shape: str, res: dict, name: str, base: str = BASE) -> str:
+    """One line: ``base`` vs ``name`` (ms/token, ratio), or why one of them has no time."""
+    ms = {c["name"]: c.get("ms_per_token") for c in res.get("contenders", [])}
+    why = {c["name"]: c.get("gate") or c.get("error") for c in res.get("candidates", [])}
+    a, b = ms.get(f"amk[{base}]"), ms.get(f"amk[{name}]")
+    if a is None or b is None:
+        missing = [n for n, v in ((base, a), (name, b)) if v is None]
+        return f"{name} {shape}: no comparison: " + "; ".join(f"{n}: {why.get(n) or 'no time'}" for n in missing)
+    return (f"{name} {shape}: {base} {a:.3f} ms/token, {name} {b:.3f} ms/token "
+            f"(x{b / a:.3f}; tokens equal to HF for both)")
 
 
 def preload_verdict(shape: str, res: dict) -> str:
-    """One line: best-measured vs best-measured-preload (ms/token, ratio), or why one of them has no time."""
-    ms = {c["name"]: c.get("ms_per_token") for c in res.get("contenders", [])}
-    why = {c["name"]: c.get("gate") or c.get("error") for c in res.get("candidates", [])}
-    base, pre = ms.get("amk[best-measured]"), ms.get("amk[best-measured-preload]")
-    if base is None or pre is None:
-        missing = [n for n, v in (("best-measured", base), ("best-measured-preload", pre)) if v is None]
-        return f"preload {shape}: no comparison: " + "; ".join(f"{n}: {why.get(n) or 'no time'}" for n in missing)
-    return (f"preload {shape}: best-measured {base:.3f} ms/token, best-measured-preload {pre:.3f} ms/token "
-            f"(x{pre / base:.3f}; tokens equal to HF for both)")
+    return verdict(shape, res, "best-measured-preload")
 
 
 def main(argv=None) -> int:
@@ -38,6 +47,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--candidates", default=",".join(CANDIDATES), help="bench candidate names (bench.default_candidates)")
     a = p.parse_args(argv)
     from mosaic.plugins import host
     from mosaic_amk.cuda import hf_gpu
@@ -49,14 +59,15 @@ def main(argv=None) -> int:
         t0 = time.time()
         model = hf_gpu.random_model(shape)
         spec = hf_gpu.spec_of(model)
-        cands = [c for c in default_candidates(spec) if c[0] in CANDIDATES]
+        wanted = [n for n in a.candidates.split(",") if n]
+        cands = [c for c in default_candidates(spec) if c[0] in wanted]
         cands = [(n, c.for_gpu(gpu)) for n, c in cands]
         res = run_bench(model, spec, gpu, cands, rounds=a.rounds, steps=a.steps, eager=False,
-                        probe=["best-measured"], probe_only=["skip all ops (sync skeleton)"], log=print)
+                        probe=[BASE, "balanced"], probe_only=["skip all ops (sync skeleton)"], log=print)
         res["seconds"] = round(time.time() - t0, 1)
-        res["preload_verdict"] = preload_verdict(shape, res)
+        res["verdicts"] = [verdict(shape, res, n) for n, _ in cands if n != BASE]
         out[shape] = res
-        verdicts.append(res["preload_verdict"])
+        verdicts.extend(res["verdicts"])
         print(format_table(res), flush=True)
         del model
     Path(a.out).mkdir(parents=True, exist_ok=True)

@@ -154,7 +154,8 @@ def test_bench_has_best_measured_preload():
     spec = tiny_model("llama")
     cands = dict(default_candidates(spec))
     assert cands["best-measured-preload"] == attrs.evolve(cands["best-measured"], weight_preload=8)
-    assert all(c.weight_preload == 0 for n, c in cands.items() if n != "best-measured-preload")
+    assert all(c.weight_preload == (8 if n.endswith("-preload") else 0) for n, c in cands.items())
+    assert cands["balanced"] == attrs.evolve(cands["best-measured"], gemv_split="balanced", lm_head_rows_per_task=0)
     assert [n for n, _ in fused_candidates(spec)] == ["fused", "fused-rows16-lm", "fused-rows32-lm"]
 
 
@@ -167,7 +168,7 @@ def _amk_best():
 
 def test_amk_best_measures_the_preload_twin_and_says_so():
     m = _amk_best()
-    assert set(m.CANDIDATES) == {"rows32-lm", "best-measured", "best-measured-preload"}
+    assert {"rows32-lm", "best-measured", "best-measured-preload", "balanced", "balanced-preload"} <= set(m.CANDIDATES)
     res = {"candidates": [{"name": "best-measured"}, {"name": "best-measured-preload"}],
            "contenders": [{"name": "amk[best-measured]", "ms_per_token": 1.30},
                           {"name": "amk[best-measured-preload]", "ms_per_token": 1.04}]}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 from mosaic.cli import main
 from mosaic.errors import BadInput
@@ -127,6 +128,53 @@ def test_validator_accepts_real_lowerings(h200, family):
         for pos in (0, 6, 17):
             result = validate(lower(m, cfg, h200, pos))
             assert result.ok, [d.line() for d in result.diagnostics]
+
+
+@pytest.mark.parametrize("fusion", [FUSIONS[:5], ()])
+def test_balanced_split_runs_one_task_per_sm_per_gemv_and_covers_every_row(h200, fusion):
+    """gemv_split="balanced": each GEMV is min(num_sms, units) tasks whose sizes differ by at most one unit (a row;
+    a whole head for the RoPE GEMVs), the ranges tile the output exactly, round-robin puts each on its own SM, the
+    validator accepts the lowering, and the ReferenceVM's tokens equal the rows split's (logits to float32 order)."""
+    m = tiny_model("llama")  # q 128 rows (8 heads of 16), kv 32, hidden 128, intermediate 176, vocab 96
+    sms = 6
+    cfg = ScheduleConfig(gemv_split="balanced", num_sms=sms, fusion=fusion)
+    s = lower(m, cfg, h200, 4)
+    gemv_ops = {"gemv", "rmsnorm_gemv", "gemv_silu_mul", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append"}
+    by_weight: dict = {}
+    for t in s.tasks:
+        if t.op in gemv_ops:
+            w = t.inputs[2 if t.op.startswith("rmsnorm") else 1]
+            by_weight.setdefault(w, []).append(t)
+    assert len(by_weight) == m.num_layers * (4 + (2 if "gate_up_silu" in fusion else 3)) + 1
+    for w, tasks in by_weight.items():
+        n_out = next(b for b in s.buffers if b.name == w).shape[0]
+        unit = m.head_dim if tasks[0].op.startswith("gemv_rope") else 1
+        ranges = [(t.params["row_start"], t.params["row_end"]) for t in tasks]
+        assert ranges[0][0] == 0 and ranges[-1][1] == n_out and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        sizes = [(r1 - r0) // unit for r0, r1 in ranges]
+        assert len(tasks) == min(sms, -(-n_out // unit)), w
+        assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True), (w, sizes)
+        assert len({t.sm for t in tasks}) == len(tasks), w  # one task per SM
+    result = validate(s)
+    assert result.ok, [d.line() for d in result.diagnostics]
+    prompt = [5, 1, 8]
+    want = ReferenceVM(m, ScheduleConfig(num_sms=sms, fusion=fusion, gemv_rows_per_task=16), h200).generate(prompt, 4)
+    got = ReferenceVM(m, cfg, h200).generate(prompt, 4)
+    assert got[0] == want[0]
+    # numpy's float32 GEMV sums in an order that depends on the row block (any two splits differ by ~1e-6)
+    assert all(np.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(got[1], want[1], strict=True))
+
+
+def test_balanced_split_sizes(h200):
+    from mosaic_amk.lowering import _Builder
+
+    b = _Builder(tiny_model("llama"), ScheduleConfig(gemv_split="balanced"), 132)
+    assert b.row_ranges(2048, 32)[:2] == [(0, 16), (16, 32)] and len(b.row_ranges(2048, 32)) == 132
+    assert sum(r1 - r0 == 16 for r0, r1 in b.row_ranges(2048, 32)) == 2048 - 132 * 15  # 68 of 16 rows, 64 of 15
+    assert len(b.row_ranges(2048, 32, unit=64)) == 32  # q of Llama-3.2-1B: 32 whole heads, one task each
+    assert b.row_ranges(100, 32, unit=64) == [(0, 64), (64, 100)]
+    assert b.row_ranges(50, 32, balanced=False) == [(0, 32), (32, 50)]
+    assert b.row_ranges(200, 32, unit=64, balanced=False) == [(0, 64), (64, 128), (128, 192), (192, 200)]
 
 
 # ------------------------------------------------------------------------------------------- config

@@ -26,6 +26,10 @@ FUSIONS = DEFAULT_FUSIONS + CPU_FUSIONS
 # every fusion the CUDA VM runs: 5 serial stages per layer instead of 8 (lowering.layer_stages)
 VM_FUSIONS = DEFAULT_FUSIONS + ("rmsnorm_gemv", "gemv_rope_append")
 SM_POLICIES = ("round_robin", "least_loaded", "single")
+# how a GEMV's output rows are cut into tasks: "rows" (gemv_rows_per_task rows each, the last one shorter) or
+# "balanced" (as many tasks as SMs, or fewer when the GEMV has fewer row units, sizes differing by at most one unit:
+# every GEMV stage then runs one task per SM; a unit is one row, a whole head for the RoPE GEMVs)
+GEMV_SPLITS = ("rows", "balanced")
 # the CUDA VM's synchronisation variants (vm.cu sync_flags; docs/amk-cuda.md "Synchronisation variants"); the
 # first of each is the v0 path, the default until the device run compares them
 WAIT_MODES = ("acquire", "relaxed")
@@ -71,6 +75,9 @@ class ScheduleConfig:
 
     - ``gemv_rows_per_task``: output rows per GEMV task (q/k/v/o, gate/up/down); ``lm_head_rows_per_task``
       the same for the LM head (0: same as gemv_rows_per_task).
+    - ``gemv_split``: ``rows`` (the GEMVs are cut into ``gemv_rows_per_task``-row tasks) or ``balanced`` (each GEMV
+      is cut into ``min(num_sms, row units)`` tasks of near-equal size, a unit being one row, or one whole head for
+      the RoPE GEMVs; the LM head too unless ``lm_head_rows_per_task`` is set): one task per SM per GEMV stage.
     - ``attention_kv_heads_per_task``: KV heads (with their query-head group) per attention task.
     - ``fusion``: which fusions to apply (see docs/amk.md): ``residual`` (o-proj/down GEMV tasks add the
       residual), ``gate_up_silu`` (one task computes rows of silu(gate)*up), ``rope_append`` (RoPE of k
@@ -100,6 +107,7 @@ class ScheduleConfig:
 
     gemv_rows_per_task: int = attrs.field(default=64, validator=_int_pos)
     lm_head_rows_per_task: int = attrs.field(default=0, validator=non_negative_int)
+    gemv_split: str = attrs.field(default="rows", validator=one_of(*GEMV_SPLITS))
     attention_kv_heads_per_task: int = attrs.field(default=1, validator=_int_pos)
     fusion: tuple = attrs.field(default=DEFAULT_FUSIONS, converter=tuple, validator=_fusion)
     attention_kv_splits: int = attrs.field(default=4, validator=_int_pos)

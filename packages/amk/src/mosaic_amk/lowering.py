@@ -90,13 +90,34 @@ class _Builder:
                                ranges=ranges or {}))
         self.producers[signal] += 1
 
+    def row_ranges(self, n_out: int, rows_per_task: int, unit: int = 1, balanced: bool | None = None
+                   ) -> list[tuple[int, int]]:
+        """The row ranges of one GEMV's tasks. ``rows`` split: ``rows_per_task`` rows each (rounded down to whole
+        units, at least one unit), the last range shorter. ``balanced`` split: ``min(num_sms, units)`` ranges of
+        whole units whose sizes differ by at most one unit (the larger ones first), so a GEMV stage runs one task
+        per SM under round-robin placement."""
+        if balanced is None:
+            balanced = self.config.gemv_split == "balanced"
+        if not balanced:
+            step = max(unit, rows_per_task // unit * unit)
+            return [(r0, min(n_out, r0 + step)) for r0 in range(0, n_out, step)]
+        units = -(-n_out // unit)
+        tasks = max(1, min(self.num_sms, units))
+        base, extra = divmod(units, tasks)
+        out, u0 = [], 0
+        for k in range(tasks):
+            u1 = u0 + base + (1 if k < extra else 0)
+            out.append((u0 * unit, min(n_out, u1 * unit)))
+            u0 = u1
+        return out
+
     def gemv(self, x: str, weight: str, bias: str | None, out: str, waits: list[Wait], signal: int,
-             rows_per_task: int, residual: str | None = None, norm: tuple[str, float] | None = None) -> None:
+             rows_per_task: int, residual: str | None = None, norm: tuple[str, float] | None = None,
+             balanced: bool | None = None) -> None:
         """Row-split GEMV: out[r0:r1] = (residual[r0:r1] +) W[r0:r1] @ x (+ b[r0:r1]); with ``norm`` =
         (norm weight, eps) each task normalises x itself (``rmsnorm_gemv``)."""
         n_out, n_in = self.buffers[weight].shape
-        for r0 in range(0, n_out, rows_per_task):
-            r1 = min(n_out, r0 + rows_per_task)
+        for r0, r1 in self.row_ranges(n_out, rows_per_task, balanced=balanced):
             rest = [weight] + ([bias] if bias else []) + ([residual] if residual else [])
             ranges = {n: (r0, r1) for n in rest}
             ranges[out] = (r0, r1)
@@ -113,10 +134,8 @@ class _Builder:
         """``gemv_rope`` (rows of out, whole heads) or ``gemv_rope_append`` (columns of the KV slot)."""
         n_out, n_in = self.buffers[weight].shape
         hd = rope["head_dim"]
-        step = max(hd, rows_per_task // hd * hd)
         position = rope["position"]
-        for r0 in range(0, n_out, step):
-            r1 = min(n_out, r0 + step)
+        for r0, r1 in self.row_ranges(n_out, rows_per_task, unit=hd):
             extra = ([inv_freq] if inv_freq else []) + ([norm[0]] if norm else []) + ([bias] if bias else [])
             ranges = {weight: (r0, r1)}
             if bias:
@@ -272,8 +291,7 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         wg, wu = b.weight(lay("mlp.gate_proj.weight")), b.weight(lay("mlp.up_proj.weight"))
         bg, bu = bias(lay("mlp.gate_proj.bias")), bias(lay("mlp.up_proj.bias"))
         if "gate_up_silu" in fused:
-            for r0 in range(0, inter, rows):
-                r1 = min(inter, r0 + rows)
+            for r0, r1 in b.row_ranges(inter, rows):
                 rest = [wg, wu] + ([bg, bu] if bg else [])
                 rng = {n: (r0, r1) for n in rest}
                 rng[act] = (r0, r1)
@@ -314,7 +332,7 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
     logits = b.buf(LOGITS, (m.vocab_size,), "output")
     c_logits = b.counter()
     b.gemv(xf, b.weight(m.lm_head_name), None, logits, [b.join(c_xf)], c_logits, c.lm_head_rows_per_task or rows,
-           norm=norm_f)
+           norm=norm_f, balanced=None if not c.lm_head_rows_per_task else False)
     nt = b.buf(NEXT_TOKEN, (1,), "output", "i32")
     if "split_argmax" in fused:  # per-chunk max and first index, then the first index of the max of those
         step = c.argmax_rows_per_task

@@ -25,7 +25,7 @@ import attrs
 import numpy as np
 from mosaic.records import GpuTarget
 
-from mosaic_amk.config import VM_FUSIONS, ScheduleConfig
+from mosaic_amk.config import DEFAULT_FUSIONS, VM_FUSIONS, ScheduleConfig
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.cuda.launcher import SKIPPABLE
 
@@ -85,24 +85,33 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     """A few schedule configs: the default, two finer splits (more tasks than SMs per GEMV stage), and
     ``best-measured``: what the H200 runs of 2026-11-30 measured best piece by piece (docs/amk-cuda.md
     "Where the time goes"): rows32 + the LM-head split, the fused GEMVs (5 stages per layer), no L2 weight
-    prefetch (it cost the 16384x8192 GEMV 84.6 vs 65.9 us), relaxed polling (1-2% on both shapes); and
+    prefetch (it cost the 16384x8192 GEMV 84.6 vs 65.9 us), relaxed polling (1-2% on both shapes);
     ``best-measured-preload``: the same with the weight preload (8 chunks per lane, row_dot's first burst, in
-    flight before each GEMV task's wait; docs/amk-cuda.md "Weight preload"), a build variant of the VM."""
+    flight before each GEMV task's wait; docs/amk-cuda.md "Weight preload"), a build variant of the VM;
+    ``balanced``: best-measured with every GEMV (LM head included) cut into one task per SM (``gemv_split``),
+    with and without the preload, with a separate RoPE/append stage instead of the RoPE GEMVs (so q/k/v are cut
+    by rows, not whole heads: 132 tasks instead of q+k+v heads), and on 66 SMs (half the producers per counter)."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
+    balanced = attrs.evolve(best, gemv_split="balanced", lm_head_rows_per_task=0)
     return [("default", ScheduleConfig()),
             ("rows16-lm", ScheduleConfig(gemv_rows_per_task=16, lm_head_rows_per_task=lm_rows, prefetch_depth=2)),
             ("rows32-lm", ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=1)),
             ("best-measured", best),
-            ("best-measured-preload", attrs.evolve(best, weight_preload=8))]
+            ("best-measured-preload", attrs.evolve(best, weight_preload=8)),
+            ("balanced", balanced),
+            ("balanced-preload", attrs.evolve(balanced, weight_preload=8)),
+            ("balanced-rope-stage-preload", attrs.evolve(balanced, weight_preload=8,
+                                                         fusion=DEFAULT_FUSIONS + ("rmsnorm_gemv",))),
+            ("balanced-66sm-preload", attrs.evolve(balanced, weight_preload=8, num_sms=66))]
 
 
 def fused_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     """default_candidates with every fusion the CUDA VM runs switched on (config.VM_FUSIONS: rmsnorm_gemv and
     gemv_rope_append on top of the defaults; 5 serial stages per layer instead of 8), named ``fused-<name>``."""
     return [(f"fused-{name}" if name != "default" else "fused", attrs.evolve(cfg, fusion=VM_FUSIONS))
-            for name, cfg in default_candidates(spec) if not name.startswith("best-measured")]
+            for name, cfg in default_candidates(spec) if name in ("default", "rows16-lm", "rows32-lm")]
 
 
 # the VM's synchronisation variants (config.WAIT_MODES / SIGNAL_MODES / PREFETCH_MODES; docs/amk-cuda.md

@@ -150,7 +150,7 @@ def test_balanced_split_runs_one_task_per_sm_per_gemv_and_covers_every_row(h200,
         n_out = next(b for b in s.buffers if b.name == w).shape[0]
         unit = m.head_dim if tasks[0].op.startswith("gemv_rope") else 1
         ranges = [(t.params["row_start"], t.params["row_end"]) for t in tasks]
-        assert ranges[0][0] == 0 and ranges[-1][1] == n_out and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert ranges[0][0] == 0 and ranges[-1][1] == n_out and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
         sizes = [(r1 - r0) // unit for r0, r1 in ranges]
         assert len(tasks) == min(sms, -(-n_out // unit)), w
         assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True), (w, sizes)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 CANDIDATES = ("rows32-lm", "best-measured", "best-measured-preload", "balanced", "balanced-preload",
-              "balanced-rope-stage-preload", "balanced-66sm-preload")
+              "balanced-rope-stage-preload", "balanced-66sm-preload", "balanced-stream2", "balanced-stream4")
 BASE = "best-measured"
 
 

@@ -9,7 +9,9 @@ checks are in test_cuda_preload.py): on a GPU, every allowed N is bit-identical 
 cases above: rows past the warps, K shorter than the preload, a partial chunk round), the fused GEMVs and their
 unfused chains (rmsnorm -> gemv / gemv_silu_mul -> rope / append: GEMV tasks that really wait), an LM head
 (rmsnorm -> gemv -> argmax), at 1 and 3 steps per launch; whole models (tiny Llama, a 2-layer Llama-3.2-1B shape)
-generate the same tokens and bit-identical logits; the watchdog still trips on a GEMV task's wait."""
+generate the same tokens and bit-identical logits; the watchdog still trips on a GEMV task's wait. The same GPU tests
+run the weight stream (AMK_WSTREAM=N, ScheduleConfig.weight_stream: TMA bulk copies into a shared-memory ring, the
+first pieces issued before the wait; docs/amk-cuda.md "Weight stream"; CPU checks in test_cuda_preload.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import subprocess
 import numpy as np
 import pytest
 from mosaic.lift.disasm import find_tool
-from mosaic_amk.config import WEIGHT_PRELOADS
+from mosaic_amk.config import WEIGHT_PRELOADS, WEIGHT_STREAMS
 from mosaic_amk.cuda import build as B
 
 BODY2 = ("AMK_GEMV_IMPL=2",)
@@ -86,7 +88,8 @@ def _run(schedule, weights, inputs, out, mode, defines=(), n_steps=1):
     from mosaic_amk.cuda.launcher import Launcher, gate
 
     gate(schedule)
-    lz = Launcher(encode(schedule, runtime_position=False), str(B.build(512, defines=defines).cubin), mode=mode)
+    lz = Launcher(encode(schedule, runtime_position=False), str(B.build(512, defines=defines).cubin), mode=mode,
+                  ring_bytes=B.ring_bytes(512, defines))
     lz.bind(weights, inputs)
     lz.launch(n_steps=n_steps)
     lz.check()
@@ -163,6 +166,11 @@ def test_body2_fused_gemvs_are_body1_bits_and_the_unfused_chain(case):
 
 # ------------------------------------------------------------------------------------ weight preload (GPU)
 PRELOADS = tuple(n for n in WEIGHT_PRELOADS if n)
+# every build variant that issues weight loads before a GEMV task's wait: the preload (registers) and the weight
+# stream (TMA into a shared-memory ring; docs/amk-cuda.md "Weight stream"): (id, build defines, config change)
+EARLY = [(f"preload{n}", B.preload_defines(n), {"weight_preload": n}) for n in PRELOADS] + \
+        [(f"stream{n}", (f"AMK_WSTREAM={n}",), {"weight_stream": n}) for n in WEIGHT_STREAMS if n]
+EARLY_IDS = [e[0] for e in EARLY]
 
 
 def _bits_equal(a, b) -> bool:
@@ -170,23 +178,23 @@ def _bits_equal(a, b) -> bool:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("preload", PRELOADS)
+@pytest.mark.parametrize("early", EARLY, ids=EARLY_IDS)
 @pytest.mark.parametrize("case", GEMV_CASES, ids=lambda c: f"{c[0]}x{c[1]}-b{int(c[2])}r{int(c[3])}-t{c[4]}")
-def test_preload_gemv_is_default_bits(case, preload):
+def test_preload_gemv_is_default_bits(case, early):
     _gpu_or_skip()
     n, k, bias, resid, parts = case
     s, weights, inputs, _ = _gemv_case(np.random.default_rng(5), n, k, bias, resid, parts)
     for mode in ("f32", "hf-bf16"):
         want = _run(s, weights, inputs, "y", mode)
-        got = _run(s, weights, inputs, "y", mode, B.preload_defines(preload))
-        assert np.isfinite(want).all() and _bits_equal(got, want), (mode, preload)
+        got = _run(s, weights, inputs, "y", mode, early[1])
+        assert np.isfinite(want).all() and _bits_equal(got, want), (mode, early[0])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("preload", PRELOADS)
+@pytest.mark.parametrize("early", EARLY, ids=EARLY_IDS)
 @pytest.mark.parametrize("case", ["rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append_k",
                                   "gemv_rope_append_v"])
-def test_preload_fused_gemvs_and_chains_are_default_bits(case, preload):
+def test_preload_fused_gemvs_and_chains_are_default_bits(case, early):
     """The fused op and its unfused chain (whose GEMV / gemv_silu_mul tasks wait for the rmsnorm stage: the preload
     is issued before a real wait), both precision modes, 1 and 3 steps per launch."""
     _gpu_or_skip()
@@ -197,7 +205,7 @@ def test_preload_fused_gemvs_and_chains_are_default_bits(case, preload):
         for mode in ("f32", "hf-bf16"):
             want = _run(c[which], c["weights"], c["inputs"], c["out"], mode)
             for n_steps in (1, 3):
-                got = _run(c[which], c["weights"], c["inputs"], c["out"], mode, B.preload_defines(preload), n_steps)
+                got = _run(c[which], c["weights"], c["inputs"], c["out"], mode, early[1], n_steps)
                 assert _bits_equal(got, want), (which, mode, n_steps)
 
 
@@ -222,22 +230,23 @@ def lm_head_chain(rng, hidden=2048, vocab=5000, num_sms=132):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("preload", PRELOADS)
-def test_preload_lm_head_argmax_is_default_bits(preload):
+@pytest.mark.parametrize("early", EARLY, ids=EARLY_IDS)
+def test_preload_lm_head_argmax_is_default_bits(early):
     _gpu_or_skip()
     s, weights, inputs = lm_head_chain(np.random.default_rng(11))
     for mode in ("f32", "hf-bf16"):
         want = _run(s, weights, inputs, "logits", mode)
         want_tok = _run(s, weights, inputs, "next_token", mode)
         for n_steps in (1, 3):
-            got = _run(s, weights, inputs, "logits", mode, B.preload_defines(preload), n_steps)
-            tok = _run(s, weights, inputs, "next_token", mode, B.preload_defines(preload), n_steps)
+            got = _run(s, weights, inputs, "logits", mode, early[1], n_steps)
+            tok = _run(s, weights, inputs, "next_token", mode, early[1], n_steps)
             assert _bits_equal(got, want), (mode, n_steps)
             assert tok[0] == want_tok[0] == int(np.argmax(want)), (mode, n_steps)
 
 
 @pytest.mark.gpu
-def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works():
+@pytest.mark.parametrize("early", [EARLY[len(PRELOADS) - 1], EARLY[-1]], ids=[EARLY_IDS[len(PRELOADS) - 1], EARLY_IDS[-1]])
+def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works(early):
     """A GEMV task whose wait can never hold (threshold + 1, forced past the validator): its preload was issued,
     the watchdog still trips and names its counter; a valid launch with the same cubin then gives the default bits."""
     _gpu_or_skip()
@@ -251,8 +260,9 @@ def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works():
     i = next(i for i, t in enumerate(ok.tasks) if t.op == "gemv")
     bad = raise_threshold(ok, i)
     assert not gate(bad, unsafe=True).ok
-    cubin = str(B.build(512, defines=B.preload_defines(PRELOADS[-1])).cubin)
-    lz = Launcher(encode(bad, runtime_position=False), cubin, mode="hf-bf16", timeout_s=0.2)
+    cubin = str(B.build(512, defines=early[1]).cubin)
+    ring = B.ring_bytes(512, early[1])
+    lz = Launcher(encode(bad, runtime_position=False), cubin, mode="hf-bf16", timeout_s=0.2, ring_bytes=ring)
     lz.bind(c["weights"], c["inputs"])
     lz.launch()
     with pytest.raises(WatchdogAbort) as exc:
@@ -261,7 +271,7 @@ def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works():
     assert timed_out and timed_out[0]["task"] == ok.tasks[i].id
     assert timed_out[0]["counter"] == ok.tasks[i].waits[0].counter
     assert timed_out[0]["threshold"] == ok.tasks[i].waits[0].threshold + 1
-    good = Launcher(encode(ok, runtime_position=False), cubin, mode="hf-bf16", timeout_s=0.2)
+    good = Launcher(encode(ok, runtime_position=False), cubin, mode="hf-bf16", timeout_s=0.2, ring_bytes=ring)
     good.bind(c["weights"], c["inputs"])
     good.launch(n_steps=2)
     good.check()
@@ -272,8 +282,10 @@ def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works():
 @pytest.mark.gpu
 @pytest.mark.parametrize("model_kind", ["tiny-llama", "llama-3.2-1b-2layers"])
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
-def test_preload_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, tmp_path):
-    """best-measured's config (fused GEMVs, relaxed polling, no L2 prefetch) with and without weight_preload=8:
+@pytest.mark.parametrize("early", [EARLY[len(PRELOADS) - 1], EARLY[-1]], ids=[EARLY_IDS[len(PRELOADS) - 1], EARLY_IDS[-1]])
+def test_preload_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, early, tmp_path):
+    """best-measured's config (fused GEMVs, relaxed polling, no L2 prefetch) with and without weight_preload=8 (and
+    weight_stream=4):
     the same greedy tokens (one step per launch: bit-identical logits too; 8 steps in one launch: the tokens)."""
     _gpu_or_skip()
     import attrs
@@ -292,8 +304,8 @@ def test_preload_whole_model_tokens_and_logits_equal(model_kind, steps_per_launc
     base = ScheduleConfig(gemv_rows_per_task=16, prefetch_depth=0, fusion=VM_FUSIONS, wait_mode="relaxed")
     gpu = host().get("gpus", "h200")
     off = CudaVM(spec, base, gpu, weights=weights, max_positions=64)
-    on = CudaVM(spec, attrs.evolve(base, weight_preload=8), gpu, weights=weights, max_positions=64)
-    assert on.build_info.key == B.build(base.threads_per_block, defines=B.preload_defines(8)).key
+    on = CudaVM(spec, attrs.evolve(base, **early[2]), gpu, weights=weights, max_positions=64)
+    assert on.build_info.key == B.build(base.threads_per_block, defines=early[1]).key
     assert off.build_info.key == B.build(base.threads_per_block).key
     prompt = [3, 17, 42, 5, 11]
     logits = steps_per_launch == 1

@@ -19,7 +19,7 @@ import pytest
 from mosaic.errors import BadInput
 from mosaic.lift.disasm import find_tool
 from mosaic.plugins import host
-from mosaic_amk.config import WEIGHT_PRELOADS, ScheduleConfig
+from mosaic_amk.config import WEIGHT_PRELOADS, WEIGHT_STREAMS, WS_PIECE, ScheduleConfig
 from mosaic_amk.cuda import build as B
 from mosaic_amk.cuda import encode as E
 
@@ -146,6 +146,52 @@ def test_every_allowed_preload_builds_spill_free_with_loads_before_the_wait(prel
     assert weight_loads_before_first_signal(sass) == 2 * preload
 
 
+# ------------------------------------------------------------------------------------------ weight stream
+def test_stream_config_ring_and_defines():
+    """weight_stream: its values, exclusive with the preload, its ring on top of smem_bytes (checked against the GPU),
+    its build define (own cache key) and the ring a Launcher adds for a build."""
+    assert ScheduleConfig().weight_stream == 0 and ScheduleConfig().ring_bytes() == 0
+    c = ScheduleConfig(weight_stream=4)
+    assert c.ring_bytes() == 16 * 4 * WS_PIECE and B.config_defines(c) == ("AMK_WSTREAM=4",)
+    assert B.ring_bytes(512, B.config_defines(c)) == c.ring_bytes() and B.ring_bytes(512, ()) == 0
+    assert B.config_defines(ScheduleConfig(weight_preload=8)) == ("AMK_WEIGHT_PRELOAD=8",)
+    with pytest.raises(BadInput, match="weight_stream"):
+        ScheduleConfig.from_mapping({"weight_stream": 4, "weight_preload": 8})
+    with pytest.raises(BadInput, match="0, 2, 4"):
+        ScheduleConfig.from_mapping({"weight_stream": 3})
+    gpu = host().get("gpus", "h200")
+    assert c.check(gpu) == []  # 96 KB + 128 KB fits the H200's 227 KB per block
+    assert any("ring" in p for p in ScheduleConfig(weight_stream=4, smem_bytes=128 * 1024).check(gpu))
+    keys = {B.source_key(512, "release 13.0", B.config_defines(ScheduleConfig(weight_stream=n))) for n in WEIGHT_STREAMS}
+    assert len(keys) == len(WEIGHT_STREAMS)
+    with pytest.raises(B.BuildError, match="AMK_WSTREAM"):
+        B.build(512, defines=("AMK_WSTREAM=4", "AMK_WEIGHT_PRELOAD=8"))
+    with pytest.raises(B.BuildError, match="AMK_WSTREAM"):
+        B.build(512, defines=("AMK_WSTREAM=4", "AMK_GEMV_IMPL=2"))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("slots", [n for n in WEIGHT_STREAMS if n])
+def test_stream_builds_spill_free_with_bulk_copies_before_the_wait(slots, cache):
+    """Each stream build compiles for sm_90a without spills; its SASS has bulk copies (UBLKCP) and mbarrier waits
+    (SYNCS.PHASECHK), the first bulk copy before the task loop's first release add (issued before the wait); the
+    default build has neither."""
+    b = B.build(512, defines=(f"AMK_WSTREAM={slots}",))
+    assert b.spill_stores == 0 and b.spill_loads == 0 and b.stack_bytes == 0, b.ptxas_log
+    tool = find_tool("cuobjdump")
+    if tool is None:  # pragma: no cover - the venv ships nvidia-cuda-cuobjdump
+        pytest.skip("cuobjdump not found")
+
+    def sass(cubin):
+        return subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, timeout=120).stdout
+
+    text = sass(b.cubin)
+    assert "UBLKCP" in text and "SYNCS.PHASECHK" in text
+    assert text.index("UBLKCP") < text.index("REDG.E.ADD")
+    default = sass(B.build(512).cubin)
+    assert "UBLKCP" not in default and "SYNCS.PHASECHK" not in default
+
+
 # -------------------------------------------------------------------------------------- bench / script
 def test_bench_has_best_measured_preload():
     from mosaic_amk.cuda.bench import default_candidates, fused_candidates
@@ -155,6 +201,7 @@ def test_bench_has_best_measured_preload():
     cands = dict(default_candidates(spec))
     assert cands["best-measured-preload"] == attrs.evolve(cands["best-measured"], weight_preload=8)
     assert all(c.weight_preload == (8 if n.endswith("-preload") else 0) for n, c in cands.items())
+    assert cands["balanced-stream4"] == attrs.evolve(cands["balanced"], weight_stream=4)
     assert cands["balanced"] == attrs.evolve(cands["best-measured"], gemv_split="balanced", lm_head_rows_per_task=0)
     assert [n for n, _ in fused_candidates(spec)] == ["fused", "fused-rows16-lm", "fused-rows32-lm"]
 

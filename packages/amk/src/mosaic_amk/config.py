@@ -39,6 +39,10 @@ PREFETCH_MODES = ("inline", "side")
 # AMK_WEIGHT_PRELOAD, a build define; docs/amk-cuda.md "Weight preload"); 0 = off. The values whose build is
 # spill-free (ptxas, sm_90a, nvcc 13.0; test_cuda_preload builds each): 4 spills 8 bytes, so it is not offered
 WEIGHT_PRELOADS = (0, 2, 6, 8)
+# weight_stream: ring slots per warp of the TMA weight stream (vm.cu / microkernels.cuh AMK_WSTREAM, a build define;
+# docs/amk-cuda.md "Weight stream"), WS_PIECE bytes each; 0 = off. Exclusive with weight_preload.
+WEIGHT_STREAMS = (0, 2, 4)
+WS_PIECE = 2048  # bytes per ring slot (microkernels.cuh WS_PIECE)
 
 
 def _fusion(inst, attribute, value) -> None:
@@ -61,6 +65,11 @@ def _int_pos(inst, attribute, value) -> None:
 def _preload(inst, attribute, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value not in WEIGHT_PRELOADS:
         _fail(inst, attribute, value, f"one of {', '.join(map(str, WEIGHT_PRELOADS))}")
+
+
+def _stream(inst, attribute, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value not in WEIGHT_STREAMS:
+        _fail(inst, attribute, value, f"one of {', '.join(map(str, WEIGHT_STREAMS))}")
 
 
 def _warp_multiple(inst, attribute, value) -> None:
@@ -101,6 +110,10 @@ class ScheduleConfig:
       the first N 16-byte chunks of its warp's first row (gate and up: N/2 each) into registers, consumed after
       the wait (bit-identical results); a build variant of the VM (``AMK_WEIGHT_PRELOAD``), not schedule
       structure.
+    - ``weight_stream``: 0 (off) or N in ``WEIGHT_STREAMS``: each warp streams its GEMV rows through N shared-memory
+      slots of ``WS_PIECE`` bytes filled by bulk copies (TMA), the first N issued before the task's wait
+      (bit-identical results); a build variant of the VM (``AMK_WSTREAM``) whose ring (``ring_bytes``) comes on top of
+      ``smem_bytes``; exclusive with ``weight_preload``.
     - ``kv_page_tokens``, ``kv_max_tokens``: KV cache page size and capacity in tokens (0: the model's
       max_position_embeddings rounded up to a page).
     """
@@ -124,6 +137,12 @@ class ScheduleConfig:
     signal_mode: str = attrs.field(default="inline", validator=one_of(*SIGNAL_MODES))
     prefetch_mode: str = attrs.field(default="inline", validator=one_of(*PREFETCH_MODES))
     weight_preload: int = attrs.field(default=0, validator=_preload)
+    weight_stream: int = attrs.field(default=0, validator=_stream)
+
+    @weight_stream.validator
+    def _stream_alone(self, attribute, value):
+        if value and self.weight_preload:
+            _fail(self, attribute, value, "0 when weight_preload is set (the stream issues the first loads itself)")
 
     @prefetch_depth.validator
     def _depth(self, attribute, value):
@@ -149,10 +168,17 @@ class ScheduleConfig:
         if self.smem_bytes + gpu.smem_reserved_per_block > gpu.smem_per_sm:
             problems.append(f"smem_bytes={self.smem_bytes} + reserved {gpu.smem_reserved_per_block} > {gpu.name} "
                             f"smem_per_sm {gpu.smem_per_sm}")
+        if self.ring_bytes() and self.smem_bytes + self.ring_bytes() > gpu.smem_per_block:
+            problems.append(f"smem_bytes={self.smem_bytes} + weight_stream ring {self.ring_bytes()} > {gpu.name} "
+                            f"smem_per_block {gpu.smem_per_block}")
         need = self.prefetch_depth * self.prefetch_tile_bytes
         if need > self.smem_bytes:
             problems.append(f"prefetch_depth*prefetch_tile_bytes={need} > smem_bytes {self.smem_bytes}")
         return problems
+
+    def ring_bytes(self) -> int:
+        """Shared memory of the weight stream's ring (0 without it): every warp's slots."""
+        return self.threads_per_block // 32 * self.weight_stream * WS_PIECE
 
     def for_gpu(self, gpu: GpuTarget) -> ScheduleConfig:
         problems = self.check(gpu)

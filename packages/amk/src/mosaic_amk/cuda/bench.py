@@ -90,7 +90,9 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     flight before each GEMV task's wait; docs/amk-cuda.md "Weight preload"), a build variant of the VM;
     ``balanced``: best-measured with every GEMV (LM head included) cut into one task per SM (``gemv_split``),
     with and without the preload, with a separate RoPE/append stage instead of the RoPE GEMVs (so q/k/v are cut
-    by rows, not whole heads: 132 tasks instead of q+k+v heads), and on 66 SMs (half the producers per counter)."""
+    by rows, not whole heads: 132 tasks instead of q+k+v heads), and on 66 SMs (half the producers per counter);
+    ``balanced-stream2/4``: balanced with the weight stream (TMA into 2 or 4 shared-memory slots per warp, the first
+    issued before the wait; docs/amk-cuda.md "Weight stream")."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
@@ -104,7 +106,9 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload", attrs.evolve(balanced, weight_preload=8)),
             ("balanced-rope-stage-preload", attrs.evolve(balanced, weight_preload=8,
                                                          fusion=DEFAULT_FUSIONS + ("rmsnorm_gemv",))),
-            ("balanced-66sm-preload", attrs.evolve(balanced, weight_preload=8, num_sms=66))]
+            ("balanced-66sm-preload", attrs.evolve(balanced, weight_preload=8, num_sms=66)),
+            ("balanced-stream2", attrs.evolve(balanced, weight_stream=2)),
+            ("balanced-stream4", attrs.evolve(balanced, weight_stream=4))]
 
 
 def fused_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

@@ -64,12 +64,28 @@ def nvcc_path() -> str:
 # build-time variants of the micro-kernels (``defines``): the GEMV body (microkernels.cuh: AMK_GEMV_IMPL 1 = the
 # first body, the default, 2 = the streaming ring), its loads in flight per lane (AMK_GEMV_DEPTH, 2..16) and the
 # weight preload before a GEMV task's wait (AMK_WEIGHT_PRELOAD, config.WEIGHT_PRELOADS; body 1 only)
-_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD)=\d{1,2}$")
+_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD|WSTREAM)=\d{1,2}$")
 
 
 def preload_defines(weight_preload: int) -> tuple[str, ...]:
     """The build defines of ``ScheduleConfig.weight_preload`` (none when 0: the default build)."""
     return (f"AMK_WEIGHT_PRELOAD={int(weight_preload)}",) if weight_preload else ()
+
+
+def ring_bytes(threads: int, defines: tuple[str, ...]) -> int:
+    """The weight stream's ring of a build (AMK_WSTREAM=N: N slots of WS_PIECE bytes per warp; 0 without it): the
+    shared memory a Launcher adds after its smem_bytes area."""
+    from mosaic_amk.config import WS_PIECE
+
+    slots = [int(d.split("=", 1)[1]) for d in defines if str(d).startswith("AMK_WSTREAM=")]
+    return threads // 32 * (slots[-1] if slots else 0) * WS_PIECE
+
+
+def config_defines(config) -> tuple[str, ...]:
+    """The build defines of a ScheduleConfig's build variants: weight_preload and weight_stream (none: the default
+    build)."""
+    stream = (f"AMK_WSTREAM={int(config.weight_stream)}",) if config.weight_stream else ()
+    return preload_defines(config.weight_preload) + stream
 
 
 def flags(threads: int, defines: tuple[str, ...] = ()) -> list[str]:
@@ -119,11 +135,15 @@ def build(threads: int = 512, *, force: bool = False, defines: tuple[str, ...] =
     defines = tuple(defines)
     bad = [d for d in defines if not _DEFINE.match(str(d))]
     if bad:
-        raise BuildError(f"unknown build define(s) {bad}: expected AMK_GEMV_IMPL=<n>, AMK_GEMV_DEPTH=<n> or "
-                         "AMK_WEIGHT_PRELOAD=<n>")
+        raise BuildError(f"unknown build define(s) {bad}: expected AMK_GEMV_IMPL=<n>, AMK_GEMV_DEPTH=<n>, "
+                         "AMK_WEIGHT_PRELOAD=<n> or AMK_WSTREAM=<n>")
     preload = any(d.startswith("AMK_WEIGHT_PRELOAD=") and d != "AMK_WEIGHT_PRELOAD=0" for d in defines)
-    if preload and any(d.startswith("AMK_GEMV_IMPL=") and d != "AMK_GEMV_IMPL=1" for d in defines):
+    stream = any(d.startswith("AMK_WSTREAM=") and d != "AMK_WSTREAM=0" for d in defines)
+    body2 = any(d.startswith("AMK_GEMV_IMPL=") and d != "AMK_GEMV_IMPL=1" for d in defines)
+    if preload and body2:
         raise BuildError("AMK_WEIGHT_PRELOAD needs GEMV body 1 (AMK_GEMV_IMPL=1; body 2 issues its own first loads)")
+    if stream and (body2 or preload):
+        raise BuildError("AMK_WSTREAM replaces GEMV body 1's loads: it excludes AMK_GEMV_IMPL=2 and AMK_WEIGHT_PRELOAD")
     nvcc = nvcc_path()
     try:
         version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout

@@ -27,7 +27,7 @@ from mosaic.records import GpuTarget
 from mosaic_amk.config import ScheduleConfig
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.cuda.build import build as build_vm
-from mosaic_amk.cuda.build import preload_defines
+from mosaic_amk.cuda.build import config_defines
 from mosaic_amk.cuda.launcher import Launcher, gate
 from mosaic_amk.lowering import LOGITS, kv_capacity, lower
 from mosaic_amk.model import ModelSpec
@@ -67,10 +67,12 @@ class CudaVM:
         s0 = lower(self.model, self.config, self.gpu, 0)
         self.validations[0] = gate(s0, self.unsafe)
         self.enc = E.encode(s0)
-        # weight_preload is a build variant of the VM (AMK_WEIGHT_PRELOAD): 0 builds the default cubin
-        self.build_info = build_vm(self.config.threads_per_block, defines=preload_defines(self.config.weight_preload))
+        # weight_preload / weight_stream are build variants of the VM (AMK_WEIGHT_PRELOAD, AMK_WSTREAM): 0 builds
+        # the default cubin; the stream's ring comes on top of smem_bytes
+        self.build_info = build_vm(self.config.threads_per_block, defines=config_defines(self.config))
         self.launcher = Launcher(self.enc, str(self.build_info.cubin), threads=self.config.threads_per_block,
-                                 smem_bytes=self.config.smem_bytes, mode=self.mode, timeout_s=self.timeout_s,
+                                 smem_bytes=self.config.smem_bytes, ring_bytes=self.config.ring_bytes(),
+                                 mode=self.mode, timeout_s=self.timeout_s,
                                  prefetch_depth=self.config.prefetch_depth, wait_mode=self.config.wait_mode,
                                  signal_mode=self.config.signal_mode, prefetch_mode=self.config.prefetch_mode)
         self.launcher.bind(self.weights if self.weights is not None else self.model.weights)

@@ -152,6 +152,7 @@ class Launcher:
     cubin: str
     threads: int = 512
     smem_bytes: int = 0
+    ring_bytes: int = 0  # the weight stream's ring (a cubin built with AMK_WSTREAM), after the smem_bytes area
     mode: str = "hf-bf16"
     timeout_s: float = 1.0
     prefetch_depth: int = 1
@@ -182,15 +183,15 @@ class Launcher:
         if self.enc.num_sms > sms:
             raise DeviceError(f"the schedule uses {self.enc.num_sms} SMs, this GPU has {sms}")
         # one block per SM: ask for more than half of an SM's shared memory so two blocks never share one
-        want = max(self.smem_bytes, per_sm // 2 + 1024)
-        self.smem_bytes = min(want, optin) // 16 * 16
+        want = max(self.smem_bytes, per_sm // 2 + 1024 - self.ring_bytes)
+        self.smem_bytes = min(want, optin - self.ring_bytes) // 16 * 16
         need = 4 * attention_smem_floats(self.enc.max_attention_tokens, self.threads)
         if need > self.smem_bytes:
             raise DeviceError(f"attention over {self.enc.max_attention_tokens} cached tokens needs {need} bytes of "
                               f"shared memory for scores; the block has {self.smem_bytes} (lower kv_max_tokens)")
         mod = cp.RawModule(path=self.cubin, enable_cooperative_groups=True)
         self.fn = mod.get_function("amk_vm")
-        self.fn.max_dynamic_shared_size_bytes = self.smem_bytes
+        self.fn.max_dynamic_shared_size_bytes = self.smem_bytes + self.ring_bytes
         e = self.enc
         self.tables = {"tasks": cp.asarray(e.tasks), "qoff": cp.asarray(e.queue_offsets),
                        "queue": cp.asarray(e.queue), "meta": cp.asarray(e.buf_meta),
@@ -287,7 +288,7 @@ class Launcher:
                 np.int32(skip_ops), np.int32(self.smem_bytes), np.int32(n_steps), np.int32(token_stride),
                 np.int32(self.sync if sync is None else sync))
         try:
-            self.fn((e.num_sms,), (self.threads,), args, shared_mem=self.smem_bytes)
+            self.fn((e.num_sms,), (self.threads,), args, shared_mem=self.smem_bytes + self.ring_bytes)
         except Exception as exc:  # cupy raises CUDADriverError / CUDARuntimeError
             raise DeviceError(f"VM launch failed: {exc}") from None
 

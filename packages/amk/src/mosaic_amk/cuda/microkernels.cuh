@@ -25,6 +25,36 @@
 #error "AMK_WEIGHT_PRELOAD must be 0, 2, 4, 6 or 8 (16-byte loads per lane held across the wait)"
 #endif
 
+// Weight stream (build.py defines=("AMK_WSTREAM=N",), ScheduleConfig.weight_stream; 0 = off, the default build):
+// each warp owns N slots of WS_PIECE bytes in a shared-memory ring after the block's general dynamic area, one
+// mbarrier per slot; before a GEMV-family task's wait, lane 0 of each warp issues bulk copies (TMA,
+// cp.async.bulk ... mbarrier::complete_tx) of the first N pieces of its rows (rows row_start + warp, + AMK_WARPS,
+// ...; a piece is up to WS_PIECE contiguous bytes of one row; gate and up alternate piece by piece); after the
+// wait and the x staging the warp consumes the pieces in order from shared memory and re-issues each freed slot
+// with the piece N ahead, across row ends. Each lane adds the chunks lane, lane + 32, ... of a row in row_dot's
+// order, so the sums are bit-identical to body 1. No register holds bytes in flight (docs/amk-cuda.md "Weight
+// stream").
+#ifndef AMK_WSTREAM
+#define AMK_WSTREAM 0
+#endif
+#if AMK_WSTREAM < 0 || AMK_WSTREAM > 8
+#error "AMK_WSTREAM must be 0..8 (ring slots per warp)"
+#endif
+#if AMK_WSTREAM > 0 && AMK_WEIGHT_PRELOAD > 0
+#error "AMK_WSTREAM and AMK_WEIGHT_PRELOAD are exclusive (the stream issues the first loads itself)"
+#endif
+#define WS_PIECE 2048
+#define WS_CHUNKS (WS_PIECE / 16)
+#if AMK_WSTREAM > 0
+// one warp's stream of the current task (shared memory: warp-uniform, written by lane 0 between __syncwarp()s)
+struct WsState {
+  const char* w[2];   // the matrices (w[1]: up, when nmat == 2)
+  int rowbytes, ppr, nmat, r_first, total;  // bytes per row, pieces per row, matrices, the warp's first row, pieces
+  int issued, consumed;                     // pieces of this task issued / consumed so far
+  unsigned phase;                           // bit s: the parity of slot s's next completion
+};
+#endif
+
 struct Ctx {
   const unsigned long long* bptr;
   const int* bmeta;
@@ -41,6 +71,11 @@ struct Ctx {
   int* ired;            // 32 ints of static shared memory
 #if AMK_WEIGHT_PRELOAD > 0
   uint4 pre[AMK_WEIGHT_PRELOAD];  // the current GEMV task's preloaded weight chunks (preload_weights)
+#endif
+#if AMK_WSTREAM > 0
+  WsState* ws;    // [AMK_WARPS] static shared memory
+  unsigned ring;  // shared-window address of the ring: AMK_WARPS * AMK_WSTREAM slots of WS_PIECE bytes
+  unsigned bars;  // shared-window address of the AMK_WARPS * AMK_WSTREAM mbarriers (8 bytes each)
 #endif
 };
 
@@ -260,8 +295,7 @@ __device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_b
   return make_float2(warp_sum(sa), warp_sum(sb));
 }
 
-#if AMK_WEIGHT_PRELOAD > 0
-#define PRE_N AMK_WEIGHT_PRELOAD
+#if AMK_WEIGHT_PRELOAD > 0 || AMK_WSTREAM > 0
 // The weight matrices a GEMV-family task streams: the inputs mk_gemv, mk_gemv_silu_mul and gemv_rope_into read as
 // w (gate, up); (-1, -1) for every other op
 __device__ __forceinline__ int2 gemv_weights(const int* t, int op) {
@@ -274,6 +308,10 @@ __device__ __forceinline__ int2 gemv_weights(const int* t, int op) {
     default: return make_int2(-1, -1);
   }
 }
+#endif
+
+#if AMK_WEIGHT_PRELOAD > 0
+#define PRE_N AMK_WEIGHT_PRELOAD
 // Issued by every thread BEFORE the task's wait (vm.cu): lane l of warp w loads chunks l, l + 32, ... (PRE_N of
 // them; gate and up: PRE_N / 2 of each) of row row_start + w, the first chunks row_dot / row_dot2 would load for
 // the warp's first row; chunks past the row end (K < 256 * PRE_N bf16) are not loaded (and not consumed). Only
@@ -326,6 +364,133 @@ __device__ __forceinline__ float2 pre_dot2(const Ctx& c, const float* xs, int K)
       sb += dot8x(c.pre[PRE_N / 2 + u], xs, lane + 32 * u, K);
     }
   return make_float2(sa, sb);
+}
+#endif
+
+#if AMK_WSTREAM > 0
+__device__ __forceinline__ unsigned ws_slot(const Ctx& c, int warp, int s) {
+  return c.ring + (unsigned)((warp * AMK_WSTREAM + s) * WS_PIECE);
+}
+__device__ __forceinline__ unsigned ws_bar(const Ctx& c, int warp, int s) {
+  return c.bars + (unsigned)((warp * AMK_WSTREAM + s) * 8);
+}
+__device__ __forceinline__ bool mbar_try(unsigned bar, unsigned parity) {
+  unsigned ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+               : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+  return ok != 0;
+}
+// every lane: until piece q's slot holds it (the slot's phase of parity bit s completed); returns the new phase bits
+__device__ __forceinline__ unsigned ws_wait(const Ctx& c, int warp, int q, unsigned phase) {
+  const int s = q % AMK_WSTREAM;
+  const unsigned bar = ws_bar(c, warp, s);
+  while (!mbar_try(bar, (phase >> s) & 1u)) {
+  }
+  return phase ^ (1u << s);
+}
+// lane 0: piece q of the warp's sequence into its slot (generic reads of the slot by this warp precede it: the
+// caller's __syncwarp; the proxy fence orders them before the async-proxy write)
+__device__ __forceinline__ void ws_issue(const Ctx& c, const WsState& st, int warp, int q) {
+  const int s = q % AMK_WSTREAM;
+  const int m = q % st.nmat, idx = q / st.nmat, k = idx / st.ppr, p = idx - k * st.ppr;
+  const char* src = st.w[m] + (size_t)(st.r_first + k * AMK_WARPS) * st.rowbytes + (size_t)p * WS_PIECE;
+  const unsigned bytes = (unsigned)min(WS_PIECE, st.rowbytes - p * WS_PIECE);
+  const unsigned bar = ws_bar(c, warp, s);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               :: "r"(ws_slot(c, warp, s)), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+// every thread, at launch: lane 0 of each warp initialises its slots' barriers (count 1: its own arrive) and
+// state; the caller's block barrier (the grid sync) publishes them
+__device__ void ws_init(const Ctx& c) {
+  const int warp = tid_v() >> 5;
+  if ((tid_v() & 31) == 0) {
+    for (int s = 0; s < AMK_WSTREAM; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(ws_bar(c, warp, s)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    WsState& st = c.ws[warp];
+    st.total = st.issued = st.consumed = 0;
+    st.phase = 0u;
+  }
+}
+// every lane of a warp: wait for every issued piece the warp did not consume (a task that returned early, E_SMEM,
+// or whose wait aborted), so no bulk copy is in flight into a slot that is reused or outlives the launch
+__device__ void ws_drain(const Ctx& c) {
+  const int warp = tid_v() >> 5;
+  WsState& st = c.ws[warp];
+  const int n = st.issued;
+  unsigned phase = st.phase;
+  for (int q = st.consumed; q < n; ++q) phase = ws_wait(c, warp, q, phase);
+  __syncwarp();
+  if ((tid_v() & 31) == 0) {
+    st.consumed = n;
+    st.phase = phase;
+  }
+  __syncwarp();
+}
+// every thread, BEFORE the task's wait (vm.cu): a GEMV-family task's first AMK_WSTREAM pieces per warp in flight.
+// Only weights are read (immutable during the launch; the same argument as the preload's, docs/amk-cuda.md).
+__device__ void ws_begin(const Ctx& c, const int* t, bool run) {
+  ws_drain(c);
+  const int warp = tid_v() >> 5;
+  const int2 wb = run ? gemv_weights(t, t[W_OP]) : make_int2(-1, -1);
+  WsState& st = c.ws[warp];
+  if ((tid_v() & 31) == 0) {
+    const int r = t[W_ROW0] + warp, r1 = t[W_ROW1];
+    const int rows = wb.x >= 0 && r < r1 ? (r1 - r + AMK_WARPS - 1) / AMK_WARPS : 0;
+    st.rowbytes = rows ? bmeta(c, wb.x, B_ROW) * 2 : 0;
+    st.ppr = rows ? (st.rowbytes + WS_PIECE - 1) / WS_PIECE : 0;
+    st.nmat = wb.y >= 0 ? 2 : 1;
+    st.w[0] = rows ? (const char*)buf(c, wb.x) : nullptr;
+    st.w[1] = rows && wb.y >= 0 ? (const char*)buf(c, wb.y) : nullptr;
+    st.r_first = r;
+    st.total = rows * st.ppr * st.nmat;
+    st.consumed = 0;
+    st.issued = min(st.total, AMK_WSTREAM);
+    for (int q = 0; q < st.issued; ++q) ws_issue(c, st, warp, q);
+  }
+  __syncwarp();
+}
+// rows [r0, r1) of NM matrices (the task's, as ws_begin set them up), one warp per row as body 1; every lane calls
+// epi(r, sums) with the warp sums of row r (sums[m] for matrix m)
+template <int NM, class Epi>
+__device__ __forceinline__ void ws_rows(const Ctx& c, const float* xs, int K, int r0, int r1, Epi epi) {
+  const int warp = tid_v() >> 5, lane = tid_v() & 31, nch = K >> 3;
+  WsState& st = c.ws[warp];
+  const int ppr = st.ppr, total = st.total;
+  int issued = st.issued, q = st.consumed;
+  unsigned phase = st.phase;
+  for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
+    float acc[NM];
+#pragma unroll
+    for (int m = 0; m < NM; ++m) acc[m] = 0.f;
+    for (int p = 0; p < ppr; ++p) {
+      const int c0 = p * WS_CHUNKS, n = min(WS_CHUNKS, nch - c0);
+#pragma unroll
+      for (int m = 0; m < NM; ++m, ++q) {
+        phase = ws_wait(c, warp, q, phase);
+        const unsigned base = ws_slot(c, warp, q % AMK_WSTREAM);
+        for (int j = lane; j < n; j += 32) acc[m] += dot8x(lds16(base + 16u * j), xs, c0 + j, K);
+        __syncwarp();  // every lane has read the slot
+        if (issued < total) {
+          if (lane == 0) ws_issue(c, st, warp, issued);
+          ++issued;
+        }
+      }
+    }
+    float sums[NM];
+#pragma unroll
+    for (int m = 0; m < NM; ++m) sums[m] = warp_sum(acc[m]);
+    epi(r, sums);
+  }
+  __syncwarp();
+  if (lane == 0) {
+    st.issued = issued;
+    st.consumed = q;
+    st.phase = phase;
+  }
+  __syncwarp();
 }
 #endif
 
@@ -534,6 +699,17 @@ __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const _
   (void)ring_off;
 #endif
   stage_x();
+#if AMK_WSTREAM > 0
+  ws_rows<1>(c, xs, K, r0, r1, [&](int r, const float* s) {
+    if (lane == 0) {
+      float v = bias ? s[0] + ld_bf16(bias + r) : s[0];
+      if (hf) v = bf16r(v);
+      if (res) v = hf ? bf16r(ld_act(res + r) + v) : ld_act(res + r) + v;
+      y[r - y0] = v;
+    }
+  });
+  return;
+#endif
   for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
 #if AMK_WEIGHT_PRELOAD > 0
     const bool first = r == r0 + warp;  // the warp's first row: its first chunks were preloaded before the wait
@@ -580,6 +756,16 @@ __device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const _
   (void)ring_off;
 #endif
   stage_x();
+#if AMK_WSTREAM > 0
+  ws_rows<2>(c, xs, K, r0, r1, [&](int r, const float* s) {
+    if (lane == 0) {
+      float g = bg ? s[0] + ld_bf16(bg + r) : s[0];
+      float u = bu ? s[1] + ld_bf16(bu + r) : s[1];
+      y[r] = hf ? bf16r(bf16r(silu(bf16r(g))) * bf16r(u)) : silu(g) * u;
+    }
+  });
+  return;
+#endif
   for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
 #if AMK_WEIGHT_PRELOAD > 0
     const bool first = r == r0 + warp;  // as in gemv_rows: PRE_N / 2 chunks of each of gate and up preloaded
@@ -695,6 +881,13 @@ __device__ void mk_add(const Ctx& c, const int* t) {
 }
 
 // ------------------------------------------------------------------------------------------- rope
+// x * cos + rot * sin as ops.py computes it: two float32 products and one float32 sum, never contracted into an
+// FMA (nvcc may contract `a * b + c * d` differently in two builds of the VM: the f32 bits then differ); HF bf16:
+// each product and the sum rounded to bf16
+__device__ __forceinline__ float rope_mix(bool hf, float x, float co, float rot, float si) {
+  const float a = __fmul_rn(x, co), b = __fmul_rn(rot, si);
+  return hf ? bf16r(bf16r(a) + bf16r(b)) : __fadd_rn(a, b);
+}
 // rotate-half RoPE of each head of x at `position`; cos/sin as ops.rope_tables (HF: rounded to bf16)
 __device__ void rope_into(const Ctx& c, const int* t, float* y) {
   const int xb = t[W_IN + 0];
@@ -719,7 +912,7 @@ __device__ void rope_into(const Ctx& c, const int* t, float* y) {
     const int h = e / hd, j = e - h * hd;
     const float xv = ld_act(x + e);
     const float rot = j < half ? -ld_act(x + h * hd + j + half) : ld_act(x + h * hd + j - half);
-    y[e] = hf ? bf16r(bf16r(xv * cs[j]) + bf16r(rot * sn[j])) : xv * cs[j] + rot * sn[j];
+    y[e] = rope_mix(hf, xv, cs[j], rot, sn[j]);
   }
 }
 
@@ -787,7 +980,7 @@ __device__ void gemv_rope_into(const Ctx& c, const int* t, bool rope, int k, flo
     if (rope) {  // r0 and r1 are multiples of hd (the encoder checks): e's head starts at e - j
       const int j = e % hd, hb = e - j;
       const float rot = j < half ? -ys[hb + j + half] : ys[hb + j - half];
-      v = hf ? bf16r(bf16r(v * cs[j]) + bf16r(rot * sn[j])) : v * cs[j] + rot * sn[j];
+      v = rope_mix(hf, v, cs[j], rot, sn[j]);
     }
     dst[r0 + e] = v;
   }

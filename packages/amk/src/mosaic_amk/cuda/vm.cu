@@ -188,6 +188,10 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
   __shared__ float red[64];
   __shared__ int ired[32];
   __shared__ int go;
+#if AMK_WSTREAM > 0
+  __shared__ WsState ws_state[AMK_WARPS];
+  __shared__ __align__(8) unsigned long long ws_bars[AMK_WARPS * AMK_WSTREAM];
+#endif
   cg::grid_group grid = cg::this_grid();
   const unsigned long long t_launch = globaltimer();
 
@@ -201,6 +205,12 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
   c.bptr = bptr; c.bmeta = bmeta_; c.token_buf = token_buf; c.next_buf = next_buf; c.mode = mode;
   c.smem_floats = smem_bytes / 4; c.rope_table = rope_table; c.rope_positions = rope_positions; c.control = control;
   c.smem = dyn_smem; c.red = red; c.ired = ired;
+#if AMK_WSTREAM > 0
+  // the ring follows the general area (smem_bytes); the launcher asked for smem_bytes + the ring's bytes
+  c.ws = ws_state; c.bars = smem_addr(ws_bars); c.ring = smem_addr(dyn_smem) + (unsigned)smem_bytes;
+  ws_init(c);
+  __syncthreads();
+#endif
 
   const int q0 = qoff[blockIdx.x], q1 = qoff[blockIdx.x + 1], qn = q1 - q0;
   bool ok = !aborted_before;
@@ -226,7 +236,7 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
     if (qn > 0 && threadIdx.x < AMK_TASK_WORDS)
       task_s[0][threadIdx.x] = __ldg(tasks + (size_t)queue[q0] * AMK_TASK_WORDS + threadIdx.x);
     // B0: record of q0 in task_s[0] (v0 without the preload: the head barrier orders it)
-    if (!v0 || AMK_WEIGHT_PRELOAD > 0) __syncthreads();
+    if (!v0 || AMK_WEIGHT_PRELOAD > 0 || AMK_WSTREAM > 0) __syncthreads();
     for (int q = q0; q < q1; ++q) {
       const int slot = (q - q0) & 1;
       const int* ts = task_s[slot];
@@ -234,6 +244,9 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
       // the GEMV's first weight chunks, before anything that stalls (the pending signal's membar, the L2 prefetch
       // descriptors, the wait): the record is readable here (stored before B1 of task q - 1, or before B0)
       preload_weights(c, ts, !((skip_ops >> ts[W_OP]) & 1));
+#elif AMK_WSTREAM > 0
+      // the same place for the weight stream: each warp's first pieces of this task in flight before the wait
+      ws_begin(c, ts, !((skip_ops >> ts[W_OP]) & 1));
 #endif
       if (pending >= 0) { signal_release(counters + pending); pending = -1; }  // v1, the signalling thread
       if (prefetch_depth > 0 && !pf_side) {
@@ -281,6 +294,9 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
       if (ld_relaxed(control + C_ABORT)) ok = false;  // every block sees the same flag after the sync
     }
   }
+#if AMK_WSTREAM > 0
+  ws_drain(c);  // an aborted task's pieces: no bulk copy outlives the launch
+#endif
   if (threadIdx.x == 0) {
     if (aborted_before) {
       // leave the dump of the launch that aborted untouched

@@ -64,7 +64,7 @@ def nvcc_path() -> str:
 # build-time variants of the micro-kernels (``defines``): the GEMV body (microkernels.cuh: AMK_GEMV_IMPL 1 = the
 # first body, the default, 2 = the streaming ring), its loads in flight per lane (AMK_GEMV_DEPTH, 2..16) and the
 # weight preload before a GEMV task's wait (AMK_WEIGHT_PRELOAD, config.WEIGHT_PRELOADS; body 1 only)
-_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD|WSTREAM)=\d{1,2}$")
+_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD|WSTREAM|WS_PIECE_KB|WS_FENCE)=\d{1,2}$")
 
 
 def preload_defines(weight_preload: int) -> tuple[str, ...]:
@@ -77,8 +77,11 @@ def ring_bytes(threads: int, defines: tuple[str, ...]) -> int:
     shared memory a Launcher adds after its smem_bytes area."""
     from mosaic_amk.config import WS_PIECE
 
-    slots = [int(d.split("=", 1)[1]) for d in defines if str(d).startswith("AMK_WSTREAM=")]
-    return threads // 32 * (slots[-1] if slots else 0) * WS_PIECE
+    def value(name: str, default: int) -> int:
+        got = [int(d.split("=", 1)[1]) for d in defines if str(d).startswith(name + "=")]
+        return got[-1] if got else default
+
+    return threads // 32 * value("AMK_WSTREAM", 0) * value("AMK_WS_PIECE_KB", WS_PIECE // 1024) * 1024
 
 
 def config_defines(config) -> tuple[str, ...]:

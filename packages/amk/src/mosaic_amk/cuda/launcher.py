@@ -183,7 +183,8 @@ class Launcher:
         if self.enc.num_sms > sms:
             raise DeviceError(f"the schedule uses {self.enc.num_sms} SMs, this GPU has {sms}")
         # one block per SM: ask for more than half of an SM's shared memory so two blocks never share one
-        want = max(self.smem_bytes, per_sm // 2 + 1024 - self.ring_bytes)
+        # (with a ring and no smem_bytes asked for: the ScheduleConfig default general area, 96 KB)
+        want = max(self.smem_bytes or (96 * 1024 if self.ring_bytes else 0), per_sm // 2 + 1024 - self.ring_bytes)
         self.smem_bytes = min(want, optin - self.ring_bytes) // 16 * 16
         need = 4 * attention_smem_floats(self.enc.max_attention_tokens, self.threads)
         if need > self.smem_bytes:

@@ -43,7 +43,15 @@
 #if AMK_WSTREAM > 0 && AMK_WEIGHT_PRELOAD > 0
 #error "AMK_WSTREAM and AMK_WEIGHT_PRELOAD are exclusive (the stream issues the first loads itself)"
 #endif
-#define WS_PIECE 2048
+// piece size in KB (AMK_WS_PIECE_KB, default 2: config.WS_PIECE) and the proxy fence before a slot's re-issue
+// (AMK_WS_FENCE, default 1): build variants for the GEMV A/B micro-benchmark (scripts/device/amk_gemv_micro.py)
+#ifndef AMK_WS_PIECE_KB
+#define AMK_WS_PIECE_KB 2
+#endif
+#ifndef AMK_WS_FENCE
+#define AMK_WS_FENCE 1
+#endif
+#define WS_PIECE (AMK_WS_PIECE_KB * 1024)
 #define WS_CHUNKS (WS_PIECE / 16)
 #if AMK_WSTREAM > 0
 // one warp's stream of the current task (shared memory: warp-uniform, written by lane 0 between __syncwarp()s)
@@ -396,7 +404,9 @@ __device__ __forceinline__ void ws_issue(const Ctx& c, const WsState& st, int wa
   const char* src = st.w[m] + (size_t)(st.r_first + k * AMK_WARPS) * st.rowbytes + (size_t)p * WS_PIECE;
   const unsigned bytes = (unsigned)min(WS_PIECE, st.rowbytes - p * WS_PIECE);
   const unsigned bar = ws_bar(c, warp, s);
+#if AMK_WS_FENCE
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                :: "r"(ws_slot(c, warp, s)), "l"(src), "r"(bytes), "r"(bar) : "memory");

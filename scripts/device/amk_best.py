@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 CANDIDATES = ("rows32-lm", "best-measured", "best-measured-preload", "balanced", "balanced-preload",
-              "balanced-rope-stage-preload", "balanced-66sm-preload", "balanced-stream2", "balanced-stream4")
+              "balanced-rope-stage-preload", "balanced-66sm-preload", "balanced-stream2", "balanced-stream4",
+              "balanced-preload-pf1-128k", "balanced-preload-pf1-256k", "balanced-preload-pf2-128k")
 BASE = "best-measured"
 
 
@@ -48,6 +49,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--candidates", default=",".join(CANDIDATES), help="bench candidate names (bench.default_candidates)")
+    p.add_argument("--probe", default=f"{BASE},balanced", help="candidates to probe (bench.probe_masks)")
+    p.add_argument("--probe-all", action="store_true", help="every probe, not only the sync skeleton")
     a = p.parse_args(argv)
     from mosaic.plugins import host
     from mosaic_amk.cuda import hf_gpu
@@ -63,7 +66,8 @@ def main(argv=None) -> int:
         cands = [c for c in default_candidates(spec) if c[0] in wanted]
         cands = [(n, c.for_gpu(gpu)) for n, c in cands]
         res = run_bench(model, spec, gpu, cands, rounds=a.rounds, steps=a.steps, eager=False,
-                        probe=[BASE, "balanced"], probe_only=["skip all ops (sync skeleton)"], log=print)
+                        probe=[n for n in a.probe.split(",") if n],
+                        probe_only=None if a.probe_all else ["skip all ops (sync skeleton)"], log=print)
         res["seconds"] = round(time.time() - t0, 1)
         res["verdicts"] = [verdict(shape, res, n) for n, _ in cands if n != BASE]
         out[shape] = res

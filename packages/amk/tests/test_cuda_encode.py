@@ -335,3 +335,22 @@ def test_bench_probe_masks_follow_the_schedule():
         assert masks["skip gemv ops"] == sum(SKIPPABLE[o] for o in present & set(GEMV_OPS))
         assert masks["skip attention"] == SKIPPABLE["attention"]
         assert ("skip norms" in masks) == norms
+
+
+def test_prefetch_max_bytes_caps_each_task_region():
+    """encode(prefetch_max_bytes=N) keeps each row task's L2-prefetch regions at the start of its rows, N bytes in
+    all (split evenly over gate and up); 0 keeps the whole rows."""
+    from mosaic_amk.tiny_models import tiny_model
+
+    m = tiny_model("llama")
+    s = lower(m, ScheduleConfig(gemv_rows_per_task=64), host().get("gpus", "h200"), 0)
+    full, capped = E.encode(s), E.encode(s, prefetch_max_bytes=1024)
+    seen = 0
+    for i in range(len(s.tasks)):
+        n = sum(1 for k in range(E.MAX_PF) if full.tasks[i, E.W_PF + 3 * k] >= 0)
+        for k in range(n):
+            bid, lo, cnt = full.tasks[i, E.W_PF + 3 * k: E.W_PF + 3 * k + 3]
+            cbid, clo, ccnt = capped.tasks[i, E.W_PF + 3 * k: E.W_PF + 3 * k + 3]
+            assert (cbid, clo) == (bid, lo) and ccnt == min(cnt, 1024 // n // 16)
+            seen += cnt > ccnt
+    assert seen > 0  # some region was really cut

@@ -98,7 +98,9 @@ class ScheduleConfig:
     - ``sm_policy``: ``round_robin`` (task i of the list on SM i mod num_sms), ``least_loaded`` (each task
       on the SM with the fewest weight bytes so far), ``single`` (everything on SM 0; for debugging).
     - ``num_sms``: SMs to use (0: all SMs of the GPU).
-    - ``prefetch_depth`` / ``prefetch_tile_bytes``: weight tiles in flight per block (cp.async stages).
+    - ``prefetch_depth`` / ``prefetch_tile_bytes``: weight tiles in flight per block (cp.async stages); the CUDA VM
+      L2-prefetches the weights of the next ``prefetch_depth`` tasks of its queue (the current one included), at most
+      ``prefetch_max_bytes`` of each task (0: all of its rows; a cap keeps a stage's prefetch inside the L2).
     - ``threads_per_block``, ``smem_bytes``: the persistent block's shape.
     - ``wait_mode`` / ``signal_mode`` / ``prefetch_mode``: the CUDA VM's task-loop synchronisation (launch
       flags, not schedule structure): ``acquire`` (ld.acquire.gpu every poll) or ``relaxed`` (ld.relaxed.gpu
@@ -129,6 +131,7 @@ class ScheduleConfig:
     num_sms: int = attrs.field(default=0, validator=non_negative_int)
     prefetch_depth: int = attrs.field(default=2, validator=non_negative_int)
     prefetch_tile_bytes: int = attrs.field(default=16384, validator=_int_pos)
+    prefetch_max_bytes: int = attrs.field(default=0, validator=non_negative_int)
     threads_per_block: int = attrs.field(default=512, validator=_warp_multiple)
     smem_bytes: int = attrs.field(default=96 * 1024, validator=_int_pos)
     kv_page_tokens: int = attrs.field(default=16, validator=_pow2)

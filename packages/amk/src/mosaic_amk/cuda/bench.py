@@ -92,7 +92,8 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     with and without the preload, with a separate RoPE/append stage instead of the RoPE GEMVs (so q/k/v are cut
     by rows, not whole heads: 132 tasks instead of q+k+v heads), and on 66 SMs (half the producers per counter);
     ``balanced-stream2/4``: balanced with the weight stream (TMA into 2 or 4 shared-memory slots per warp, the first
-    issued before the wait; docs/amk-cuda.md "Weight stream")."""
+    issued before the wait; docs/amk-cuda.md "Weight stream"); ``balanced-preload-pf<d>-<k>k``: balanced-preload
+    with the L2 prefetch of the next d tasks (the current one included) capped at k KB per task."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
@@ -108,7 +109,10 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
                                                          fusion=DEFAULT_FUSIONS + ("rmsnorm_gemv",))),
             ("balanced-66sm-preload", attrs.evolve(balanced, weight_preload=8, num_sms=66)),
             ("balanced-stream2", attrs.evolve(balanced, weight_stream=2)),
-            ("balanced-stream4", attrs.evolve(balanced, weight_stream=4))]
+            ("balanced-stream4", attrs.evolve(balanced, weight_stream=4)),
+            *[(f"balanced-preload-pf{d}-{k}k", attrs.evolve(balanced, weight_preload=8, prefetch_depth=d,
+                                                            prefetch_max_bytes=k * 1024))
+              for d, k in ((1, 128), (1, 256), (2, 128))]]
 
 
 def fused_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

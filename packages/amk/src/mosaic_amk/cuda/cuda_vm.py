@@ -66,7 +66,7 @@ class CudaVM:
         self.capacity = kv_capacity(self.model, self.config)
         s0 = lower(self.model, self.config, self.gpu, 0)
         self.validations[0] = gate(s0, self.unsafe)
-        self.enc = E.encode(s0)
+        self.enc = E.encode(s0, prefetch_max_bytes=self.config.prefetch_max_bytes)
         # weight_preload / weight_stream are build variants of the VM (AMK_WEIGHT_PRELOAD, AMK_WSTREAM): 0 builds
         # the default cubin; the stream's ring comes on top of smem_bytes
         self.build_info = build_vm(self.config.threads_per_block, defines=config_defines(self.config))

@@ -330,8 +330,10 @@ def _check_fused_gemv(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[s
             bad(f"rows [{r0}, {r1}) beyond the cache slot (kv_dim {cache.shape[2]})")
 
 
-def _prefetch_regions(t: Task, roles: dict[str, tuple[int, DeviceBuffer]]) -> list[tuple[int, int, int]]:
-    """(buffer id, offset/16, size/16) of the weight bytes this task will read, largest first."""
+def _prefetch_regions(t: Task, roles: dict[str, tuple[int, DeviceBuffer]], max_bytes: int = 0
+                      ) -> list[tuple[int, int, int]]:
+    """(buffer id, offset/16, size/16) of the weight bytes this task will read, largest first; with ``max_bytes``
+    the regions are cut to their first ``max_bytes / len(regions)`` bytes each (the rows the task reads first)."""
     regions = []
     for role, (bid, b) in roles.items():
         if b.kind != "weight" or b.dtype != DT_BF16 or t.op == "embed":
@@ -346,13 +348,18 @@ def _prefetch_regions(t: Task, roles: dict[str, tuple[int, DeviceBuffer]]) -> li
         if lo % 16 == 0 and size >= 16:
             regions.append((size, bid, lo // 16, size // 16))
     regions.sort(reverse=True)
-    return [(bid, lo, n) for _, bid, lo, n in regions[:MAX_PF]]
+    regions = regions[:MAX_PF]
+    if max_bytes and regions:
+        each = max(16, max_bytes // len(regions) // 16 * 16) // 16
+        regions = [(size, bid, lo, min(n, each)) for size, bid, lo, n in regions]
+    return [(bid, lo, n) for _, bid, lo, n in regions]
 
 
 # ------------------------------------------------------------------------------------------ encode
 
-def encode(schedule: Schedule, *, runtime_position: bool = True) -> Encoded:
-    """Pack ``schedule`` for the VM (raises EncodeError for anything the ABI cannot run safely)."""
+def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_bytes: int = 0) -> Encoded:
+    """Pack ``schedule`` for the VM (raises EncodeError for anything the ABI cannot run safely).
+    ``prefetch_max_bytes``: L2-prefetch at most this many bytes of each task's weights (0: all of them)."""
     if not isinstance(schedule, Schedule):
         raise EncodeError(f"expected a Schedule, got {type(schedule).__name__}")
     if schedule.num_sms < 1:
@@ -471,7 +478,7 @@ def encode(schedule: Schedule, *, runtime_position: bool = True) -> Encoded:
         if t.op == "attention":
             kc = roles["k_cache"][1]
             max_tokens = max(max_tokens, kc.shape[0] * kc.shape[1])
-        for k, (bid, lo, cnt) in enumerate(_prefetch_regions(t, roles)):
+        for k, (bid, lo, cnt) in enumerate(_prefetch_regions(t, roles, prefetch_max_bytes)):
             if lo >= 2 ** 31 or cnt >= 2 ** 31:
                 continue
             rec[W_PF + 3 * k: W_PF + 3 * k + 3] = (bid, lo, cnt)

@@ -1,6 +1,6 @@
 """The two GEMV bodies of microkernels.cuh (AMK_GEMV_IMPL 1, the default, and 2, the cp.async ring; build(defines=)):
 both build for sm_90a, body 2 really streams through cp.async (LDGSTS in its SASS, none in body 1's), bad defines are
-refused; on a GPU (marked ``gpu``) body 2 is bit-identical to body 1 in both precision modes for gemv (bias,
+refused (body 1's only cp.async stages a fused norm's weight); on a GPU (marked ``gpu``) body 2 is bit-identical to body 1 in both precision modes for gemv (bias,
 residual, a K with a partial last chunk round, more than 32 rows per warp), gemv_silu_mul and every fused GEMV,
 and its f32 mode is ops.py (normwise relative error < 1e-4).
 
@@ -65,7 +65,9 @@ def test_both_bodies_build_and_body2_uses_cp_async(builds):
         pytest.skip("cuobjdump not found")
     sass = [subprocess.run([tool, "--dump-sass", str(b.cubin)], capture_output=True, text=True, timeout=120).stdout
             for b in builds]
-    assert "LDGSTS" not in sass[0]
+    # body 1 issues cp.async only to stage the norm weight of a fused norm (norm_into, one copy per inlined site);
+    # body 2 streams every GEMV's weights through its ring with it (and never stages the norm weight)
+    assert sass[0].count("LDGSTS") < sass[1].count("LDGSTS")
     assert "LDGSTS" in sass[1] and "DEPBAR" in sass[1]
 
 

@@ -721,6 +721,10 @@ __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const _
   return;
 #endif
   for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
+    // the row's bias and residual are loaded before its weights, so their round trips overlap the dot product
+    // instead of following it (the residual is an activation: read after the wait, like x)
+    const float bv = bias && lane == 0 ? ld_bf16(bias + r) : 0.f;
+    const float rv = res && lane == 0 ? ld_act(res + r) : 0.f;
 #if AMK_WEIGHT_PRELOAD > 0
     const bool first = r == r0 + warp;  // the warp's first row: its first chunks were preloaded before the wait
     float acc = row_dot(W + (size_t)r * K, xs, K, first ? pre_dot(c, xs, K) : 0.f, first ? 32 * PRE_N : 0);
@@ -728,9 +732,9 @@ __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const _
     float acc = row_dot(W + (size_t)r * K, xs, K);
 #endif
     if (lane == 0) {
-      float v = bias ? acc + ld_bf16(bias + r) : acc;
+      float v = bias ? acc + bv : acc;
       if (hf) v = bf16r(v);
-      if (res) v = hf ? bf16r(ld_act(res + r) + v) : ld_act(res + r) + v;
+      if (res) v = hf ? bf16r(rv + v) : rv + v;
       y[r - y0] = v;
     }
   }
@@ -803,8 +807,28 @@ __device__ __forceinline__ bool smem_fits(const Ctx& c, int floats) {
 
 // xs = rmsnorm(x, w, eps) in the xpos layout (n % 8 == 0), computed exactly as mk_rmsnorm computes its output (same reduction order,
 // same rounding in both modes), so a fused task's normalised x is bit-identical to the unfused rmsnorm's
-__device__ void norm_into(const Ctx& c, float* xs, const float* x, const __nv_bfloat16* w, int n, float eps) {
+// The norm weight is staged into shared memory with cp.async (no register holds it) BEFORE x is read: its round
+// trip overlaps x's and the sum of squares' instead of following them. It goes to the top of the general area, above
+// `used` floats (the caller's layout), when there is room, w is 16-byte aligned and n % 8 == 0; otherwise (and in
+// GEMV body 2, whose ring owns the area above x) each element is read from global memory where it is used, as
+// before. Either way the same bf16 values meet the same arithmetic (bit-identical).
+__device__ void norm_into(const Ctx& c, float* xs, const float* x, const __nv_bfloat16* w, int n, float eps, int used) {
+  const int at = (c.smem_floats - n / 2) & ~3;  // floats; 16-byte aligned
+#if AMK_GEMV_IMPL == 2
+  const __nv_bfloat16* wsm = nullptr;
+  (void)used; (void)at;
+#else
+  const __nv_bfloat16* wsm = (n & 7) == 0 && (((uintptr_t)w) & 15) == 0 && at >= ((used + 3) & ~3)
+                                 ? (const __nv_bfloat16*)(c.smem + at) : nullptr;
+  if (wsm) {
+    for (int q = tid_v(); q < (n >> 3); q += AMK_THREADS) cp_async16(smem_addr(wsm + 8 * q), w + 8 * q);
+    cp_async_commit();
+  }
+#endif
   load_x(xs, x, n);
+#if AMK_GEMV_IMPL != 2
+  if (wsm) cp_async_wait_all();  // this thread's pieces of w landed; the barrier below shows everyone's
+#endif
   __syncthreads();
   float ss = 0.f;
   for (int i = tid_v(); i < n; i += AMK_THREADS) {  // x[i] in mk_rmsnorm's order: the same sum
@@ -816,7 +840,7 @@ __device__ void norm_into(const Ctx& c, float* xs, const float* x, const __nv_bf
   const bool hf = c.mode == MODE_HF_BF16;
   const float inv = hf ? rsqrtf(var + eps) : 1.0f / sqrtf(var + eps);
   for (int i = tid_v(); i < n; i += AMK_THREADS) {  // each thread rewrites only the elements it read
-    const float wi = ld_bf16(w + i);
+    const float wi = wsm ? __bfloat162float(wsm[i]) : ld_bf16(w + i);
     float* p = xs + xpos(i, n);
     *p = hf ? bf16r(wi * bf16r(*p * inv)) : wi * (*p * inv);
   }
@@ -824,10 +848,11 @@ __device__ void norm_into(const Ctx& c, float* xs, const float* x, const __nv_bf
 }
 
 // x into shared memory (the xpos layout): normalised (norm_into) when nb >= 0, else as it is; ends with a barrier
-__device__ __forceinline__ void x_into(const Ctx& c, const int* t, float* xs, int xb, int nb, int K) {
+// (`used`: the floats of shared memory the caller's layout occupies from xs on, for norm_into's staging)
+__device__ __forceinline__ void x_into(const Ctx& c, const int* t, float* xs, int xb, int nb, int K, int used) {
   const float* x = (const float*)buf(c, xb);
   if (nb >= 0) {
-    norm_into(c, xs, x, (const __nv_bfloat16*)buf(c, nb), K, fbits(t[W_EPS]));
+    norm_into(c, xs, x, (const __nv_bfloat16*)buf(c, nb), K, fbits(t[W_EPS]), used);
   } else {
     load_x(xs, x, K);
     __syncthreads();
@@ -848,7 +873,7 @@ __device__ void mk_gemv(const Ctx& c, const int* t, bool norm) {
   float* xs = c.smem;
   gemv_rows(c, xs, (const __nv_bfloat16*)buf(c, wb), K, t[W_ROW0], t[W_ROW1],
             bb >= 0 ? (const __nv_bfloat16*)buf(c, bb) : nullptr, rb >= 0 ? (const float*)buf(c, rb) : nullptr,
-            (float*)buf(c, yb), 0, (K + 3) & ~3, [&] { x_into(c, t, xs, xb, nb, K); });
+            (float*)buf(c, yb), 0, (K + 3) & ~3, [&] { x_into(c, t, xs, xb, nb, K, K); });
 }
 
 // gemv_silu_mul:         y[r] = silu(w_gate[r] @ x + b_gate[r]) * (w_up[r] @ x + b_up[r]); inputs x, w_gate, w_up,
@@ -864,7 +889,7 @@ __device__ void mk_gemv_silu_mul(const Ctx& c, const int* t, bool norm) {
   silu_rows(c, xs, (const __nv_bfloat16*)buf(c, gb), (const __nv_bfloat16*)buf(c, ub), K, t[W_ROW0], t[W_ROW1],
             has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 2]) : nullptr,
             has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 3]) : nullptr, (float*)buf(c, yb), (K + 3) & ~3,
-            [&] { x_into(c, t, xs, xb, nb, K); });
+            [&] { x_into(c, t, xs, xb, nb, K, K); });
 }
 
 // ---------------------------------------------------------------------------- silu_mul / add
@@ -971,7 +996,7 @@ __device__ void gemv_rope_into(const Ctx& c, const int* t, bool rope, int k, flo
   float* cs = ys + nr;
   float* sn = cs + hd;
   gemv_rows(c, xs, (const __nv_bfloat16*)buf(c, wb), K, r0, r1, bb >= 0 ? (const __nv_bfloat16*)buf(c, bb) : nullptr,
-            nullptr, ys, r0, (K + nr + 2 * hd + 3) & ~3, [&] { x_into(c, t, xs, xb, nb, K); });
+            nullptr, ys, r0, (K + nr + 2 * hd + 3) & ~3, [&] { x_into(c, t, xs, xb, nb, K, K + nr + 2 * hd); });
   const bool hf = c.mode == MODE_HF_BF16;
   if (rope) {  // cos/sin of this position, as rope_into loads them
     const int pos = task_pos(c, t);
@@ -1140,13 +1165,17 @@ __device__ void mk_attention(const Ctx& c, const int* t) {
     for (int h = 0; h < ATT_NB; ++h) acc[h] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (grp < groups) {
       const float* Vg = V + (size_t)first * kvd + g * hd + 4 * d4;
-      int j = grp;
-      for (; j + 3 * groups < n; j += 4 * groups) {
+      // tokens grp, grp + groups, ... in bursts of 4 loads in flight (the last burst guarded: a short context
+      // costs one round trip, not one per token); each thread adds its tokens in increasing order
+      for (int j = grp; j < n; j += 4 * groups) {
         float4 vv[4];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) vv[u] = ld_act4((const float4*)(Vg + (size_t)(j + u * groups) * kvd));
+        for (int u = 0; u < 4; ++u)
+          vv[u] = j + u * groups < n ? ld_act4((const float4*)(Vg + (size_t)(j + u * groups) * kvd))
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
+          if (j + u * groups >= n) break;
 #pragma unroll
           for (int h = 0; h < ATT_NB; ++h) {
             if (h >= nb) break;
@@ -1154,16 +1183,6 @@ __device__ void mk_attention(const Ctx& c, const int* t) {
             acc[h].x = fmaf(p, vv[u].x, acc[h].x); acc[h].y = fmaf(p, vv[u].y, acc[h].y);
             acc[h].z = fmaf(p, vv[u].z, acc[h].z); acc[h].w = fmaf(p, vv[u].w, acc[h].w);
           }
-        }
-      }
-      for (; j < n; j += groups) {
-        const float4 vv = ld_act4((const float4*)(Vg + (size_t)j * kvd));
-#pragma unroll
-        for (int h = 0; h < ATT_NB; ++h) {
-          if (h >= nb) break;
-          const float p = sc[h * n + j];
-          acc[h].x = fmaf(p, vv.x, acc[h].x); acc[h].y = fmaf(p, vv.y, acc[h].y);
-          acc[h].z = fmaf(p, vv.z, acc[h].z); acc[h].w = fmaf(p, vv.w, acc[h].w);
         }
       }
     }

@@ -165,6 +165,27 @@ def test_balanced_split_runs_one_task_per_sm_per_gemv_and_covers_every_row(h200,
     assert all(np.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(got[1], want[1], strict=True))
 
 
+@pytest.mark.parametrize("family", ["llama", "smollm2"])
+def test_attention_q_heads_per_task_splits_each_kv_group(h200, family):
+    """attention_q_heads_per_task=q cuts each KV head's query heads into tasks of q heads (rows of whole heads inside
+    one group), validated, and the ReferenceVM's tokens and logits are bit-identical to one task per group; it needs
+    attention_kv_heads_per_task=1."""
+    m = tiny_model(family)
+    rep = m.num_heads // m.num_kv_heads
+    s = lower(m, ScheduleConfig(attention_q_heads_per_task=1, num_sms=8), h200, 5)
+    att = [t for t in s.tasks if t.op == "attention"]
+    assert len(att) == m.num_layers * m.num_heads
+    for t in att:
+        r0, r1 = t.params["row_start"], t.params["row_end"]
+        assert r1 - r0 == m.head_dim and r0 // m.head_dim // rep == (r1 - 1) // m.head_dim // rep
+    assert validate(s).ok
+    base = ReferenceVM(m, ScheduleConfig(num_sms=8), h200).generate([3, 4, 5], 4)
+    split = ReferenceVM(m, ScheduleConfig(attention_q_heads_per_task=1, num_sms=8), h200).generate([3, 4, 5], 4)
+    assert split[0] == base[0] and all(np.array_equal(a, b) for a, b in zip(split[1], base[1], strict=True))
+    with pytest.raises(BadInput, match="attention_q_heads_per_task"):
+        ScheduleConfig.from_mapping({"attention_q_heads_per_task": 1, "attention_kv_heads_per_task": 2})
+
+
 def test_balanced_split_sizes(h200):
     from mosaic_amk.lowering import _Builder
 

@@ -87,7 +87,10 @@ class ScheduleConfig:
     - ``gemv_split``: ``rows`` (the GEMVs are cut into ``gemv_rows_per_task``-row tasks) or ``balanced`` (each GEMV
       is cut into ``min(num_sms, row units)`` tasks of near-equal size, a unit being one row, or one whole head for
       the RoPE GEMVs; the LM head too unless ``lm_head_rows_per_task`` is set): one task per SM per GEMV stage.
-    - ``attention_kv_heads_per_task``: KV heads (with their query-head group) per attention task.
+    - ``attention_kv_heads_per_task``: KV heads (with their query-head group) per attention task;
+      ``attention_q_heads_per_task`` (0: the whole group) cuts each KV head's query-head group further into tasks of
+      that many query heads (each task reads its KV head's cache rows itself: more SMs, shorter tasks; every head's
+      arithmetic is the same, so the results are too). Needs ``attention_kv_heads_per_task`` = 1 when set.
     - ``fusion``: which fusions to apply (see docs/amk.md): ``residual`` (o-proj/down GEMV tasks add the
       residual), ``gate_up_silu`` (one task computes rows of silu(gate)*up), ``rope_append`` (RoPE of k
       and the KV append in one task); off by default (CPU only until the CUDA VM has the ops):
@@ -124,6 +127,7 @@ class ScheduleConfig:
     lm_head_rows_per_task: int = attrs.field(default=0, validator=non_negative_int)
     gemv_split: str = attrs.field(default="rows", validator=one_of(*GEMV_SPLITS))
     attention_kv_heads_per_task: int = attrs.field(default=1, validator=_int_pos)
+    attention_q_heads_per_task: int = attrs.field(default=0, validator=non_negative_int)
     fusion: tuple = attrs.field(default=DEFAULT_FUSIONS, converter=tuple, validator=_fusion)
     attention_kv_splits: int = attrs.field(default=4, validator=_int_pos)
     argmax_rows_per_task: int = attrs.field(default=4096, validator=_int_pos)
@@ -151,6 +155,11 @@ class ScheduleConfig:
     def _depth(self, attribute, value):
         if value > 8:
             _fail(self, attribute, value, "<= 8")
+
+    @attention_q_heads_per_task.validator
+    def _q_heads(self, attribute, value):
+        if value and self.attention_kv_heads_per_task != 1:
+            _fail(self, attribute, value, "0 unless attention_kv_heads_per_task is 1")
 
     @kv_max_tokens.validator
     def _kv_max(self, attribute, value):

@@ -256,16 +256,18 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
                        {"row_start": r0, "row_end": r1, "head_dim": hd, "num_heads": m.num_heads, "num_splits": ns},
                        {attn: (r0, r1)}, cost=ns * (r1 - r0) * 4)
         else:
+            qper = c.attention_q_heads_per_task or rep * per  # query heads per task (a KV group's, or fewer)
+            kv_pages = (first // page, position // page + 1)
             for g0 in range(0, m.num_kv_heads, per):
                 g1 = min(m.num_kv_heads, g0 + per)
-                r0, r1 = g0 * rep * hd, g1 * rep * hd
-                kv_pages = (first // page, position // page + 1)
-                b.task("attention", [qr, kc, vc], [attn], kv_waits, c_attn,
-                       {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
-                        "head_dim": hd, "row_start": r0, "row_end": r1, "window": window, "scale": hd ** -0.5,
-                        "page_tokens": page},
-                       {qr: (r0, r1), kc: kv_pages, vc: kv_pages, attn: (r0, r1)},
-                       cost=2 * (position + 1 - first) * (g1 - g0) * hd * 4)
+                for h0 in range(g0 * rep, g1 * rep, qper):
+                    r0, r1 = h0 * hd, min(g1 * rep, h0 + qper) * hd
+                    b.task("attention", [qr, kc, vc], [attn], kv_waits, c_attn,
+                           {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
+                            "head_dim": hd, "row_start": r0, "row_end": r1, "window": window, "scale": hd ** -0.5,
+                            "page_tokens": page},
+                           {qr: (r0, r1), kc: kv_pages, vc: kv_pages, attn: (r0, r1)},
+                           cost=2 * (position + 1 - first) * max(1, (r1 - r0) // (rep * hd)) * hd * 4)
         mid = b.buf(f"l{i}.h_mid", (h,))
         c_mid = b.counter()
         o_w, o_b = b.weight(lay("self_attn.o_proj.weight")), bias(lay("self_attn.o_proj.bias"))

@@ -93,7 +93,8 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     by rows, not whole heads: 132 tasks instead of q+k+v heads), and on 66 SMs (half the producers per counter);
     ``balanced-stream2/4``: balanced with the weight stream (TMA into 2 or 4 shared-memory slots per warp, the first
     issued before the wait; docs/amk-cuda.md "Weight stream"); ``balanced-preload-pf<d>-<k>k``: balanced-preload
-    with the L2 prefetch of the next d tasks (the current one included) capped at k KB per task."""
+    with the L2 prefetch of the next d tasks (the current one included) capped at k KB per task;
+    ``balanced-preload-q1``: balanced-preload with one attention task per query head (not per KV group)."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
@@ -112,7 +113,8 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-stream4", attrs.evolve(balanced, weight_stream=4)),
             *[(f"balanced-preload-pf{d}-{k}k", attrs.evolve(balanced, weight_preload=8, prefetch_depth=d,
                                                             prefetch_max_bytes=k * 1024))
-              for d, k in ((1, 128), (1, 256), (2, 128))]]
+              for d, k in ((1, 128), (1, 256), (2, 128))],
+            ("balanced-preload-q1", attrs.evolve(balanced, weight_preload=8, attention_q_heads_per_task=1))]
 
 
 def fused_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

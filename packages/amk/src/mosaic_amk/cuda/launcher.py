@@ -153,6 +153,8 @@ class Launcher:
     threads: int = 512
     smem_bytes: int = 0
     ring_bytes: int = 0  # the weight stream's ring (a cubin built with AMK_WSTREAM), after the smem_bytes area
+    table_in_smem: bool = True  # copy the buffer table and producer counts into shared memory (vm.cu) when they fit
+    table_bytes: int = attrs.field(default=0, init=False)
     mode: str = "hf-bf16"
     timeout_s: float = 1.0
     prefetch_depth: int = 1
@@ -192,7 +194,12 @@ class Launcher:
                               f"shared memory for scores; the block has {self.smem_bytes} (lower kv_max_tokens)")
         mod = cp.RawModule(path=self.cubin, enable_cooperative_groups=True)
         self.fn = mod.get_function("amk_vm")
-        self.fn.max_dynamic_shared_size_bytes = self.smem_bytes + self.ring_bytes
+        # the buffer table (8-byte pointer + AMK_BUF_META ints per buffer) and the producer counts, after the ring
+        nbuf = len(self.enc.buffers)
+        table = -(-(nbuf * (8 + 4 * E.BUF_META) + 4 * max(1, self.enc.num_counters)) // 16) * 16
+        if self.table_in_smem and self.smem_bytes + self.ring_bytes + table <= optin:
+            self.table_bytes = table
+        self.fn.max_dynamic_shared_size_bytes = self.smem_bytes + self.ring_bytes + self.table_bytes
         e = self.enc
         self.tables = {"tasks": cp.asarray(e.tasks), "qoff": cp.asarray(e.queue_offsets),
                        "queue": cp.asarray(e.queue), "meta": cp.asarray(e.buf_meta),
@@ -287,9 +294,11 @@ class Launcher:
                 np.int64(int(self.timeout_s * 1e9)),
                 np.int32(self.prefetch_depth if prefetch_depth is None else prefetch_depth),
                 np.int32(skip_ops), np.int32(self.smem_bytes), np.int32(n_steps), np.int32(token_stride),
-                np.int32(self.sync if sync is None else sync))
+                np.int32(self.sync if sync is None else sync),
+                np.int32(len(e.buffers) if self.table_bytes else 0))
         try:
-            self.fn((e.num_sms,), (self.threads,), args, shared_mem=self.smem_bytes + self.ring_bytes)
+            self.fn((e.num_sms,), (self.threads,), args,
+                    shared_mem=self.smem_bytes + self.ring_bytes + self.table_bytes)
         except Exception as exc:  # cupy raises CUDADriverError / CUDARuntimeError
             raise DeviceError(f"VM launch failed: {exc}") from None
 

@@ -119,12 +119,12 @@ __device__ void dump(int* control, int state, int task, int counter, int value, 
 // relaxed: every poll is ld.relaxed.gpu and ONE fence.acquire.gpu follows the last successful poll (a strong
 // read of each counter followed in program order by an acquire fence: an acquire pattern on each counter);
 // otherwise every poll is ld.acquire.gpu (each one an acquire operation, each one a CCTL.IVALL in SASS).
-__device__ bool wait_all(const int* t, const int* counters, const int* __restrict__ producers, int step, int* control,
+__device__ bool wait_all(const int* t, const int* counters, const int* producers, int step, int* control,
                          long long timeout_ns, int qpos, unsigned long long t_launch, bool relaxed = false) {
   const int n = t[W_NWAIT];
   for (int i = 0; i < n; ++i) {
     const int cnt = t[W_WAIT + 2 * i];
-    const int thr = t[W_WAIT + 2 * i + 1] + (step ? step * __ldg(producers + cnt) : 0);
+    const int thr = t[W_WAIT + 2 * i + 1] + (step ? step * producers[cnt] : 0);
     int v = relaxed ? ld_relaxed(counters + cnt) : ld_acquire(counters + cnt);
     if (v >= thr) continue;
     const unsigned long long t0 = globaltimer();
@@ -182,7 +182,7 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
        unsigned long long token_in, unsigned long long token_out, int token_buf, int next_buf,
        const float* __restrict__ rope_table, int rope_positions,
        int position, int mode, long long timeout_ns, int prefetch_depth, int skip_ops, int smem_bytes,
-       int n_steps, int token_stride, int sync_flags) {
+       int n_steps, int token_stride, int sync_flags, int table_buffers) {
   extern __shared__ __align__(16) float dyn_smem[];
   __shared__ int task_s[2][AMK_TASK_WORDS];
   __shared__ float red[64];
@@ -205,6 +205,24 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
   c.bptr = bptr; c.bmeta = bmeta_; c.token_buf = token_buf; c.next_buf = next_buf; c.mode = mode;
   c.smem_floats = smem_bytes / 4; c.rope_table = rope_table; c.rope_positions = rope_positions; c.control = control;
   c.smem = dyn_smem; c.red = red; c.ired = ired;
+  // table_buffers > 0: the buffer table (pointers, metadata) and the counters' producer counts are copied into
+  // shared memory after the general area and the ring (the launcher asked for the room), so buf() / bmeta() and the
+  // multi-step thresholds are shared-memory reads: the fence.acquire of every wait invalidates L1, and these global
+  // reads would otherwise cost every micro-kernel an L2 round trip before its first real load. They are immutable
+  // during a launch.
+  __shared__ const int* prod_s;  // the producer counts (global, or their shared copy): read by thread 0 per wait
+  if (threadIdx.x == 0) prod_s = producers;
+  if (table_buffers > 0) {
+    unsigned long long* sp = (unsigned long long*)((char*)dyn_smem + smem_bytes + AMK_WARPS * AMK_WSTREAM * WS_PIECE);
+    int* sm = (int*)(sp + table_buffers);
+    int* spr = sm + table_buffers * AMK_BUF_META;
+    for (int i = threadIdx.x; i < table_buffers; i += AMK_THREADS) sp[i] = bptr[i];
+    for (int i = threadIdx.x; i < table_buffers * AMK_BUF_META; i += AMK_THREADS) sm[i] = bmeta_[i];
+    for (int i = threadIdx.x; i < num_counters; i += AMK_THREADS) spr[i] = producers[i];
+    if (threadIdx.x == 0) prod_s = spr;
+    c.bptr = sp; c.bmeta = sm;
+  }
+  __syncthreads();
 #if AMK_WSTREAM > 0
   // the ring follows the general area (smem_bytes); the launcher asked for smem_bytes + the ring's bytes
   c.ws = ws_state; c.bars = smem_addr(ws_bars); c.ring = smem_addr(dyn_smem) + (unsigned)smem_bytes;
@@ -261,7 +279,7 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
             __ldg(tasks + (size_t)queue[q + 1] * AMK_TASK_WORDS + threadIdx.x - (AMK_THREADS - AMK_TASK_WORDS));
       int mine = 1;
       if (threadIdx.x == 0) {
-        mine = wait_all(ts, counters, producers, step, control, timeout_ns, q - q0, t_launch, relaxed) ? 1 : 0;
+        mine = wait_all(ts, counters, prod_s, step, control, timeout_ns, q - q0, t_launch, relaxed) ? 1 : 0;
         if (v0) go = mine;
       }
       if (prefetch_depth > 0 && pf_side && (int)(threadIdx.x >> 5) == SIDE_WARP) {

@@ -188,13 +188,13 @@ def reference(st: dict) -> None:
 
 def amk_vm(st: dict) -> None:
     from mosaic.plugins import host
-    from mosaic_amk.config import ScheduleConfig
+    from mosaic_amk.config import CUDA_DEFAULT
     from mosaic_amk.cuda.cuda_vm import CudaVM
     from mosaic_amk.parity import forced, free_run
 
     c = contender(st, "amk-vm")
     t = time.time()
-    vm = CudaVM(st["spec"], ScheduleConfig(), host().get("gpus", "h200"), weights=st["weights"],
+    vm = CudaVM(st["spec"], CUDA_DEFAULT, host().get("gpus", "h200"), weights=st["weights"],
                 max_positions=ARGS.prompt_len + ARGS.tokens)
     st["seconds"]["vm_init"] = round(time.time() - t, 2)
     for i, p in enumerate(st["prompts"]):
@@ -293,10 +293,11 @@ def main(argv=None) -> int:
     REPORT["environment"] = environment()
     t = time.time()
     try:  # the VM's cubin (cached under ~/.cache/mosaic after the first build): its time is not the parity's
-        from mosaic_amk.config import ScheduleConfig
+        from mosaic_amk.config import CUDA_DEFAULT
         from mosaic_amk.cuda.build import build as build_vm
+        from mosaic_amk.cuda.build import config_defines
 
-        REPORT["vm_build"] = {**build_vm(ScheduleConfig().threads_per_block).to_json(),
+        REPORT["vm_build"] = {**build_vm(CUDA_DEFAULT.threads_per_block, defines=config_defines(CUDA_DEFAULT)).to_json(),
                               "seconds": round(time.time() - t, 1)}
     except Exception as exc:  # noqa: BLE001 - the VM parts will fail and say why; the controls still run
         REPORT["vm_build"] = {"error": f"{type(exc).__name__}: {exc}"[:600], "seconds": round(time.time() - t, 1)}

@@ -202,6 +202,10 @@ def test_bench_has_best_measured_preload():
     assert cands["best-measured-preload"] == attrs.evolve(cands["best-measured"], weight_preload=8)
     assert all(c.weight_preload == (8 if "preload" in n else 0) for n, c in cands.items())
     assert cands["balanced-stream4"] == attrs.evolve(cands["balanced"], weight_stream=4)
+    from mosaic_amk.config import CUDA_DEFAULT
+
+    assert cands["balanced-preload-q1"] == CUDA_DEFAULT == attrs.evolve(
+        cands["balanced-preload"], attention_q_heads_per_task=1, gemv_rows_per_task=64)
     assert cands["balanced"] == attrs.evolve(cands["best-measured"], gemv_split="balanced", lm_head_rows_per_task=0)
     assert [n for n, _ in fused_candidates(spec)] == ["fused", "fused-rows16-lm", "fused-rows32-lm"]
 

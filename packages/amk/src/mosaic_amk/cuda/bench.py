@@ -25,7 +25,7 @@ import attrs
 import numpy as np
 from mosaic.records import GpuTarget
 
-from mosaic_amk.config import DEFAULT_FUSIONS, VM_FUSIONS, ScheduleConfig
+from mosaic_amk.config import CUDA_DEFAULT, DEFAULT_FUSIONS, VM_FUSIONS, ScheduleConfig
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.cuda.launcher import SKIPPABLE
 
@@ -94,7 +94,8 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     ``balanced-stream2/4``: balanced with the weight stream (TMA into 2 or 4 shared-memory slots per warp, the first
     issued before the wait; docs/amk-cuda.md "Weight stream"); ``balanced-preload-pf<d>-<k>k``: balanced-preload
     with the L2 prefetch of the next d tasks (the current one included) capped at k KB per task;
-    ``balanced-preload-q1``: balanced-preload with one attention task per query head (not per KV group)."""
+    ``balanced-preload-q1``: balanced-preload with one attention task per query head (not per KV group): the CUDA
+    VM's default, ``config.CUDA_DEFAULT``."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
@@ -114,7 +115,7 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             *[(f"balanced-preload-pf{d}-{k}k", attrs.evolve(balanced, weight_preload=8, prefetch_depth=d,
                                                             prefetch_max_bytes=k * 1024))
               for d, k in ((1, 128), (1, 256), (2, 128))],
-            ("balanced-preload-q1", attrs.evolve(balanced, weight_preload=8, attention_q_heads_per_task=1))]
+            ("balanced-preload-q1", CUDA_DEFAULT)]
 
 
 def fused_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

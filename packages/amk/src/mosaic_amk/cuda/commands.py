@@ -24,10 +24,10 @@ def _ids(prompt: str) -> list[int]:
 def _gpu_config(gpu_name: str, config_path: str | None):
     from mosaic.plugins import host
 
-    from mosaic_amk.config import load_config
+    from mosaic_amk.config import CUDA_DEFAULT, load_config
 
     gpu = host().get("gpus", gpu_name)
-    return gpu, load_config(config_path).for_gpu(gpu)
+    return gpu, load_config(config_path, CUDA_DEFAULT).for_gpu(gpu)
 
 
 def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, config_path: str | None,
@@ -107,7 +107,7 @@ def check_hf_line(result, at) -> str:
 @click.option("--shape", type=click.Choice(["smollm2-135m", "smollm2-360m", "tinyllama-1.1b", "llama-3.2-1b"]),
               help="Instead of --model: a seeded random-init model of this shape, built on the GPU.")
 @click.option("--config", "config_path", type=click.Path(path_type=str),
-              help="ScheduleConfig TOML (default: a default and two finer-split candidates).")
+              help="ScheduleConfig TOML (default: bench.default_candidates, config.CUDA_DEFAULT among them).")
 @click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
 @click.option("--rounds", default=5, show_default=True, type=click.IntRange(min=1), help="Interleaved rounds.")
 @click.option("--steps", default=64, show_default=True, type=click.IntRange(min=1), help="Decode steps per sample.")

@@ -184,6 +184,11 @@ class Launcher:
             raise DeviceError("this GPU does not support cooperative launches")
         if self.enc.num_sms > sms:
             raise DeviceError(f"the schedule uses {self.enc.num_sms} SMs, this GPU has {sms}")
+        mod = cp.RawModule(path=self.cubin, enable_cooperative_groups=True)
+        self.fn = mod.get_function("amk_vm")
+        # static shared memory (task records, reductions, the stream's barriers) counts against the same opt-in limit
+        static = getattr(self.fn, "shared_size_bytes", None)
+        optin -= int(static) if static is not None else 4096
         # one block per SM: ask for more than half of an SM's shared memory so two blocks never share one
         # (with a ring and no smem_bytes asked for: the ScheduleConfig default general area, 96 KB)
         want = max(self.smem_bytes or (96 * 1024 if self.ring_bytes else 0), per_sm // 2 + 1024 - self.ring_bytes)
@@ -192,8 +197,6 @@ class Launcher:
         if need > self.smem_bytes:
             raise DeviceError(f"attention over {self.enc.max_attention_tokens} cached tokens needs {need} bytes of "
                               f"shared memory for scores; the block has {self.smem_bytes} (lower kv_max_tokens)")
-        mod = cp.RawModule(path=self.cubin, enable_cooperative_groups=True)
-        self.fn = mod.get_function("amk_vm")
         # the buffer table (8-byte pointer + AMK_BUF_META ints per buffer) and the producer counts, after the ring
         nbuf = len(self.enc.buffers)
         table = -(-(nbuf * (8 + 4 * E.BUF_META) + 4 * max(1, self.enc.num_counters)) // 16) * 16

@@ -49,13 +49,13 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
-    p.add_argument("--candidates", default=",".join(CANDIDATES), help="bench candidate names (bench.default_candidates)")
+    p.add_argument("--candidates", default=",".join(CANDIDATES), help="bench candidate names (bench.all_candidates)")
     p.add_argument("--probe", default=f"{BASE},balanced", help="candidates to probe (bench.probe_masks)")
     p.add_argument("--probe-all", action="store_true", help="every probe, not only the sync skeleton")
     a = p.parse_args(argv)
     from mosaic.plugins import host
     from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.bench import default_candidates, format_table, run_bench
+    from mosaic_amk.cuda.bench import all_candidates, format_table, run_bench
 
     gpu = host().get("gpus", "h200")
     out, verdicts = {}, []
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         model = hf_gpu.random_model(shape)
         spec = hf_gpu.spec_of(model)
         wanted = [n for n in a.candidates.split(",") if n]
-        cands = [c for c in default_candidates(spec) if c[0] in wanted]
+        cands = [c for c in all_candidates(spec) if c[0] in wanted]
         cands = [(n, c.for_gpu(gpu)) for n, c in cands]
         res = run_bench(model, spec, gpu, cands, rounds=a.rounds, steps=a.steps, eager=False,
                         probe=[n for n in a.probe.split(",") if n],

@@ -881,7 +881,7 @@ def child_fused_bench() -> dict:
     bf16; the probes on fused-rows32-lm and fused-rows16-lm. HF eager / graph are timed in the parent's bench."""
     import torch
     from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.bench import default_candidates, format_table, fused_candidates, run_bench
+    from mosaic_amk.cuda.bench import all_candidates, format_table, fused_candidates, run_bench
     from mosaic_amk.lowering import layer_stages, lower
 
     gpu = gpu_record()
@@ -894,7 +894,7 @@ def child_fused_bench() -> dict:
             model = hf_gpu.random_model(shape, seed=0)
             spec = hf_gpu.spec_of(model)
             out["build_s"] = round(time.time() - t, 1)
-            ref = [c for c in default_candidates(spec) if c[0] in ("rows32-lm", "rows16-lm")]
+            ref = [c for c in all_candidates(spec) if c[0] in ("rows32-lm", "rows16-lm")]
             fused = fused_candidates(spec)
             out["stages_per_layer"] = {n: layer_stages(lower(fake_spec(shape), cfg, gpu, 0))["per_layer"]
                                        for n, cfg in (ref[0], fused[0])}
@@ -1011,7 +1011,7 @@ def child_sync() -> dict:
             model = hf_gpu.random_model(shape, seed=0)
             spec = hf_gpu.spec_of(model)
             name = base_name.get(shape, "rows32-lm")
-            base = [c for c in B.default_candidates(spec) if c[0] == name]
+            base = [c for c in B.all_candidates(spec) if c[0] == name]
             fused = [c for c in B.fused_candidates(spec) if c[0] == f"fused-{name}"]
             cands = B.sync_candidates(base) + B.sync_candidates(fused)
             budget = max(20.0, left() / max(1, len(ARGS.bench_shapes) - i) - 10)

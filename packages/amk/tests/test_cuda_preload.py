@@ -194,11 +194,11 @@ def test_stream_builds_spill_free_with_bulk_copies_before_the_wait(slots, cache)
 
 # -------------------------------------------------------------------------------------- bench / script
 def test_bench_has_best_measured_preload():
-    from mosaic_amk.cuda.bench import default_candidates, fused_candidates
+    from mosaic_amk.cuda.bench import all_candidates, default_candidates, fused_candidates
     from mosaic_amk.tiny_models import tiny_model
 
     spec = tiny_model("llama")
-    cands = dict(default_candidates(spec))
+    cands = dict(all_candidates(spec))
     assert cands["best-measured-preload"] == attrs.evolve(cands["best-measured"], weight_preload=8)
     assert all(c.weight_preload == (8 if "preload" in n else 0) for n, c in cands.items())
     assert cands["balanced-stream4"] == attrs.evolve(cands["balanced"], weight_stream=4)
@@ -208,6 +208,8 @@ def test_bench_has_best_measured_preload():
         cands["balanced-preload"], attention_q_heads_per_task=1, gemv_rows_per_task=64)
     assert cands["balanced"] == attrs.evolve(cands["best-measured"], gemv_split="balanced", lm_head_rows_per_task=0)
     assert [n for n, _ in fused_candidates(spec)] == ["fused", "fused-rows16-lm", "fused-rows32-lm"]
+    assert [n for n, _ in default_candidates(spec)] == ["default", "rows32-lm", "best-measured", "balanced-preload",
+                                                      "balanced-preload-q1"]
 
 
 def _amk_best():

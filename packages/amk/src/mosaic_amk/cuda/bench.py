@@ -81,21 +81,24 @@ class Contender:
                 "samples": [round(s, 4) for s in self.samples], "error": self.error}
 
 
-def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
-    """A few schedule configs: the default, two finer splits (more tasks than SMs per GEMV stage), and
-    ``best-measured``: what the H200 runs of 2026-11-30 measured best piece by piece (docs/amk-cuda.md
-    "Where the time goes"): rows32 + the LM-head split, the fused GEMVs (5 stages per layer), no L2 weight
-    prefetch (it cost the 16384x8192 GEMV 84.6 vs 65.9 us), relaxed polling (1-2% on both shapes);
-    ``best-measured-preload``: the same with the weight preload (8 chunks per lane, row_dot's first burst, in
-    flight before each GEMV task's wait; docs/amk-cuda.md "Weight preload"), a build variant of the VM;
-    ``balanced``: best-measured with every GEMV (LM head included) cut into one task per SM (``gemv_split``),
-    with and without the preload, with a separate RoPE/append stage instead of the RoPE GEMVs (so q/k/v are cut
-    by rows, not whole heads: 132 tasks instead of q+k+v heads), and on 66 SMs (half the producers per counter);
+BENCH_DEFAULT = ("default", "rows32-lm", "best-measured", "balanced-preload", "balanced-preload-q1")
+
+
+def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
+    """Every named schedule config measured on the H200 (docs/amk-cuda.md "Performance: where the time goes"):
+    ``default`` and two finer splits (rows16-lm, rows32-lm: more tasks than SMs per GEMV stage, the LM head split
+    separately); ``best-measured``, the second session's best piece by piece: rows32 + the LM-head split, the fused
+    GEMVs (5 stages per layer), no L2 weight prefetch (it cost the 16384x8192 GEMV 84.6 vs 65.9 us), relaxed polling
+    (1-2% on both shapes); ``best-measured-preload``: the same with the weight preload (8 chunks per lane, row_dot's
+    first burst, in flight before each GEMV task's wait; docs/amk-cuda.md "Weight preload"), a build variant of the
+    VM; ``balanced``: best-measured with every GEMV (LM head included) cut into one task per SM (``gemv_split``), with
+    and without the preload, with a separate RoPE/append stage instead of the RoPE GEMVs (q/k/v cut by rows, not
+    whole heads: 132 tasks instead of q+k+v heads), and on 66 SMs (half the producers per counter);
     ``balanced-stream2/4``: balanced with the weight stream (TMA into 2 or 4 shared-memory slots per warp, the first
     issued before the wait; docs/amk-cuda.md "Weight stream"); ``balanced-preload-pf<d>-<k>k``: balanced-preload
     with the L2 prefetch of the next d tasks (the current one included) capped at k KB per task;
     ``balanced-preload-q1``: balanced-preload with one attention task per query head (not per KV group): the CUDA
-    VM's default, ``config.CUDA_DEFAULT``."""
+    VM's default, ``config.CUDA_DEFAULT`` (the fastest on both bench shapes)."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
@@ -118,11 +121,17 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload-q1", CUDA_DEFAULT)]
 
 
+def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
+    """What ``mosaic amk bench`` and benchmarks/amk_bench.py time without --config: ``BENCH_DEFAULT`` of
+    :func:`all_candidates` (the default config, the old and new best, CUDA_DEFAULT last)."""
+    return [c for c in all_candidates(spec) if c[0] in BENCH_DEFAULT]
+
+
 def fused_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     """default_candidates with every fusion the CUDA VM runs switched on (config.VM_FUSIONS: rmsnorm_gemv and
     gemv_rope_append on top of the defaults; 5 serial stages per layer instead of 8), named ``fused-<name>``."""
     return [(f"fused-{name}" if name != "default" else "fused", attrs.evolve(cfg, fusion=VM_FUSIONS))
-            for name, cfg in default_candidates(spec) if name in ("default", "rows16-lm", "rows32-lm")]
+            for name, cfg in all_candidates(spec) if name in ("default", "rows16-lm", "rows32-lm")]
 
 
 # the VM's synchronisation variants (config.WAIT_MODES / SIGNAL_MODES / PREFETCH_MODES; docs/amk-cuda.md

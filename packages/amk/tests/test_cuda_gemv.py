@@ -171,7 +171,9 @@ PRELOADS = tuple(n for n in WEIGHT_PRELOADS if n)
 # every build variant that issues weight loads before a GEMV task's wait: the preload (registers) and the weight
 # stream (TMA into a shared-memory ring; docs/amk-cuda.md "Weight stream"): (id, build defines, config change)
 EARLY = [(f"preload{n}", B.preload_defines(n), {"weight_preload": n}) for n in PRELOADS] + \
-        [(f"stream{n}", (f"AMK_WSTREAM={n}",), {"weight_stream": n}) for n in WEIGHT_STREAMS if n]
+        [(f"stream{n}", (f"AMK_WSTREAM={n}",), {"weight_stream": n}) for n in WEIGHT_STREAMS if n] + \
+        [(f"pp-preload{n}", (*B.preload_defines(n), "AMK_GEMV_PP=1"), {"weight_preload": n, "gemv_pingpong": True})
+         for n in (0, 6)]
 EARLY_IDS = [e[0] for e in EARLY]
 
 

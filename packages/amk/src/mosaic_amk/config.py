@@ -119,6 +119,9 @@ class ScheduleConfig:
       slots of ``WS_PIECE`` bytes filled by bulk copies (TMA), the first N issued before the task's wait
       (bit-identical results); a build variant of the VM (``AMK_WSTREAM``) whose ring (``ring_bytes``) comes on top of
       ``smem_bytes``; exclusive with ``weight_preload``.
+    - ``gemv_pingpong``: a build variant of the GEMV row loop (``AMK_GEMV_PP``): a lane's weight chunks in two groups
+      of 4 double-buffered in the registers of one burst of 8 (loads in flight while a group is added), the same
+      order of additions as the bursts of 8 (bit-identical).
     - ``kv_page_tokens``, ``kv_max_tokens``: KV cache page size and capacity in tokens (0: the model's
       max_position_embeddings rounded up to a page).
     """
@@ -145,6 +148,7 @@ class ScheduleConfig:
     prefetch_mode: str = attrs.field(default="inline", validator=one_of(*PREFETCH_MODES))
     weight_preload: int = attrs.field(default=0, validator=_preload)
     weight_stream: int = attrs.field(default=0, validator=_stream)
+    gemv_pingpong: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     @weight_stream.validator
     def _stream_alone(self, attribute, value):

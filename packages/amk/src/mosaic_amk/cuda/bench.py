@@ -98,7 +98,8 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     issued before the wait; docs/amk-cuda.md "Weight stream"); ``balanced-preload-pf<d>-<k>k``: balanced-preload
     with the L2 prefetch of the next d tasks (the current one included) capped at k KB per task;
     ``balanced-preload-q1``: balanced-preload with one attention task per query head (not per KV group): the CUDA
-    VM's default, ``config.CUDA_DEFAULT`` (the fastest on both bench shapes)."""
+    VM's default, ``config.CUDA_DEFAULT`` (the fastest on both bench shapes); its twins with preload 6 and with the
+    ping-pong GEMV row loop (``gemv_pingpong``)."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
@@ -118,7 +119,10 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             *[(f"balanced-preload-pf{d}-{k}k", attrs.evolve(balanced, weight_preload=8, prefetch_depth=d,
                                                             prefetch_max_bytes=k * 1024))
               for d, k in ((1, 128), (1, 256), (2, 128))],
-            ("balanced-preload-q1", CUDA_DEFAULT)]
+            ("balanced-preload-q1", CUDA_DEFAULT),
+            ("balanced-preload6-q1", attrs.evolve(CUDA_DEFAULT, weight_preload=6)),
+            ("balanced-preload6-q1-pp", attrs.evolve(CUDA_DEFAULT, weight_preload=6, gemv_pingpong=True)),
+            ("balanced-preload-q1-pp", attrs.evolve(CUDA_DEFAULT, gemv_pingpong=True))]
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

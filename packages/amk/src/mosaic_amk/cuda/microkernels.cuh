@@ -262,6 +262,52 @@ __device__ __forceinline__ float dot8x(uint4 w, const float* xs, int ch, int K) 
 #endif
 }
 #define GEMV_UNROLL 8
+#ifndef AMK_GEMV_PP
+#define AMK_GEMV_PP 0
+#endif
+#if AMK_GEMV_PP
+#define GEMV_HALF (GEMV_UNROLL / 2)
+// acc0 / ch0 (the preload): start from the sum acc0 of this lane's chunks below ch0 (a multiple of 32)
+// The lane's chunks ch, ch + 32, ... go in groups of GEMV_HALF, double-buffered in the registers one burst of
+// GEMV_UNROLL used to take: group g + 1 is in flight while group g is added, and group g + 2 is issued as soon as g
+// is consumed, so a long row always has loads in flight (a burst of 8 had none while its 8 chunks were added). The
+// chunks are added in the same order as before (group by group, then the tail one by one): the same sums.
+__device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* xs, int K, float acc0 = 0.f,
+                                         int ch0 = 0) {
+  const int lane = tid_v() & 31;
+  const int nch = K >> 3;
+  const uint4* r = (const uint4*)row;
+  float acc = acc0;
+  int ch = lane + ch0;
+  uint4 a[GEMV_HALF], b[GEMV_HALF];
+  auto full = [&](int c0) { return c0 + 32 * (GEMV_HALF - 1) < nch; };
+  auto load = [&](uint4* w, int c0) {
+#pragma unroll
+    for (int u = 0; u < GEMV_HALF; ++u) w[u] = ld_w16(r + c0 + 32 * u);
+  };
+  auto add = [&](const uint4* w, int c0) {
+#pragma unroll
+    for (int u = 0; u < GEMV_HALF; ++u) acc += dot8x(w[u], xs, c0 + 32 * u, K);
+  };
+  bool ha = full(ch);
+  if (ha) load(a, ch);
+  while (ha) {
+    const int cb = ch + 32 * GEMV_HALF;
+    const bool hb = full(cb);
+    if (hb) load(b, cb);
+    add(a, ch);
+    ch = cb;
+    if (!hb) break;
+    const int ca = ch + 32 * GEMV_HALF;
+    ha = full(ca);
+    if (ha) load(a, ca);
+    add(b, ch);
+    ch = ca;
+  }
+  for (; ch < nch; ch += 32) acc += dot8x(ld_w16(r + ch), xs, ch, K);
+  return warp_sum(acc);
+}
+#else
 // acc0 / ch0 (the preload): start from the sum acc0 of this lane's chunks below ch0 (a multiple of 32)
 __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* xs, int K, float acc0 = 0.f,
                                          int ch0 = 0) {
@@ -280,6 +326,7 @@ __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* 
   for (; ch < nch; ch += 32) acc += dot8x(ld_w16(r + ch), xs, ch, K);
   return warp_sum(acc);
 }
+#endif
 // two rows at once (gate and up): twice the loads in flight
 __device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const float* xs, int K,
                                           float2 acc0 = make_float2(0.f, 0.f), int ch0 = 0) {

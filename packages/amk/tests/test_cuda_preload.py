@@ -200,7 +200,7 @@ def test_bench_has_best_measured_preload():
     spec = tiny_model("llama")
     cands = dict(all_candidates(spec))
     assert cands["best-measured-preload"] == attrs.evolve(cands["best-measured"], weight_preload=8)
-    assert all(c.weight_preload == (8 if "preload" in n else 0) for n, c in cands.items())
+    assert all(c.weight_preload == (6 if "preload6" in n else 8 if "preload" in n else 0) for n, c in cands.items())
     assert cands["balanced-stream4"] == attrs.evolve(cands["balanced"], weight_stream=4)
     from mosaic_amk.config import CUDA_DEFAULT
 

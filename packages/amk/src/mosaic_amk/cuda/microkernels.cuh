@@ -265,13 +265,12 @@ __device__ __forceinline__ float dot8x(uint4 w, const float* xs, int ch, int K) 
 #ifndef AMK_GEMV_PP
 #define AMK_GEMV_PP 0
 #endif
-#if AMK_GEMV_PP
 #define GEMV_HALF (GEMV_UNROLL / 2)
-// acc0 / ch0 (the preload): start from the sum acc0 of this lane's chunks below ch0 (a multiple of 32)
-// The lane's chunks ch, ch + 32, ... go in groups of GEMV_HALF, double-buffered in the registers one burst of
-// GEMV_UNROLL used to take: group g + 1 is in flight while group g is added, and group g + 2 is issued as soon as g
-// is consumed, so a long row always has loads in flight (a burst of 8 had none while its 8 chunks were added). The
-// chunks are added in the same order as before (group by group, then the tail one by one): the same sums.
+// acc0 / ch0 (the preload): start from the sum acc0 of this lane's chunks below ch0 (a multiple of 32).
+// AMK_GEMV_PP (config gemv_pingpong): the lane's chunks ch, ch + 32, ... go in groups of GEMV_HALF, double-buffered
+// in the registers one burst of GEMV_UNROLL takes: group g + 1 is in flight while group g is added, and g + 2 is
+// issued as soon as g is consumed (a burst of 8 has none in flight while its chunks are added). Either way the
+// chunks are added one by one in increasing order, then the tail: the same sums.
 __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* xs, int K, float acc0 = 0.f,
                                          int ch0 = 0) {
   const int lane = tid_v() & 31;
@@ -279,6 +278,7 @@ __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* 
   const uint4* r = (const uint4*)row;
   float acc = acc0;
   int ch = lane + ch0;
+#if AMK_GEMV_PP
   uint4 a[GEMV_HALF], b[GEMV_HALF];
   auto full = [&](int c0) { return c0 + 32 * (GEMV_HALF - 1) < nch; };
   auto load = [&](uint4* w, int c0) {
@@ -304,18 +304,7 @@ __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* 
     add(b, ch);
     ch = ca;
   }
-  for (; ch < nch; ch += 32) acc += dot8x(ld_w16(r + ch), xs, ch, K);
-  return warp_sum(acc);
-}
 #else
-// acc0 / ch0 (the preload): start from the sum acc0 of this lane's chunks below ch0 (a multiple of 32)
-__device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* xs, int K, float acc0 = 0.f,
-                                         int ch0 = 0) {
-  const int lane = tid_v() & 31;
-  const int nch = K >> 3;
-  const uint4* r = (const uint4*)row;
-  float acc = acc0;
-  int ch = lane + ch0;
   for (; ch + 32 * (GEMV_UNROLL - 1) < nch; ch += 32 * GEMV_UNROLL) {
     uint4 w[GEMV_UNROLL];
 #pragma unroll
@@ -323,10 +312,10 @@ __device__ __forceinline__ float row_dot(const __nv_bfloat16* row, const float* 
 #pragma unroll
     for (int u = 0; u < GEMV_UNROLL; ++u) acc += dot8x(w[u], xs, ch + 32 * u, K);
   }
+#endif
   for (; ch < nch; ch += 32) acc += dot8x(ld_w16(r + ch), xs, ch, K);
   return warp_sum(acc);
 }
-#endif
 // two rows at once (gate and up): twice the loads in flight
 __device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const float* xs, int K,
                                           float2 acc0 = make_float2(0.f, 0.f), int ch0 = 0) {

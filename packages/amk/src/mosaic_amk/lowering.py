@@ -90,6 +90,19 @@ class _Builder:
                                ranges=ranges or {}))
         self.producers[signal] += 1
 
+    def norm_input(self, x: str, c_x: int, norm_weight: str, out_name: str) -> tuple[str, int, tuple | None]:
+        """The input of the GEMVs that consume rmsnorm(x): with the ``rmsnorm_gemv`` fusion x itself, its counter and
+        (norm weight, eps) for each GEMV task to normalise x; otherwise an ``rmsnorm`` task writing ``out_name`` (its
+        counter, no norm for the GEMVs)."""
+        eps = self.model.rms_norm_eps
+        if "rmsnorm_gemv" in self.config.fusion:
+            return x, c_x, (norm_weight, eps)
+        xn = self.buf(out_name, (self.model.hidden_size,))
+        c_xn = self.counter()
+        self.task("rmsnorm", [x, norm_weight], [xn], [self.join(c_x)], c_xn, {"eps": eps},
+                  cost=self.model.hidden_size * 8)
+        return xn, c_xn, None
+
     def row_ranges(self, n_out: int, rows_per_task: int, unit: int = 1, balanced: bool | None = None
                    ) -> list[tuple[int, int]]:
         """The row ranges of one GEMV's tasks. ``rows`` split: ``rows_per_task`` rows each (rounded down to whole
@@ -182,14 +195,8 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         kc = b.buf(k_cache(i), (pages, page, kvd), "kv_cache")
         vc = b.buf(v_cache(i), (pages, page, kvd), "kv_cache")
         slot = {kc: (position // page, position // page + 1)}
-        in_norm = b.weight(lay("input_layernorm.weight"))
-        if "rmsnorm_gemv" in fused:  # every consumer of the norm normalises h.i itself
-            xn, c_xn, norm = resid, c_resid, (in_norm, m.rms_norm_eps)
-        else:
-            xn = b.buf(f"l{i}.attn_norm", (h,))
-            c_xn = b.counter()
-            b.task("rmsnorm", [resid, in_norm], [xn], [b.join(c_resid)], c_xn, {"eps": m.rms_norm_eps}, cost=h * 8)
-            norm = None
+        # rmsnorm_gemv: every consumer of the norm normalises h.i itself
+        xn, c_xn, norm = b.norm_input(resid, c_resid, b.weight(lay("input_layernorm.weight")), f"l{i}.attn_norm")
         w_of = {n: (b.weight(lay(f"self_attn.{n}_proj.weight")), bias(lay(f"self_attn.{n}_proj.bias")))
                 for n in ("q", "k", "v")}
         if "gemv_rope_append" in fused:  # q rows rotated in the GEMV; k/v rows written into the KV slot
@@ -279,14 +286,7 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
             b.gemv(attn, o_w, o_b, o, [b.join(c_attn)], c_o, rows)
             b.task("add", [resid, o], [mid], [b.join(c_o)], c_mid, {}, cost=h * 12)
         # MLP block --------------------------------------------------------------------------------------
-        post_norm = b.weight(lay("post_attention_layernorm.weight"))
-        if "rmsnorm_gemv" in fused:
-            xn2, c_xn2, norm2 = mid, c_mid, (post_norm, m.rms_norm_eps)
-        else:
-            xn2 = b.buf(f"l{i}.mlp_norm", (h,))
-            c_xn2 = b.counter()
-            b.task("rmsnorm", [mid, post_norm], [xn2], [b.join(c_mid)], c_xn2, {"eps": m.rms_norm_eps}, cost=h * 8)
-            norm2 = None
+        xn2, c_xn2, norm2 = b.norm_input(mid, c_mid, b.weight(lay("post_attention_layernorm.weight")), f"l{i}.mlp_norm")
         inter = m.intermediate_size
         act = b.buf(f"l{i}.act", (inter,))
         c_act = b.counter()
@@ -323,14 +323,7 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         resid, c_resid = nxt, c_next
 
     # final norm, LM head, argmax --------------------------------------------------------------------------
-    final_norm = b.weight("model.norm.weight")
-    if "rmsnorm_gemv" in fused:
-        xf, c_xf, norm_f = resid, c_resid, (final_norm, m.rms_norm_eps)
-    else:
-        xf = b.buf("final_norm", (h,))
-        c_xf = b.counter()
-        b.task("rmsnorm", [resid, final_norm], [xf], [b.join(c_resid)], c_xf, {"eps": m.rms_norm_eps}, cost=h * 8)
-        norm_f = None
+    xf, c_xf, norm_f = b.norm_input(resid, c_resid, b.weight("model.norm.weight"), "final_norm")
     logits = b.buf(LOGITS, (m.vocab_size,), "output")
     c_logits = b.counter()
     b.gemv(xf, b.weight(m.lm_head_name), None, logits, [b.join(c_xf)], c_logits, c.lm_head_rows_per_task or rows,

@@ -23,7 +23,8 @@ from pathlib import Path
 CANDIDATES = ("rows32-lm", "best-measured", "best-measured-preload", "balanced", "balanced-preload",
               "balanced-rope-stage-preload", "balanced-66sm-preload", "balanced-stream2", "balanced-stream4",
               "balanced-preload-pf1-128k", "balanced-preload-pf1-256k", "balanced-preload-pf2-128k",
-              "balanced-preload-q1", "balanced-preload6-q1", "balanced-preload6-q1-pp", "balanced-preload-q1-pp")
+              "balanced-preload-q1", "balanced-preload6-q1", "balanced-preload6-q1-pp", "balanced-preload-q1-pp",
+              "balanced-preload-q1-stage", "balanced-preload6-q1-stage")
 BASE = "best-measured"
 
 

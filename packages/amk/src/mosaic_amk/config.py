@@ -122,6 +122,10 @@ class ScheduleConfig:
     - ``gemv_pingpong``: a build variant of the GEMV row loop (``AMK_GEMV_PP``): a lane's weight chunks in two groups
       of 4 double-buffered in the registers of one burst of 8 (loads in flight while a group is added), the same
       order of additions as the bursts of 8 (bit-identical).
+    - ``attention_stage``: a build variant of the attention (``AMK_ATT_STAGE``): before an attention task's wait, its
+      KV group's cached rows of earlier positions are copied to shared memory (cp.async), so after the wait only q
+      and this step's row are read from global memory (bit-identical; needs the encoder's ``F_KV_STAGE``, rows
+      that fit the general area and the task's heads in one KV group, else the task reads global memory).
     - ``kv_page_tokens``, ``kv_max_tokens``: KV cache page size and capacity in tokens (0: the model's
       max_position_embeddings rounded up to a page).
     """
@@ -149,6 +153,7 @@ class ScheduleConfig:
     weight_preload: int = attrs.field(default=0, validator=_preload)
     weight_stream: int = attrs.field(default=0, validator=_stream)
     gemv_pingpong: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    attention_stage: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     @weight_stream.validator
     def _stream_alone(self, attribute, value):

@@ -41,6 +41,7 @@
 #define F_RUNTIME_POS 4
 #define F_NORM 8      // gemv_rope / gemv_rope_append: the task normalises x itself (input nw)
 #define F_ROPE 16     // gemv_rope_append: RoPE on the rows (input inv_freq); gemv_rope always rotates
+#define F_KV_STAGE 32 // attention: the cache rows before the step's position may be read before the wait (encode.py)
 
 // op codes (order of encode.OPS)
 #define OP_EMBED 0

@@ -99,7 +99,8 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     with the L2 prefetch of the next d tasks (the current one included) capped at k KB per task;
     ``balanced-preload-q1``: balanced-preload with one attention task per query head (not per KV group): the CUDA
     VM's default, ``config.CUDA_DEFAULT`` (the fastest on both bench shapes); its twins with preload 6 and with the
-    ping-pong GEMV row loop (``gemv_pingpong``)."""
+    ping-pong GEMV row loop (``gemv_pingpong``); ``-stage``: with the attention's KV staging (``attention_stage``:
+    the cached rows of earlier positions copied to shared memory before the attention task's wait)."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
@@ -122,7 +123,9 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload-q1", CUDA_DEFAULT),
             ("balanced-preload6-q1", attrs.evolve(CUDA_DEFAULT, weight_preload=6)),
             ("balanced-preload6-q1-pp", attrs.evolve(CUDA_DEFAULT, weight_preload=6, gemv_pingpong=True)),
-            ("balanced-preload-q1-pp", attrs.evolve(CUDA_DEFAULT, gemv_pingpong=True))]
+            ("balanced-preload-q1-pp", attrs.evolve(CUDA_DEFAULT, gemv_pingpong=True)),
+            ("balanced-preload-q1-stage", attrs.evolve(CUDA_DEFAULT, attention_stage=True)),
+            ("balanced-preload6-q1-stage", attrs.evolve(CUDA_DEFAULT, weight_preload=6, attention_stage=True))]
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

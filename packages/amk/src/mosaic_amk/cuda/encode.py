@@ -41,7 +41,7 @@ W_OP, W_NIN, W_NOUT, W_NWAIT, W_SIGNAL, W_FLAGS, W_ROW0, W_ROW1 = range(8)
 W_IN, W_OUT, W_WAIT = 8, 16, 20
 W_NH, W_NKV, W_HD, W_WINDOW, W_PAGE, W_EPS, W_SCALE, W_ASCALE, W_POS = range(36, 45)
 W_PF, W_ID = 48, 60
-F_BIAS, F_RESID, F_RUNTIME_POS, F_NORM, F_ROPE = 1, 2, 4, 8, 16
+F_BIAS, F_RESID, F_RUNTIME_POS, F_NORM, F_ROPE, F_KV_STAGE = 1, 2, 4, 8, 16, 32
 DT_F32, DT_BF16, DT_I32 = 0, 1, 2
 DTYPE_NAMES = {DT_F32: "f32", DT_BF16: "bf16", DT_I32: "i32"}
 ITEMSIZE = {DT_F32: 4, DT_BF16: 2, DT_I32: 4}
@@ -483,6 +483,7 @@ def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_by
                 continue
             rec[W_PF + 3 * k: W_PF + 3 * k + 3] = (bid, lo, cnt)
         rec[W_ID] = t.id
+    _flag_kv_stage(schedule, table, index)
     queues: list[list[int]] = [[] for _ in range(schedule.num_sms)]
     for i, t in enumerate(schedule.tasks):
         queues[t.sm].append(i)
@@ -497,6 +498,25 @@ def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_by
                    token_buf=index.get(TOKEN, -1), next_buf=index.get(NEXT_TOKEN, -1), rope=rope,
                    max_attention_tokens=max_tokens, structure_key=structure_key(schedule),
                    outputs=tuple(schedule.outputs), producers=producers)
+
+
+def _flag_kv_stage(schedule: Schedule, table: np.ndarray, index: Mapping[str, int]) -> None:
+    """Set ``F_KV_STAGE`` on the attention tasks whose cached rows before the step's position may be read before
+    the task's wait (the ``AMK_ATT_STAGE`` build copies them to shared memory while thread 0 waits): the task runs
+    at the launch's position (``F_RUNTIME_POS``) and every task that writes its K or V cache does too, so within a
+    launch step a cache is written only at the step's own position, and every row before it was written in an
+    earlier step (the step boundary's grid sync, or the kernel boundary, orders it before this step's reads)."""
+    runtime = (table[:, W_FLAGS] & F_RUNTIME_POS) != 0
+    writers: dict[int, list[int]] = {}
+    for i, t in enumerate(schedule.tasks):
+        for name in t.outputs:
+            writers.setdefault(index[name], []).append(i)
+    for i, t in enumerate(schedule.tasks):
+        if t.op != "attention" or not runtime[i]:
+            continue
+        caches = (int(table[i, W_IN + 1]), int(table[i, W_IN + 2]))
+        if all(runtime[w] for b in caches for w in writers.get(b, ())):
+            table[i, W_FLAGS] |= F_KV_STAGE
 
 
 # ------------------------------------------------------------------------------------------ decode
@@ -559,7 +579,7 @@ def expected_abi() -> Mapping[str, int]:
          "W_IN": W_IN, "W_OUT": W_OUT, "W_WAIT": W_WAIT, "W_NH": W_NH, "W_NKV": W_NKV, "W_HD": W_HD,
          "W_WINDOW": W_WINDOW, "W_PAGE": W_PAGE, "W_EPS": W_EPS, "W_SCALE": W_SCALE, "W_ASCALE": W_ASCALE,
          "W_POS": W_POS, "W_PF": W_PF, "W_ID": W_ID, "F_BIAS": F_BIAS, "F_RESID": F_RESID,
-         "F_RUNTIME_POS": F_RUNTIME_POS, "F_NORM": F_NORM, "F_ROPE": F_ROPE, "DT_F32": DT_F32, "DT_BF16": DT_BF16, "DT_I32": DT_I32,
+         "F_RUNTIME_POS": F_RUNTIME_POS, "F_NORM": F_NORM, "F_ROPE": F_ROPE, "F_KV_STAGE": F_KV_STAGE, "DT_F32": DT_F32, "DT_BF16": DT_BF16, "DT_I32": DT_I32,
          "B_DTYPE": B_DTYPE, "B_KIND": B_KIND, "B_RANK": B_RANK, "B_D0": B_D0, "B_ROW": B_ROW,
          "AMK_NUM_OPS": len(OPS)}
     d.update({f"OP_{name.upper()}": code for name, code in OP_CODE.items()})

@@ -258,6 +258,9 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
     for (int q = q0; q < q1; ++q) {
       const int slot = (q - q0) & 1;
       const int* ts = task_s[slot];
+#if AMK_ATT_STAGE
+      att_stage(c, ts, !((skip_ops >> ts[W_OP]) & 1));  // an attention task's earlier K / V rows, before the wait
+#endif
 #if AMK_WEIGHT_PRELOAD > 0
       // the GEMV's first weight chunks, before anything that stalls (the pending signal's membar, the L2 prefetch
       // descriptors, the wait): the record is readable here (stored before B1 of task q - 1, or before B0)
@@ -314,6 +317,9 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
   }
 #if AMK_WSTREAM > 0
   ws_drain(c);  // an aborted task's pieces: no bulk copy outlives the launch
+#endif
+#if AMK_ATT_STAGE
+  cp_async_wait_all();  // an aborted attention task's staged rows: no copy outlives the launch
 #endif
   if (threadIdx.x == 0) {
     if (aborted_before) {

@@ -204,12 +204,14 @@ def test_bench_has_best_measured_preload():
     assert cands["balanced-stream4"] == attrs.evolve(cands["balanced"], weight_stream=4)
     from mosaic_amk.config import CUDA_DEFAULT
 
-    assert cands["balanced-preload-q1"] == CUDA_DEFAULT == attrs.evolve(
+    assert cands["balanced-preload-q1"] == attrs.evolve(
         cands["balanced-preload"], attention_q_heads_per_task=1, gemv_rows_per_task=64)
+    assert cands["balanced-preload-q1-stage"] == CUDA_DEFAULT == attrs.evolve(cands["balanced-preload-q1"],
+                                                                             attention_stage=True)
     assert cands["balanced"] == attrs.evolve(cands["best-measured"], gemv_split="balanced", lm_head_rows_per_task=0)
     assert [n for n, _ in fused_candidates(spec)] == ["fused", "fused-rows16-lm", "fused-rows32-lm"]
     assert [n for n, _ in default_candidates(spec)] == ["default", "rows32-lm", "best-measured", "balanced-preload",
-                                                      "balanced-preload-q1"]
+                                                      "balanced-preload-q1", "balanced-preload-q1-stage"]
 
 
 def _amk_best():

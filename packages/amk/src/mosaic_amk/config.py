@@ -234,10 +234,10 @@ class ScheduleConfig:
 # The CUDA VM's default configuration (mosaic amk generate --vm cuda and the parity script without --config; the
 # bench's ``balanced-preload-q1`` candidate): the fastest measured on the H200 for both bench shapes (docs/amk-cuda.md
 # "Performance: where the time goes"): every GEMV cut one task per SM, the fused GEMVs (5 stages per layer), relaxed
-# polling, no L2 prefetch, the weight preload, one attention task per query head. Its results are bit-identical to
-# every other config's: none of these switches changes a row's or a head's arithmetic.
+# polling, no L2 prefetch, the weight preload, one attention task per query head, the attention's KV staging. Its
+# results are bit-identical to every other config's: none of these switches changes a row's or a head's arithmetic.
 CUDA_DEFAULT = ScheduleConfig(gemv_split="balanced", fusion=VM_FUSIONS, prefetch_depth=0, wait_mode="relaxed",
-                              weight_preload=8, attention_q_heads_per_task=1)
+                              weight_preload=8, attention_q_heads_per_task=1, attention_stage=True)
 
 
 def load_config(path: str | Path | None, default: ScheduleConfig | None = None) -> ScheduleConfig:

@@ -81,7 +81,8 @@ class Contender:
                 "samples": [round(s, 4) for s in self.samples], "error": self.error}
 
 
-BENCH_DEFAULT = ("default", "rows32-lm", "best-measured", "balanced-preload", "balanced-preload-q1")
+BENCH_DEFAULT = ("default", "rows32-lm", "best-measured", "balanced-preload", "balanced-preload-q1",
+                 "balanced-preload-q1-stage")
 
 
 def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
@@ -97,14 +98,16 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     ``balanced-stream2/4``: balanced with the weight stream (TMA into 2 or 4 shared-memory slots per warp, the first
     issued before the wait; docs/amk-cuda.md "Weight stream"); ``balanced-preload-pf<d>-<k>k``: balanced-preload
     with the L2 prefetch of the next d tasks (the current one included) capped at k KB per task;
-    ``balanced-preload-q1``: balanced-preload with one attention task per query head (not per KV group): the CUDA
-    VM's default, ``config.CUDA_DEFAULT`` (the fastest on both bench shapes); its twins with preload 6 and with the
-    ping-pong GEMV row loop (``gemv_pingpong``); ``-stage``: with the attention's KV staging (``attention_stage``:
-    the cached rows of earlier positions copied to shared memory before the attention task's wait)."""
+    ``balanced-preload-q1``: balanced-preload with one attention task per query head (not per KV group); its twins
+    with preload 6 and with the ping-pong GEMV row loop (``gemv_pingpong``); ``-stage``: with the attention's KV
+    staging (``attention_stage``: the cached rows of earlier positions copied to shared memory before the attention
+    task's wait). ``balanced-preload-q1-stage`` is the CUDA VM's default, ``config.CUDA_DEFAULT`` (the fastest
+    measured on both bench shapes)."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
     balanced = attrs.evolve(best, gemv_split="balanced", lm_head_rows_per_task=0)
+    q1 = attrs.evolve(CUDA_DEFAULT, attention_stage=False)
     return [("default", ScheduleConfig()),
             ("rows16-lm", ScheduleConfig(gemv_rows_per_task=16, lm_head_rows_per_task=lm_rows, prefetch_depth=2)),
             ("rows32-lm", ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=1)),
@@ -120,12 +123,12 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             *[(f"balanced-preload-pf{d}-{k}k", attrs.evolve(balanced, weight_preload=8, prefetch_depth=d,
                                                             prefetch_max_bytes=k * 1024))
               for d, k in ((1, 128), (1, 256), (2, 128))],
-            ("balanced-preload-q1", CUDA_DEFAULT),
-            ("balanced-preload6-q1", attrs.evolve(CUDA_DEFAULT, weight_preload=6)),
-            ("balanced-preload6-q1-pp", attrs.evolve(CUDA_DEFAULT, weight_preload=6, gemv_pingpong=True)),
-            ("balanced-preload-q1-pp", attrs.evolve(CUDA_DEFAULT, gemv_pingpong=True)),
-            ("balanced-preload-q1-stage", attrs.evolve(CUDA_DEFAULT, attention_stage=True)),
-            ("balanced-preload6-q1-stage", attrs.evolve(CUDA_DEFAULT, weight_preload=6, attention_stage=True))]
+            ("balanced-preload-q1", q1),
+            ("balanced-preload6-q1", attrs.evolve(q1, weight_preload=6)),
+            ("balanced-preload6-q1-pp", attrs.evolve(q1, weight_preload=6, gemv_pingpong=True)),
+            ("balanced-preload-q1-pp", attrs.evolve(q1, gemv_pingpong=True)),
+            ("balanced-preload-q1-stage", CUDA_DEFAULT),
+            ("balanced-preload6-q1-stage", attrs.evolve(CUDA_DEFAULT, weight_preload=6))]
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

@@ -16,6 +16,8 @@ from mosaic_amk.schedule import Buffer, Task
 
 STAGE = ("AMK_ATT_STAGE=1",)
 NO_STAGE = attrs.evolve(CUDA_DEFAULT, attention_stage=False)
+# configs that must give NO_STAGE's bits: CUDA_DEFAULT, and its twin with the wide gate/up bursts (no preload)
+TWINS = {"stage": CUDA_DEFAULT, "stage-wide": attrs.evolve(CUDA_DEFAULT, weight_preload=0, gemv_wide=True)}
 
 
 def attention_case(rng, *, nh=32, nkv=8, hd=64, pos=100, window=0, heads_per_task=1, page=16, pages=16,
@@ -82,7 +84,8 @@ def test_config_defines_and_builds_without_spills():
     assert "AMK_ATT_STAGE=1" not in B.config_defines(attrs.evolve(CUDA_DEFAULT, attention_stage=False))
     with pytest.raises(TypeError):
         ScheduleConfig(attention_stage=1)
-    for defines in (STAGE, (*B.preload_defines(8), *STAGE), (*B.preload_defines(6), *STAGE)):
+    for defines in (STAGE, (*B.preload_defines(8), *STAGE), (*B.preload_defines(6), *STAGE),
+                    B.config_defines(TWINS["stage-wide"])):
         info = B.build(512, defines=defines)
         assert info.spill_stores == 0 and info.spill_loads == 0, (defines, info.ptxas_log)
         assert info.registers <= 128
@@ -149,10 +152,11 @@ def test_staged_attention_is_default_bits(name):
 @pytest.mark.gpu
 @pytest.mark.parametrize("model_kind", ["tiny-llama", "tiny-smollm2", "llama-3.2-1b-2layers"])
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
-def test_staged_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, tmp_path):
-    """CUDA_DEFAULT (attention_stage on) and its twin without it: the same greedy tokens; one step per launch also
-    bit-identical logits. Eight steps per launch: every staged row of positions > the first was written earlier in
-    the launch."""
+@pytest.mark.parametrize("twin", list(TWINS))
+def test_staged_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, twin, tmp_path):
+    """CUDA_DEFAULT (attention_stage on; and its wide twin) against the twin without the staging: the same greedy
+    tokens; one step per launch also bit-identical logits. Eight steps per launch: every staged row of positions >
+    the first was written earlier in the launch."""
     _gpu_or_skip()
     from mosaic.plugins import host
     from mosaic_amk.cuda import hf_gpu
@@ -168,8 +172,9 @@ def test_staged_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch
     weights = weights_from_torch(model, spec)
     gpu = host().get("gpus", "h200")
     off = CudaVM(spec, NO_STAGE, gpu, weights=weights, max_positions=64)
-    on = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64)
-    assert on.build_info.key == B.build(512, defines=(*B.config_defines(NO_STAGE), *STAGE)).key
+    on = CudaVM(spec, TWINS[twin], gpu, weights=weights, max_positions=64)
+    assert on.build_info.key == B.build(512, defines=B.config_defines(TWINS[twin])).key
+    assert "AMK_ATT_STAGE=1" in B.config_defines(TWINS[twin])
     prompt = [3, 17, 42, 5, 11]
     logits = steps_per_launch == 1
     want, want_logits = off.generate(prompt, 40, logits=logits, steps_per_launch=steps_per_launch)

@@ -253,8 +253,9 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
     int pending = -1;     // v1: counter of the finished task not yet signalled (the signalling thread's copy)
     if (qn > 0 && threadIdx.x < AMK_TASK_WORDS)
       task_s[0][threadIdx.x] = __ldg(tasks + (size_t)queue[q0] * AMK_TASK_WORDS + threadIdx.x);
-    // B0: record of q0 in task_s[0] (v0 without the preload: the head barrier orders it)
-    if (!v0 || AMK_WEIGHT_PRELOAD > 0 || AMK_WSTREAM > 0) __syncthreads();
+    // B0: record of q0 in task_s[0] (v0 without the preload, the stream and the KV staging, which read it before
+    // the head barrier: the head barrier orders it)
+    if (!v0 || AMK_WEIGHT_PRELOAD > 0 || AMK_WSTREAM > 0 || AMK_ATT_STAGE) __syncthreads();
     for (int q = q0; q < q1; ++q) {
       const int slot = (q - q0) & 1;
       const int* ts = task_s[slot];

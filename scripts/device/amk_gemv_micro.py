@@ -1,6 +1,6 @@
 """GEMV build variants of the AMK VM timed against each other on the Llama-3.2-1B decode GEMVs, each cut one task
 per SM as ``gemv_split="balanced"`` cuts them: the default body (bursts of 8 16-byte loads per lane), the weight
-preload (8 chunks per lane before the wait), the wide gate/up bursts (8 + 8 chunks per lane) and the weight stream (TMA into a shared-memory ring; slots, piece size
+preload (8 chunks per lane before the wait) and the weight stream (TMA into a shared-memory ring; slots, piece size
 and the proxy fence varied). Each variant's hf-bf16 output must be bit-identical to the default build's (else it
 is reported, not timed); us per step from 20-step launches (a grid sync per step: the skeleton of the same launch,
 every op skipped, is timed too), GB/s of weight bytes. One table and ``$OUT/amk_gemv_micro.json``.
@@ -20,8 +20,7 @@ import numpy as np
 
 VARIANTS = {"default": (), "preload8": ("AMK_WEIGHT_PRELOAD=8",), "stream2": ("AMK_WSTREAM=2",),
             "stream4": ("AMK_WSTREAM=4",), "stream4-nofence": ("AMK_WSTREAM=4", "AMK_WS_FENCE=0"),
-            "stream2-4k": ("AMK_WSTREAM=2", "AMK_WS_PIECE_KB=4"), "stream1-8k": ("AMK_WSTREAM=1", "AMK_WS_PIECE_KB=8"),
-            "wide": ("AMK_GEMV_WIDE=1",)}
+            "stream2-4k": ("AMK_WSTREAM=2", "AMK_WS_PIECE_KB=4"), "stream1-8k": ("AMK_WSTREAM=1", "AMK_WS_PIECE_KB=8")}
 # name: (op, rows, K); the Llama-3.2-1B shapes of one decode step
 SHAPES = {"o_proj 2048x2048": ("gemv", 2048, 2048), "qkv 3072x2048": ("gemv", 3072, 2048),
           "gate_up 2x8192x2048": ("gemv_silu_mul", 8192, 2048), "down 2048x8192": ("gemv", 2048, 8192),

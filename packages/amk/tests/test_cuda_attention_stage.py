@@ -16,10 +16,9 @@ from mosaic_amk.schedule import Buffer, Task
 
 STAGE = ("AMK_ATT_STAGE=1",)
 NO_STAGE = attrs.evolve(CUDA_DEFAULT, attention_stage=False)
-# configs that must give NO_STAGE's bits: CUDA_DEFAULT, its twin without the preload (the v0 loop then has no B0 of
-# its own: the staging needs it) and with the wide gate/up bursts (no preload)
-TWINS = {"stage": CUDA_DEFAULT, "stage-preload0": attrs.evolve(CUDA_DEFAULT, weight_preload=0),
-         "stage-wide": attrs.evolve(CUDA_DEFAULT, weight_preload=0, gemv_wide=True)}
+# configs that must give NO_STAGE's bits: CUDA_DEFAULT and its twin without the preload (the v0 loop then has no B0
+# of its own: the staging needs it)
+TWINS = {"stage": CUDA_DEFAULT, "stage-preload0": attrs.evolve(CUDA_DEFAULT, weight_preload=0)}
 
 
 def attention_case(rng, *, nh=32, nkv=8, hd=64, pos=100, window=0, heads_per_task=1, page=16, pages=16,
@@ -86,8 +85,7 @@ def test_config_defines_and_builds_without_spills():
     assert "AMK_ATT_STAGE=1" not in B.config_defines(attrs.evolve(CUDA_DEFAULT, attention_stage=False))
     with pytest.raises(TypeError):
         ScheduleConfig(attention_stage=1)
-    for defines in (STAGE, (*B.preload_defines(8), *STAGE), (*B.preload_defines(6), *STAGE),
-                    B.config_defines(TWINS["stage-wide"])):
+    for defines in (STAGE, (*B.preload_defines(8), *STAGE), (*B.preload_defines(6), *STAGE)):
         info = B.build(512, defines=defines)
         assert info.spill_stores == 0 and info.spill_loads == 0, (defines, info.ptxas_log)
         assert info.registers <= 128
@@ -156,7 +154,7 @@ def test_staged_attention_is_default_bits(name):
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
 @pytest.mark.parametrize("twin", list(TWINS))
 def test_staged_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, twin, tmp_path):
-    """CUDA_DEFAULT (attention_stage on; and its wide twin) against the twin without the staging: the same greedy
+    """CUDA_DEFAULT (attention_stage on; and its twin without the preload) against the twin without the staging: the same greedy
     tokens; one step per launch also bit-identical logits. Eight steps per launch: every staged row of positions >
     the first was written earlier in the launch."""
     _gpu_or_skip()

@@ -213,22 +213,6 @@ def test_preload_fused_gemvs_and_chains_are_default_bits(case, early):
                 assert _bits_equal(got, want), (which, mode, n_steps)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("hidden", [1024, 2048, 2304])
-def test_wide_gate_up_is_default_bits(hidden):
-    """AMK_GEMV_WIDE (8 chunks of gate and of up per lane in flight; K = 1024 has none to take, 2048 one burst, 2304
-    one and a tail): the fused op and its unfused chain give the default build's bits in both modes."""
-    _gpu_or_skip()
-    from mosaic_amk.cuda.microbench import fused_gemv_case
-
-    c = fused_gemv_case("rmsnorm_gemv_silu_mul", np.random.default_rng(4), hidden=hidden, rows=1000)
-    for which in ("fused", "unfused"):
-        for mode in ("f32", "hf-bf16"):
-            want = _run(c[which], c["weights"], c["inputs"], c["out"], mode)
-            got = _run(c[which], c["weights"], c["inputs"], c["out"], mode, ("AMK_GEMV_WIDE=1",))
-            assert np.isfinite(want).all() and _bits_equal(got, want), (which, mode)
-
-
 def lm_head_chain(rng, hidden=2048, vocab=5000, num_sms=132):
     """rmsnorm -> LM-head gemv (row tasks over the SMs, each waiting for the norm) -> argmax (waits for them all):
     (schedule, weights, inputs); the logits and next_token are outputs."""

@@ -126,8 +126,6 @@ class ScheduleConfig:
       KV group's cached rows of earlier positions are copied to shared memory (cp.async), so after the wait only q
       and this step's row are read from global memory (bit-identical; needs the encoder's ``F_KV_STAGE``, rows
       that fit the general area and the task's heads in one KV group, else the task reads global memory).
-    - ``gemv_wide``: a build variant of the gate/up row loop (``AMK_GEMV_WIDE``): 8 chunks of each row per lane in
-      flight before the bursts of 4 of each (bit-identical); without the preload (together they spill).
     - ``kv_page_tokens``, ``kv_max_tokens``: KV cache page size and capacity in tokens (0: the model's
       max_position_embeddings rounded up to a page).
     """
@@ -156,13 +154,6 @@ class ScheduleConfig:
     weight_stream: int = attrs.field(default=0, validator=_stream)
     gemv_pingpong: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     attention_stage: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-    gemv_wide: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-
-    @gemv_wide.validator
-    def _wide_alone(self, attribute, value):
-        if value and (self.weight_preload or self.weight_stream or self.gemv_pingpong):
-            _fail(self, attribute, value, "False with weight_preload, weight_stream or gemv_pingpong (its build "
-                  "spills registers with the preload; the others replace its loads)")
 
     @weight_stream.validator
     def _stream_alone(self, attribute, value):

@@ -129,7 +129,6 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload-q1-pp", attrs.evolve(q1, gemv_pingpong=True)),
             ("balanced-preload-q1-stage", CUDA_DEFAULT),
             ("balanced-preload6-q1-stage", attrs.evolve(CUDA_DEFAULT, weight_preload=6)),
-            ("balanced-q1-stage-wide", attrs.evolve(CUDA_DEFAULT, weight_preload=0, gemv_wide=True)),
             ("balanced-q1-stage", attrs.evolve(CUDA_DEFAULT, weight_preload=0))]
 
 

@@ -64,7 +64,7 @@ def nvcc_path() -> str:
 # build-time variants of the micro-kernels (``defines``): the GEMV body (microkernels.cuh: AMK_GEMV_IMPL 1 = the
 # first body, the default, 2 = the streaming ring), its loads in flight per lane (AMK_GEMV_DEPTH, 2..16) and the
 # weight preload before a GEMV task's wait (AMK_WEIGHT_PRELOAD, config.WEIGHT_PRELOADS; body 1 only)
-_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD|WSTREAM|WS_PIECE_KB|WS_FENCE|GEMV_PP|ATT_STAGE|GEMV_WIDE)=\d{1,2}$")
+_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD|WSTREAM|WS_PIECE_KB|WS_FENCE|GEMV_PP|ATT_STAGE)=\d{1,2}$")
 
 
 def preload_defines(weight_preload: int) -> tuple[str, ...]:
@@ -85,13 +85,12 @@ def ring_bytes(threads: int, defines: tuple[str, ...]) -> int:
 
 
 def config_defines(config) -> tuple[str, ...]:
-    """The build defines of a ScheduleConfig's build variants: weight_preload, weight_stream, gemv_pingpong,
-    attention_stage and gemv_wide (none: the default build)."""
+    """The build defines of a ScheduleConfig's build variants: weight_preload, weight_stream, gemv_pingpong and
+    attention_stage (none: the default build)."""
     stream = (f"AMK_WSTREAM={int(config.weight_stream)}",) if config.weight_stream else ()
     pingpong = ("AMK_GEMV_PP=1",) if config.gemv_pingpong else ()
     stage = ("AMK_ATT_STAGE=1",) if config.attention_stage else ()
-    wide = ("AMK_GEMV_WIDE=1",) if config.gemv_wide else ()
-    return preload_defines(config.weight_preload) + stream + pingpong + stage + wide
+    return preload_defines(config.weight_preload) + stream + pingpong + stage
 
 
 def flags(threads: int, defines: tuple[str, ...] = ()) -> list[str]:

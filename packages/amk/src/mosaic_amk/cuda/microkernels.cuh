@@ -262,12 +262,6 @@ __device__ __forceinline__ float dot8x(uint4 w, const float* xs, int ch, int K) 
 #endif
 }
 #define GEMV_UNROLL 8
-// AMK_GEMV_WIDE (config gemv_wide): row_dot2 (gate and up) takes 8 chunks of each row per lane in flight before the
-// bursts of 4 of each: twice the bytes in flight per warp on rows that have them (K >= 2048), the same additions
-// in the same order (bit-identical)
-#ifndef AMK_GEMV_WIDE
-#define AMK_GEMV_WIDE 0
-#endif
 #ifndef AMK_GEMV_PP
 #define AMK_GEMV_PP 0
 #endif
@@ -331,20 +325,6 @@ __device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_b
   const uint4* b = (const uint4*)rb;
   float sa = acc0.x, sb = acc0.y;
   int ch = lane + ch0;
-#if AMK_GEMV_WIDE
-  // the preloaded chunks' sums (acc0) are complete before the wide bursts load: their registers are free by then
-  asm volatile("" : "+f"(sa), "+f"(sb));
-  for (; ch + 32 * 7 < nch; ch += 32 * 8) {  // 8 of each row in flight first (the same order of additions)
-    uint4 wa[8], wb[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) { wa[u] = ld_w16(a + ch + 32 * u); wb[u] = ld_w16(b + ch + 32 * u); }
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      sa += dot8x(wa[u], xs, ch + 32 * u, K);
-      sb += dot8x(wb[u], xs, ch + 32 * u, K);
-    }
-  }
-#endif
   for (; ch + 32 * 3 < nch; ch += 32 * 4) {
     uint4 wa[4], wb[4];
 #pragma unroll

@@ -53,6 +53,7 @@ class CudaVM:
     unsafe: bool = False
     timeout_s: float = 1.0
     max_positions: int = 1024
+    trace: bool = False  # build with AMK_TRACE and keep the last step's per-task timestamps (cuda/trace.py)
     launcher: Launcher | None = None
     enc: E.Encoded | None = None
     validations: dict = attrs.field(factory=dict)  # position -> ValidationResult
@@ -69,12 +70,14 @@ class CudaVM:
         self.enc = E.encode(s0, prefetch_max_bytes=self.config.prefetch_max_bytes)
         # weight_preload / weight_stream are build variants of the VM (AMK_WEIGHT_PRELOAD, AMK_WSTREAM): 0 builds
         # the default cubin; the stream's ring comes on top of smem_bytes
-        self.build_info = build_vm(self.config.threads_per_block, defines=config_defines(self.config))
+        defines = config_defines(self.config) + (("AMK_TRACE=1",) if self.trace else ())
+        self.build_info = build_vm(self.config.threads_per_block, defines=defines)
         self.launcher = Launcher(self.enc, str(self.build_info.cubin), threads=self.config.threads_per_block,
                                  smem_bytes=self.config.smem_bytes, ring_bytes=self.config.ring_bytes(),
                                  mode=self.mode, timeout_s=self.timeout_s,
                                  prefetch_depth=self.config.prefetch_depth, wait_mode=self.config.wait_mode,
-                                 signal_mode=self.config.signal_mode, prefetch_mode=self.config.prefetch_mode)
+                                 signal_mode=self.config.signal_mode, prefetch_mode=self.config.prefetch_mode,
+                                 trace=self.trace)
         self.launcher.bind(self.weights if self.weights is not None else self.model.weights)
         self._seq = None
         self._dummy = self.launcher.cp.zeros(4, self.launcher.cp.int32)

@@ -161,6 +161,7 @@ class Launcher:
     wait_mode: str = "acquire"
     signal_mode: str = "inline"
     prefetch_mode: str = "inline"
+    trace: bool = False  # a cubin built with AMK_TRACE: per-task timestamps of the last step (trace_records)
     cp: Any = None
     fn: Any = None
     dev: dict = attrs.field(factory=dict)  # name -> owned cupy array
@@ -211,6 +212,8 @@ class Launcher:
                                                else np.zeros(max(1, e.num_counters), np.int32)),
                        "control": cp.zeros(CTRL_HEAD + DUMP_WORDS * e.num_sms, cp.int32),
                        "rope": cp.zeros(2, cp.float32)}
+        if self.trace:
+            self.tables["trace"] = cp.zeros(3 * max(1, len(e.queue)), cp.uint64)
         self.ptrs = np.zeros(max(1, len(e.buffers)), np.uint64)
         self.rope_positions = 0
 
@@ -298,7 +301,8 @@ class Launcher:
                 np.int32(self.prefetch_depth if prefetch_depth is None else prefetch_depth),
                 np.int32(skip_ops), np.int32(self.smem_bytes), np.int32(n_steps), np.int32(token_stride),
                 np.int32(self.sync if sync is None else sync),
-                np.int32(len(e.buffers) if self.table_bytes else 0))
+                np.int32(len(e.buffers) if self.table_bytes else 0),
+                np.uint64(_ptr(t["trace"]) if "trace" in t else 0))
         try:
             self.fn((e.num_sms,), (self.threads,), args,
                     shared_mem=self.smem_bytes + self.ring_bytes + self.table_bytes)
@@ -307,6 +311,14 @@ class Launcher:
 
     def control(self) -> np.ndarray:
         return self.cp.asnumpy(self.tables["control"])
+
+    def trace_stamps(self) -> np.ndarray:
+        """The last launch's last step, per queue entry: (top of the iteration, waits held, outputs stored) in
+        %globaltimer ns, int64 [queue entries, 3] (zeros for entries that did not run). Needs ``trace=True`` and a
+        cubin built with AMK_TRACE=1 (cuda/trace.py turns them into a timeline)."""
+        if "trace" not in self.tables:
+            raise DeviceError("this launcher was made without trace=True")
+        return self.cp.asnumpy(self.tables["trace"]).astype(np.int64).reshape(-1, 3)
 
     def dump(self, ctrl: np.ndarray | None = None) -> list[dict]:
         ctrl = self.control() if ctrl is None else ctrl

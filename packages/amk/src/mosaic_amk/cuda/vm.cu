@@ -26,8 +26,16 @@
 //         2 side (2 barriers; lane 0 of warp 1 signals the previous task while warp 0 already waits)
 //   bit 3 PREFETCH_SIDE: warp 1 issues the L2 prefetches while thread 0 waits (the current task's regions
 //         from its shared record); 0: every thread, before the head barrier (v0)
+//
+// Trace (build define AMK_TRACE=1, launch argument trace != 0; cuda/trace.py reads it): thread 0 of each block stores
+// three %globaltimer stamps per queue entry q: trace[3q] at the top of the task's iteration (before the preload and
+// the wait), trace[3q + 1] when its waits hold, trace[3q + 2] after the tail barrier (every output stored; the
+// signal follows). Each step overwrites them: after a launch they are the last step's.
 #include <cooperative_groups.h>
 #include "microkernels.cuh"
+#ifndef AMK_TRACE
+#define AMK_TRACE 0
+#endif
 
 namespace cg = cooperative_groups;
 
@@ -182,7 +190,7 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
        unsigned long long token_in, unsigned long long token_out, int token_buf, int next_buf,
        const float* __restrict__ rope_table, int rope_positions,
        int position, int mode, long long timeout_ns, int prefetch_depth, int skip_ops, int smem_bytes,
-       int n_steps, int token_stride, int sync_flags, int table_buffers) {
+       int n_steps, int token_stride, int sync_flags, int table_buffers, unsigned long long* trace) {
   extern __shared__ __align__(16) float dyn_smem[];
   __shared__ int task_s[2][AMK_TASK_WORDS];
   __shared__ float red[64];
@@ -259,6 +267,9 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
     for (int q = q0; q < q1; ++q) {
       const int slot = (q - q0) & 1;
       const int* ts = task_s[slot];
+#if AMK_TRACE
+      if (threadIdx.x == 0 && trace) trace[3 * q] = globaltimer();  // stored at once: no register held
+#endif
 #if AMK_ATT_STAGE
       att_stage(c, ts, !((skip_ops >> ts[W_OP]) & 1));  // an attention task's earlier K / V rows, before the wait
 #endif
@@ -284,6 +295,9 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
       int mine = 1;
       if (threadIdx.x == 0) {
         mine = wait_all(ts, counters, prod_s, step, control, timeout_ns, q - q0, t_launch, relaxed) ? 1 : 0;
+#if AMK_TRACE
+        if (trace) trace[3 * q + 1] = globaltimer();
+#endif
         if (v0) go = mine;
       }
       if (prefetch_depth > 0 && pf_side && (int)(threadIdx.x >> 5) == SIDE_WARP) {
@@ -304,6 +318,9 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
       const int sig = ts[W_SIGNAL];
       last = ts[W_ID];
       __syncthreads();  // B2: every thread's output stores precede the signal (v1: nobody reads task_s[slot] again)
+#if AMK_TRACE
+      if (threadIdx.x == 0 && trace) trace[3 * q + 2] = globaltimer();
+#endif
       if (threadIdx.x == signaller) {
         if (v0) signal_release(counters + sig);
         else pending = sig;

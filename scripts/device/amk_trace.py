@@ -1,0 +1,74 @@
+"""Where one decode step's time goes, task by task: a bench candidate (default: the CUDA VM's default config) built
+with AMK_TRACE, timed like the bench (64 steps in one launch after 4 warm-up steps) against the same config without
+the trace, then the last step's per-task stamps turned into a stage table (cuda/trace.py: each stage kind's share of
+the step, its critical task's hand-off and body). The traced VM's greedy tokens must equal the plain VM's.
+
+    python3 scripts/device/amk_trace.py [--shapes llama-3.2-1b,smollm2-135m] [--candidates balanced-preload-q1-stage]
+    # writes $OUT/amk_trace.json (the tables and every task's stamps)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", default="llama-3.2-1b,smollm2-135m")
+    p.add_argument("--candidates", default="balanced-preload-q1-stage", help="bench candidate names")
+    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = p.parse_args()
+    from mosaic.plugins import host
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.bench import all_candidates
+    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
+    from mosaic_amk.cuda.trace import format_table, stage_table, timeline
+
+    gpu = host().get("gpus", "h200")
+    report = {"steps": a.steps, "shapes": {}}
+    for shape in [s for s in a.shapes.split(",") if s]:
+        model = hf_gpu.random_model(shape)
+        spec = hf_gpu.spec_of(model)
+        weights = weights_from_torch(model, spec)
+        cands = dict(all_candidates(spec))
+        out = report["shapes"][shape] = {}
+        for name in [c for c in a.candidates.split(",") if c]:
+            cfg = cands[name]
+            plain = CudaVM(spec, cfg, gpu, weights=weights, max_positions=max(512, a.steps + 64))
+            traced = CudaVM(spec, cfg, gpu, weights=weights, max_positions=max(512, a.steps + 64), trace=True)
+            prompt = [5, 9, 200, 17]
+            same = plain.generate(prompt, 16, logits=False, steps_per_launch=16)[0] == \
+                traced.generate(prompt, 16, logits=False, steps_per_launch=16)[0]
+            ms = {"plain": [], "traced": []}
+            for _ in range(a.rounds):
+                ms["plain"].append(plain.time_decode(a.steps))
+                ms["traced"].append(traced.time_decode(a.steps))
+            tl = timeline(traced.enc, traced.launcher.trace_stamps())
+            rows, step_us = stage_table(tl)
+            handoff = sum(r.handoff_us * r.instances for r in rows)
+            body = sum(r.body_us * r.instances for r in rows)
+            print(f"trace {shape} [{name}]: {len(tl)} tasks; ms/token plain {min(ms['plain']):.3f}, traced "
+                  f"{min(ms['traced']):.3f}; tokens equal: {same}; traced step (last of {a.steps}): {step_us:.1f} us "
+                  f"= critical hand-offs {handoff:.1f} + critical bodies {body:.1f} + other {step_us - handoff - body:.1f}")
+            for line in format_table(rows, step_us):
+                print(line)
+            out[name] = {"ms_plain": ms["plain"], "ms_traced": ms["traced"], "tokens_equal": same,
+                         "step_us": step_us, "critical_handoff_us": handoff, "critical_body_us": body,
+                         "rows": [r.as_dict() for r in rows],
+                         "tasks": [[t.task_id, t.sm, t.kind, t.top, t.waited, t.done,
+                                    -1 if t.producers_done is None else t.producers_done] for t in tl]}
+            del plain, traced
+        del model, weights
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out) / "amk_trace.json").write_text(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,9 +1,12 @@
 """Where one decode step's time goes, task by task: a bench candidate (default: the CUDA VM's default config) built
 with AMK_TRACE, timed like the bench (64 steps in one launch after 4 warm-up steps) against the same config without
 the trace, then the last step's per-task stamps turned into a stage table (cuda/trace.py: each stage kind's share of
-the step, its critical task's hand-off and body). The traced VM's greedy tokens must equal the plain VM's.
+the step, its critical task's hand-off and body). The traced VM's greedy tokens must equal the plain VM's. ``--ab
+DEFINE``: also time the same config built with that extra define (e.g. AMK_SHORT_ROWS=0), interleaved, its tokens
+gated the same way.
 
     python3 scripts/device/amk_trace.py [--shapes llama-3.2-1b,smollm2-135m] [--candidates balanced-preload-q1-stage]
+                                        [--ab AMK_SHORT_ROWS=0]
     # writes $OUT/amk_trace.json (the tables and every task's stamps)
 """
 
@@ -22,6 +25,7 @@ def main() -> int:
     p.add_argument("--candidates", default="balanced-preload-q1-stage", help="bench candidate names")
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--ab", default="", help="an extra build define to time against (same config)")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     a = p.parse_args()
     from mosaic.plugins import host
@@ -40,30 +44,31 @@ def main() -> int:
         out = report["shapes"][shape] = {}
         for name in [c for c in a.candidates.split(",") if c]:
             cfg = cands[name]
-            plain = CudaVM(spec, cfg, gpu, weights=weights, max_positions=max(512, a.steps + 64))
-            traced = CudaVM(spec, cfg, gpu, weights=weights, max_positions=max(512, a.steps + 64), trace=True)
+            kw = dict(weights=weights, max_positions=max(512, a.steps + 64))
+            vms = {"plain": CudaVM(spec, cfg, gpu, **kw), "traced": CudaVM(spec, cfg, gpu, trace=True, **kw)}
+            if a.ab:
+                vms[a.ab] = CudaVM(spec, cfg, gpu, extra_defines=(a.ab,), **kw)
             prompt = [5, 9, 200, 17]
-            same = plain.generate(prompt, 16, logits=False, steps_per_launch=16)[0] == \
-                traced.generate(prompt, 16, logits=False, steps_per_launch=16)[0]
-            ms = {"plain": [], "traced": []}
+            toks = {k: v.generate(prompt, 16, logits=False, steps_per_launch=16)[0] for k, v in vms.items()}
+            same = all(t == toks["plain"] for t in toks.values())
+            ms = {k: [] for k in vms}
             for _ in range(a.rounds):
-                ms["plain"].append(plain.time_decode(a.steps))
-                ms["traced"].append(traced.time_decode(a.steps))
+                for k, v in vms.items():
+                    ms[k].append(v.time_decode(a.steps))
+            traced = vms["traced"]
             tl = timeline(traced.enc, traced.launcher.trace_stamps())
             rows, step_us = stage_table(tl)
-            handoff = sum(r.handoff_us * r.instances for r in rows)
-            body = sum(r.body_us * r.instances for r in rows)
-            print(f"trace {shape} [{name}]: {len(tl)} tasks; ms/token plain {min(ms['plain']):.3f}, traced "
-                  f"{min(ms['traced']):.3f}; tokens equal: {same}; traced step (last of {a.steps}): {step_us:.1f} us "
-                  f"= critical hand-offs {handoff:.1f} + critical bodies {body:.1f} + other {step_us - handoff - body:.1f}")
+            handoff = sum(r.handoff_share_us for r in rows)
+            times = ", ".join(f"{k} {min(v):.3f}" for k, v in ms.items())
+            print(f"trace {shape} [{name}]: {len(tl)} tasks; ms/token {times}; tokens equal: {same}; traced step "
+                  f"(last of {a.steps}): {step_us:.1f} us, of it hand-offs on the critical path {handoff:.1f} us")
             for line in format_table(rows, step_us):
                 print(line)
-            out[name] = {"ms_plain": ms["plain"], "ms_traced": ms["traced"], "tokens_equal": same,
-                         "step_us": step_us, "critical_handoff_us": handoff, "critical_body_us": body,
+            out[name] = {"ms": ms, "tokens_equal": same, "step_us": step_us, "handoff_share_us": handoff,
                          "rows": [r.as_dict() for r in rows],
                          "tasks": [[t.task_id, t.sm, t.kind, t.top, t.waited, t.done,
                                     -1 if t.producers_done is None else t.producers_done] for t in tl]}
-            del plain, traced
+            del vms, traced
         del model, weights
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "amk_trace.json").write_text(json.dumps(report))

@@ -213,6 +213,72 @@ def test_preload_fused_gemvs_and_chains_are_default_bits(case, early):
                 assert _bits_equal(got, want), (which, mode, n_steps)
 
 
+# ------------------------------------------------------------------------------------ short rows (GPU)
+NO_SHORT = ("AMK_SHORT_ROWS=0",)
+SHORT_CASES = [(1000, 576, True, True, 132), (1000, 576, False, False, 3), (37, 1024, True, False, 1),
+               (300, 960, False, True, 2), (64, 8, True, True, 1), (200, 1032, False, False, 1)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("defines", [(), *[B.preload_defines(n) for n in PRELOADS]],
+                         ids=["default", *[f"preload{n}" for n in PRELOADS]])
+@pytest.mark.parametrize("case", SHORT_CASES, ids=lambda c: f"{c[0]}x{c[1]}-b{int(c[2])}r{int(c[3])}-t{c[4]}")
+def test_short_rows_are_the_row_loop_bits(case, defines):
+    """Rows of K <= 1024 two per round trip (row_dot_short2; with the preload the warp's first two rows preloaded
+    whole): the bits of the one-row-at-a-time loop (AMK_SHORT_ROWS=0, no preload), both modes; K = 1032 is just
+    past the short path."""
+    _gpu_or_skip()
+    n, k, bias, resid, parts = case
+    s, weights, inputs, _ = _gemv_case(np.random.default_rng(9), n, k, bias, resid, parts)
+    for mode in ("f32", "hf-bf16"):
+        want = _run(s, weights, inputs, "y", mode, NO_SHORT)
+        got = _run(s, weights, inputs, "y", mode, defines)
+        assert np.isfinite(want).all() and _bits_equal(got, want), mode
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["gemv_rope", "gemv_rope_append_k", "gemv_rope_append_v", "rmsnorm_gemv"])
+def test_short_rows_fused_smollm2_shapes(case):
+    """The SmolLM2-135M q/k/v and norm+GEMV shapes (K = 576, 9 heads of 64): preload 8 with short rows gives the
+    bits of the default build without them, in chains of 1 and 3 steps."""
+    _gpu_or_skip()
+    from mosaic_amk.cuda.microbench import fused_gemv_case
+
+    c = fused_gemv_case(case, np.random.default_rng(5), hidden=576, rows=576, heads=9, head_dim=64, position=20)
+    for mode in ("f32", "hf-bf16"):
+        want = _run(c["fused"], c["weights"], c["inputs"], c["out"], mode, NO_SHORT)
+        for n_steps in (1, 3):
+            got = _run(c["fused"], c["weights"], c["inputs"], c["out"], mode, B.preload_defines(8), n_steps)
+            assert _bits_equal(got, want), (mode, n_steps)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model_kind", ["tiny-smollm2", "smollm2-135m-3layers"])
+def test_short_rows_whole_model_tokens_and_logits_equal(model_kind, tmp_path):
+    """CUDA_DEFAULT with and without the short-row paths: the same tokens and bit-identical logits."""
+    _gpu_or_skip()
+    from mosaic.plugins import host
+    from mosaic_amk.config import CUDA_DEFAULT
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
+    from mosaic_amk.tiny_models import make_checkpoint
+
+    if model_kind == "tiny-smollm2":
+        model = hf_gpu.load_bf16(make_checkpoint(tmp_path / "smollm2", "smollm2"))
+    else:
+        model = hf_gpu.random_model("smollm2-135m", num_hidden_layers=3)
+    spec = hf_gpu.spec_of(model)
+    weights = weights_from_torch(model, spec)
+    gpu = host().get("gpus", "h200")
+    off = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64, extra_defines=NO_SHORT)
+    on = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64)
+    want, want_logits = off.generate([3, 17, 42, 5], 24)
+    got, got_logits = on.generate([3, 17, 42, 5], 24)
+    assert got == want
+    for a, b in zip(got_logits, want_logits, strict=True):
+        assert _bits_equal(a, b)
+
+
 def lm_head_chain(rng, hidden=2048, vocab=5000, num_sms=132):
     """rmsnorm -> LM-head gemv (row tasks over the SMs, each waiting for the norm) -> argmax (waits for them all):
     (schedule, weights, inputs); the logits and next_token are outputs."""

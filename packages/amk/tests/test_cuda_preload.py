@@ -142,8 +142,9 @@ def test_every_allowed_preload_builds_spill_free_with_loads_before_the_wait(prel
     if tool is None:  # pragma: no cover - the venv ships nvidia-cuda-cuobjdump
         pytest.skip("cuobjdump not found")
     sass = subprocess.run([tool, "--dump-sass", str(b.cubin)], capture_output=True, text=True, timeout=120).stdout
-    # gemv path: N loads; gate/up path: N/2 + N/2; default build: none before the wait
-    assert weight_loads_before_first_signal(sass) == 2 * preload
+    # gemv path: N loads; short-row gemv path: N/2 of each of two rows; gate/up path: N/2 + N/2; default build:
+    # none before the wait
+    assert weight_loads_before_first_signal(sass) == 3 * preload
 
 
 # ------------------------------------------------------------------------------------------ weight stream

@@ -63,6 +63,8 @@ def test_timeline_and_stage_table_on_a_simulated_step(enc):
     assert kinds["rmsnorm_gemv_silu_mul l#.act"].body_us == pytest.approx(9.0)
     assert kinds["gemv l#.h_mid"].handoff_us == pytest.approx(HANDOFF / 1e3)
     assert kinds["argmax next_token"].increment_us == pytest.approx((HANDOFF + 1500) / 1e3)
+    assert kinds["argmax next_token"].handoff_share_us == pytest.approx(HANDOFF / 1e3)
+    assert 0 < sum(r.handoff_share_us for r in rows) < step_us
     lines = format_table(rows, step_us)
     assert lines[0].split()[:2] == ["stage", "kind"] and len(lines) == len(rows) + 2
 

@@ -54,6 +54,7 @@ class CudaVM:
     timeout_s: float = 1.0
     max_positions: int = 1024
     trace: bool = False  # build with AMK_TRACE and keep the last step's per-task timestamps (cuda/trace.py)
+    extra_defines: tuple = ()  # more build defines (build.py's allowed list; e.g. AMK_SHORT_ROWS=0 in the GPU tests)
     launcher: Launcher | None = None
     enc: E.Encoded | None = None
     validations: dict = attrs.field(factory=dict)  # position -> ValidationResult
@@ -70,7 +71,7 @@ class CudaVM:
         self.enc = E.encode(s0, prefetch_max_bytes=self.config.prefetch_max_bytes)
         # weight_preload / weight_stream are build variants of the VM (AMK_WEIGHT_PRELOAD, AMK_WSTREAM): 0 builds
         # the default cubin; the stream's ring comes on top of smem_bytes
-        defines = config_defines(self.config) + (("AMK_TRACE=1",) if self.trace else ())
+        defines = config_defines(self.config) + (("AMK_TRACE=1",) if self.trace else ()) + tuple(self.extra_defines)
         self.build_info = build_vm(self.config.threads_per_block, defines=defines)
         self.launcher = Launcher(self.enc, str(self.build_info.cubin), threads=self.config.threads_per_block,
                                  smem_bytes=self.config.smem_bytes, ring_bytes=self.config.ring_bytes(),

@@ -339,6 +339,34 @@ __device__ __forceinline__ float2 row_dot2(const __nv_bfloat16* ra, const __nv_b
   return make_float2(warp_sum(sa), warp_sum(sb));
 }
 
+// Short rows (at most SHORT_CH chunks of 8: K <= 1024): each lane holds at most 4 chunks of a row, so two rows fit the
+// registers of one burst of 8. row_dot_short2 puts every chunk of both rows in flight at once and sums each row as
+// row_dot does (from 0, the lane's chunks lane, lane + 32, ... in increasing order, then the butterfly): one round
+// trip for two rows, the same sums. AMK_SHORT_ROWS=0 (a build define for the GPU tests) turns the short-row paths off
+// (here and in the preload): one row per round trip, as before them.
+#define SHORT_CH 128
+#ifndef AMK_SHORT_ROWS
+#define AMK_SHORT_ROWS 1
+#endif
+__device__ __forceinline__ float2 row_dot_short2(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const float* xs,
+                                                int K) {
+  const int lane = tid_v() & 31, nch = K >> 3;
+  const uint4* a = (const uint4*)ra;
+  const uint4* b = (const uint4*)rb;
+  uint4 wa[4], wb[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const bool in = lane + 32 * u < nch;
+    wa[u] = in ? ld_w16(a + lane + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
+    wb[u] = in ? ld_w16(b + lane + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  float sa = 0.f, sb = 0.f;
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+    if (lane + 32 * u < nch) { sa += dot8x(wa[u], xs, lane + 32 * u, K); sb += dot8x(wb[u], xs, lane + 32 * u, K); }
+  return make_float2(warp_sum(sa), warp_sum(sb));
+}
+
 #if AMK_WEIGHT_PRELOAD > 0 || AMK_WSTREAM > 0
 // The weight matrices a GEMV-family task streams: the inputs mk_gemv, mk_gemv_silu_mul and gemv_rope_into read as
 // w (gate, up); (-1, -1) for every other op
@@ -365,6 +393,8 @@ __device__ __forceinline__ int2 gemv_weights(const int* t, int op) {
 // Every register of c.pre is (re)defined on every call, zero where nothing is loaded: the VM calls it once per task,
 // so no preloaded value is live across a task that does not consume it (else the registers stay live around the
 // whole task loop, attention included: 128 registers and spills).
+// short rows (K <= 256 PRE_N / 2 bf16): preload_weights loaded the warp's first two rows whole, PRE_N / 2 chunks each
+__device__ __forceinline__ bool pre_short(int K) { return AMK_SHORT_ROWS && (K >> 3) <= 32 * (PRE_N / 2); }
 __device__ __forceinline__ void preload_weights(Ctx& c, const int* t, bool run) {
 #pragma unroll
   for (int u = 0; u < PRE_N; ++u) c.pre[u] = make_uint4(0u, 0u, 0u, 0u);
@@ -374,7 +404,16 @@ __device__ __forceinline__ void preload_weights(Ctx& c, const int* t, bool run) 
   const int lane = tid_v() & 31;
   const int nch = bmeta(c, wb.x, B_ROW) >> 3;
   const uint4* a = (const uint4*)buf(c, wb.x) + (size_t)r * nch;
-  if (wb.y < 0) {
+  if (wb.y < 0 && pre_short(bmeta(c, wb.x, B_ROW))) {
+    // short rows (pre_short): all chunks of the warp's first two rows, PRE_N / 2 registers each
+    const bool second = r + AMK_WARPS < t[W_ROW1];
+#pragma unroll
+    for (int u = 0; u < PRE_N / 2; ++u)
+      if (lane + 32 * u < nch) {
+        c.pre[u] = ld_w16(a + lane + 32 * u);
+        if (second) c.pre[PRE_N / 2 + u] = ld_w16(a + (size_t)AMK_WARPS * nch + lane + 32 * u);
+      }
+  } else if (wb.y < 0) {
 #pragma unroll
     for (int u = 0; u < PRE_N; ++u)
       if (lane + 32 * u < nch) c.pre[u] = ld_w16(a + lane + 32 * u);
@@ -387,6 +426,15 @@ __device__ __forceinline__ void preload_weights(Ctx& c, const int* t, bool run) 
         c.pre[PRE_N / 2 + u] = ld_w16(b + lane + 32 * u);
       }
   }
+}
+// row k (0 or 1) of a short-row preload: its whole sum, in row_dot's order
+__device__ __forceinline__ float pre_dot_short(const Ctx& c, const float* xs, int K, int k) {
+  const int lane = tid_v() & 31, nch = K >> 3;
+  float acc = 0.f;
+#pragma unroll
+  for (int u = 0; u < PRE_N / 2; ++u)
+    if (lane + 32 * u < nch) acc += dot8x(c.pre[k * (PRE_N / 2) + u], xs, lane + 32 * u, K);
+  return warp_sum(acc);
 }
 // this lane's sum over the preloaded chunks of the warp's first row, in row_dot's order (row_dot goes on from chunk
 // lane + 32 PRE_N with it: the same additions in the same order as without the preload)
@@ -756,23 +804,44 @@ __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const _
   });
   return;
 #endif
-  for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
-    // the row's bias and residual are loaded before its weights, so their round trips overlap the dot product
-    // instead of following it (the residual is an activation: read after the wait, like x)
-    const float bv = bias && lane == 0 ? ld_bf16(bias + r) : 0.f;
-    const float rv = res && lane == 0 ? ld_act(res + r) : 0.f;
-#if AMK_WEIGHT_PRELOAD > 0
-    const bool first = r == r0 + warp;  // the warp's first row: its first chunks were preloaded before the wait
-    float acc = row_dot(W + (size_t)r * K, xs, K, first ? pre_dot(c, xs, K) : 0.f, first ? 32 * PRE_N : 0);
-#else
-    float acc = row_dot(W + (size_t)r * K, xs, K);
-#endif
+  // the rows' bias and residual are loaded before their weights, so their round trips overlap the dot product
+  // instead of following it (the residual is an activation: read after the wait, like x)
+  auto operands = [&](int r) {
+    return make_float2(bias && lane == 0 ? ld_bf16(bias + r) : 0.f, res && lane == 0 ? ld_act(res + r) : 0.f);
+  };
+  auto store = [&](int r, float acc, float2 o) {
     if (lane == 0) {
-      float v = bias ? acc + bv : acc;
+      float v = bias ? acc + o.x : acc;
       if (hf) v = bf16r(v);
-      if (res) v = hf ? bf16r(rv + v) : rv + v;
+      if (res) v = hf ? bf16r(o.y + v) : o.y + v;
       y[r - y0] = v;
     }
+  };
+  const bool short_rows = AMK_SHORT_ROWS && (K >> 3) <= SHORT_CH;  // two rows per round trip (row_dot_short2)
+  int r = r0 + warp;
+#if AMK_WEIGHT_PRELOAD > 0
+  // the warp's first row (short rows: its first two rows) had its first chunks preloaded before the wait
+  if (r < r1 && pre_short(K)) {
+    for (int k = 0; k < 2 && r < r1; ++k, r += AMK_WARPS) {
+      const float2 o = operands(r);
+      store(r, pre_dot_short(c, xs, K, k), o);
+    }
+  } else if (r < r1) {
+    const float2 o = operands(r);
+    store(r, row_dot(W + (size_t)r * K, xs, K, pre_dot(c, xs, K), 32 * PRE_N), o);
+    r += AMK_WARPS;
+  }
+#endif
+  for (; short_rows && r + AMK_WARPS < r1; r += 2 * AMK_WARPS) {
+    // (the operands after the pair: loaded before it, they cost a spill in the preload 6 build; the pairs serve
+    // the q/k/v and LM-head rows, which have no residual)
+    const float2 s = row_dot_short2(W + (size_t)r * K, W + (size_t)(r + AMK_WARPS) * K, xs, K);
+    store(r, s.x, operands(r));
+    store(r + AMK_WARPS, s.y, operands(r + AMK_WARPS));
+  }
+  for (; r < r1; r += AMK_WARPS) {
+    const float2 o = operands(r);
+    store(r, row_dot(W + (size_t)r * K, xs, K), o);
   }
 }
 

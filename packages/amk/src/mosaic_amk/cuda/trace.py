@@ -46,6 +46,7 @@ class StageRow:
     total_us: float       # the kind's share of the step: the sum of its instances' increments
     increment_us: float   # per instance (mean)
     handoff_us: float     # the critical task's hand-off (mean over instances)
+    handoff_share_us: float  # the part of the kind's share that is hand-off: per instance min(increment, hand-off)
     body_us: float        # the critical task's body (mean over instances)
     body_mean_us: float   # every task's body (mean)
     body_max_us: float    # every task's body (max)
@@ -113,11 +114,12 @@ def stage_table(tasks: Sequence[TaskTime]) -> tuple[list[StageRow], float]:
         a["tasks"].append(len(g))
         ready = crit.producers_done if crit.producers_done is not None else crit.top
         a["handoff"].append(crit.waited - ready)
+        a["hshare"].append(min(inc, max(0, crit.waited - ready)))
         a["body"].append(crit.done - crit.waited)
         a["bodies"].extend(t.done - t.waited for t in g)
     rows = [StageRow(kind=k, instances=len(a["inc"]), tasks=float(np.mean(a["tasks"])),
                      total_us=sum(a["inc"]) / 1e3, increment_us=float(np.mean(a["inc"])) / 1e3,
-                     handoff_us=float(np.mean(a["handoff"])) / 1e3, body_us=float(np.mean(a["body"])) / 1e3,
+                     handoff_us=float(np.mean(a["handoff"])) / 1e3, handoff_share_us=sum(a["hshare"]) / 1e3, body_us=float(np.mean(a["body"])) / 1e3,
                      body_mean_us=float(np.mean(a["bodies"])) / 1e3, body_max_us=float(np.max(a["bodies"])) / 1e3)
             for k, a in acc.items()]
     rows.sort(key=lambda r: -r.total_us)

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 
+import attrs
 import numpy as np
 import pytest
 from mosaic.lift.disasm import find_tool
@@ -219,6 +220,18 @@ SHORT_CASES = [(1000, 576, True, True, 132), (1000, 576, False, False, 3), (37, 
                (300, 960, False, True, 2), (64, 8, True, True, 1), (200, 1032, False, False, 1)]
 
 
+def test_short_rows_defines_follow_the_model():
+    """The VM leaves the short-row paths out of the build when no GEMV row is short (K > 1024 everywhere)."""
+    from mosaic_amk.cuda.cuda_vm import short_rows_defines
+    from mosaic_amk.tiny_models import tiny_model
+
+    spec = tiny_model("llama")
+    assert short_rows_defines(spec) == ()
+    big = attrs.evolve(spec, hidden_size=2048, intermediate_size=8192, num_heads=32, head_dim=64)
+    assert short_rows_defines(big) == NO_SHORT
+    assert short_rows_defines(attrs.evolve(big, intermediate_size=1024)) == ()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("defines", [(), *[B.preload_defines(n) for n in PRELOADS]],
                          ids=["default", *[f"preload{n}" for n in PRELOADS]])
@@ -375,8 +388,11 @@ def test_preload_whole_model_tokens_and_logits_equal(model_kind, steps_per_launc
     gpu = host().get("gpus", "h200")
     off = CudaVM(spec, base, gpu, weights=weights, max_positions=64)
     on = CudaVM(spec, attrs.evolve(base, **early[2]), gpu, weights=weights, max_positions=64)
-    assert on.build_info.key == B.build(base.threads_per_block, defines=early[1]).key
-    assert off.build_info.key == B.build(base.threads_per_block).key
+    from mosaic_amk.cuda.cuda_vm import short_rows_defines
+
+    short = short_rows_defines(spec)
+    assert on.build_info.key == B.build(base.threads_per_block, defines=early[1] + short).key
+    assert off.build_info.key == B.build(base.threads_per_block, defines=short).key
     prompt = [3, 17, 42, 5, 11]
     logits = steps_per_launch == 1
     want, want_logits = off.generate(prompt, 24, logits=logits, steps_per_launch=steps_per_launch)

@@ -92,14 +92,6 @@ def test_config_defines_and_builds_without_spills():
 
 
 # ------------------------------------------------------------------------------------------------ GPU
-def _gpu_or_skip():
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no device")
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"needs cupy and a CUDA device ({type(exc).__name__}: {exc})")
 
 
 def _run_attention(s, q, kc, vc, mode, defines):
@@ -132,8 +124,7 @@ ATT_CASES = {  # name: attention_case keywords
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(ATT_CASES))
-def test_staged_attention_is_default_bits(name):
-    _gpu_or_skip()
+def test_staged_attention_is_default_bits(name, cuda_device):
     from mosaic_amk import ops
 
     s, q, kc, vc = attention_case(np.random.default_rng(7), **ATT_CASES[name])
@@ -153,11 +144,11 @@ def test_staged_attention_is_default_bits(name):
 @pytest.mark.parametrize("model_kind", ["tiny-llama", "tiny-smollm2", "llama-3.2-1b-2layers"])
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
 @pytest.mark.parametrize("twin", list(TWINS))
-def test_staged_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, twin, tmp_path):
+def test_staged_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, twin, tmp_path, cuda_device,
+                                                    same_generation):
     """CUDA_DEFAULT (attention_stage on; and its twin without the preload) against the twin without the staging: the same greedy
     tokens; one step per launch also bit-identical logits. Eight steps per launch: every staged row of positions >
     the first was written earlier in the launch."""
-    _gpu_or_skip()
     from mosaic.plugins import host
     from mosaic_amk.cuda import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
@@ -177,21 +168,13 @@ def test_staged_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch
 
     assert on.build_info.key == B.build(512, defines=B.config_defines(TWINS[twin]) + short_rows_defines(spec)).key
     assert "AMK_ATT_STAGE=1" in B.config_defines(TWINS[twin])
-    prompt = [3, 17, 42, 5, 11]
-    logits = steps_per_launch == 1
-    want, want_logits = off.generate(prompt, 40, logits=logits, steps_per_launch=steps_per_launch)
-    got, got_logits = on.generate(prompt, 40, logits=logits, steps_per_launch=steps_per_launch)
-    assert got == want
-    assert len(got_logits) == (40 if logits else 0)
-    for a, b in zip(got_logits, want_logits, strict=True):
-        assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    same_generation(off, on, [3, 17, 42, 5, 11], 40, steps_per_launch)
 
 
 @pytest.mark.gpu
-def test_staged_attention_watchdog_trips_and_the_next_launch_works(tmp_path):
+def test_staged_attention_watchdog_trips_and_the_next_launch_works(tmp_path, cuda_device):
     """A lowered model's attention task whose wait never holds (forced past the validator): its rows were staged,
     the watchdog still trips and names it; then the same cubin generates the default build's tokens."""
-    _gpu_or_skip()
     from mosaic.plugins import host
     from mosaic_amk.cuda import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch

@@ -53,8 +53,6 @@ def test_defines_are_checked_and_keyed():
     assert "-DAMK_GEMV_IMPL=2" in B.flags(512, BODY2) and "-DAMK_GEMV_IMPL=2" not in B.flags(512)
 
 
-
-
 @needs_nvcc
 def test_both_bodies_build_and_body2_uses_cp_async(builds):
     body1, body2 = builds
@@ -73,16 +71,6 @@ def test_both_bodies_build_and_body2_uses_cp_async(builds):
 
 
 # ------------------------------------------------------------------------------------------------ GPU
-
-
-def _gpu_or_skip():
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no device")
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"needs cupy and a CUDA device ({type(exc).__name__}: {exc})")
 
 
 def _run(schedule, weights, inputs, out, mode, defines=(), n_steps=1):
@@ -129,8 +117,7 @@ GEMV_CASES = [(1000, 2048, True, True, 132), (1000, 576, True, True, 1), (8, 819
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GEMV_CASES, ids=lambda c: f"{c[0]}x{c[1]}-b{int(c[2])}r{int(c[3])}-t{c[4]}")
-def test_body2_gemv_is_body1_bits_and_ops_py(case):
-    _gpu_or_skip()
+def test_body2_gemv_is_body1_bits_and_ops_py(case, cuda_device):
     from mosaic_amk import ops
 
     n, k, bias, resid, parts = case
@@ -149,10 +136,9 @@ def test_body2_gemv_is_body1_bits_and_ops_py(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append_k",
                                   "gemv_rope_append_v"])
-def test_body2_fused_gemvs_are_body1_bits_and_the_unfused_chain(case):
+def test_body2_fused_gemvs_are_body1_bits_and_the_unfused_chain(case, cuda_device):
     """Body 2 keeps the fused ops' contract: f32 is ops.KERNELS, hf-bf16 is bit-identical to body 2's unfused chain
     (which includes gemv_silu_mul for the silu case) and to body 1."""
-    _gpu_or_skip()
     from mosaic_amk.cuda.microbench import fused_gemv_case
 
     c = fused_gemv_case(case, np.random.default_rng(3), hidden=1024, rows=1000, heads=16, head_dim=64, position=37)
@@ -185,8 +171,7 @@ def _bits_equal(a, b) -> bool:
 @pytest.mark.gpu
 @pytest.mark.parametrize("early", EARLY, ids=EARLY_IDS)
 @pytest.mark.parametrize("case", GEMV_CASES, ids=lambda c: f"{c[0]}x{c[1]}-b{int(c[2])}r{int(c[3])}-t{c[4]}")
-def test_preload_gemv_is_default_bits(case, early):
-    _gpu_or_skip()
+def test_preload_gemv_is_default_bits(case, early, cuda_device):
     n, k, bias, resid, parts = case
     s, weights, inputs, _ = _gemv_case(np.random.default_rng(5), n, k, bias, resid, parts)
     for mode in ("f32", "hf-bf16"):
@@ -199,10 +184,9 @@ def test_preload_gemv_is_default_bits(case, early):
 @pytest.mark.parametrize("early", EARLY, ids=EARLY_IDS)
 @pytest.mark.parametrize("case", ["rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append_k",
                                   "gemv_rope_append_v"])
-def test_preload_fused_gemvs_and_chains_are_default_bits(case, early):
+def test_preload_fused_gemvs_and_chains_are_default_bits(case, early, cuda_device):
     """The fused op and its unfused chain (whose GEMV / gemv_silu_mul tasks wait for the rmsnorm stage: the preload
     is issued before a real wait), both precision modes, 1 and 3 steps per launch."""
-    _gpu_or_skip()
     from mosaic_amk.cuda.microbench import fused_gemv_case
 
     c = fused_gemv_case(case, np.random.default_rng(3), hidden=1024, rows=1000, heads=16, head_dim=64, position=37)
@@ -236,11 +220,10 @@ def test_short_rows_defines_follow_the_model():
 @pytest.mark.parametrize("defines", [(), *[B.preload_defines(n) for n in PRELOADS]],
                          ids=["default", *[f"preload{n}" for n in PRELOADS]])
 @pytest.mark.parametrize("case", SHORT_CASES, ids=lambda c: f"{c[0]}x{c[1]}-b{int(c[2])}r{int(c[3])}-t{c[4]}")
-def test_short_rows_are_the_row_loop_bits(case, defines):
+def test_short_rows_are_the_row_loop_bits(case, defines, cuda_device):
     """Rows of K <= 1024 two per round trip (row_dot_short2; with the preload the warp's first two rows preloaded
     whole): the bits of the one-row-at-a-time loop (AMK_SHORT_ROWS=0, no preload), both modes; K = 1032 is just
     past the short path."""
-    _gpu_or_skip()
     n, k, bias, resid, parts = case
     s, weights, inputs, _ = _gemv_case(np.random.default_rng(9), n, k, bias, resid, parts)
     for mode in ("f32", "hf-bf16"):
@@ -251,10 +234,9 @@ def test_short_rows_are_the_row_loop_bits(case, defines):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["gemv_rope", "gemv_rope_append_k", "gemv_rope_append_v", "rmsnorm_gemv"])
-def test_short_rows_fused_smollm2_shapes(case):
+def test_short_rows_fused_smollm2_shapes(case, cuda_device):
     """The SmolLM2-135M q/k/v and norm+GEMV shapes (K = 576, 9 heads of 64): preload 8 with short rows gives the
     bits of the default build without them, in chains of 1 and 3 steps."""
-    _gpu_or_skip()
     from mosaic_amk.cuda.microbench import fused_gemv_case
 
     c = fused_gemv_case(case, np.random.default_rng(5), hidden=576, rows=576, heads=9, head_dim=64, position=20)
@@ -267,9 +249,8 @@ def test_short_rows_fused_smollm2_shapes(case):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("model_kind", ["tiny-smollm2", "smollm2-135m-3layers"])
-def test_short_rows_whole_model_tokens_and_logits_equal(model_kind, tmp_path):
+def test_short_rows_whole_model_tokens_and_logits_equal(model_kind, tmp_path, cuda_device, same_generation):
     """CUDA_DEFAULT with and without the short-row paths: the same tokens and bit-identical logits."""
-    _gpu_or_skip()
     from mosaic.plugins import host
     from mosaic_amk.config import CUDA_DEFAULT
     from mosaic_amk.cuda import hf_gpu
@@ -285,11 +266,7 @@ def test_short_rows_whole_model_tokens_and_logits_equal(model_kind, tmp_path):
     gpu = host().get("gpus", "h200")
     off = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64, extra_defines=NO_SHORT)
     on = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64)
-    want, want_logits = off.generate([3, 17, 42, 5], 24)
-    got, got_logits = on.generate([3, 17, 42, 5], 24)
-    assert got == want
-    for a, b in zip(got_logits, want_logits, strict=True):
-        assert _bits_equal(a, b)
+    same_generation(off, on, [3, 17, 42, 5], 24)
 
 
 def lm_head_chain(rng, hidden=2048, vocab=5000, num_sms=132):
@@ -314,8 +291,7 @@ def lm_head_chain(rng, hidden=2048, vocab=5000, num_sms=132):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("early", EARLY, ids=EARLY_IDS)
-def test_preload_lm_head_argmax_is_default_bits(early):
-    _gpu_or_skip()
+def test_preload_lm_head_argmax_is_default_bits(early, cuda_device):
     s, weights, inputs = lm_head_chain(np.random.default_rng(11))
     for mode in ("f32", "hf-bf16"):
         want = _run(s, weights, inputs, "logits", mode)
@@ -329,10 +305,9 @@ def test_preload_lm_head_argmax_is_default_bits(early):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("early", [EARLY[len(PRELOADS) - 1], EARLY[-1]], ids=[EARLY_IDS[len(PRELOADS) - 1], EARLY_IDS[-1]])
-def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works(early):
+def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works(early, cuda_device):
     """A GEMV task whose wait can never hold (threshold + 1, forced past the validator): its preload was issued,
     the watchdog still trips and names its counter; a valid launch with the same cubin then gives the default bits."""
-    _gpu_or_skip()
     import cupy as cp
     from mosaic_amk.cuda.encode import encode
     from mosaic_amk.cuda.launcher import Launcher, WatchdogAbort, gate
@@ -366,11 +341,11 @@ def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works(early):
 @pytest.mark.parametrize("model_kind", ["tiny-llama", "llama-3.2-1b-2layers"])
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
 @pytest.mark.parametrize("early", [EARLY[len(PRELOADS) - 1], EARLY[-1]], ids=[EARLY_IDS[len(PRELOADS) - 1], EARLY_IDS[-1]])
-def test_preload_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, early, tmp_path):
+def test_preload_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, early, tmp_path, cuda_device,
+                                                    same_generation):
     """best-measured's config (fused GEMVs, relaxed polling, no L2 prefetch) with and without weight_preload=8 (and
     weight_stream=4):
     the same greedy tokens (one step per launch: bit-identical logits too; 8 steps in one launch: the tokens)."""
-    _gpu_or_skip()
     import attrs
     from mosaic.plugins import host
     from mosaic_amk.config import VM_FUSIONS, ScheduleConfig
@@ -393,11 +368,4 @@ def test_preload_whole_model_tokens_and_logits_equal(model_kind, steps_per_launc
     short = short_rows_defines(spec)
     assert on.build_info.key == B.build(base.threads_per_block, defines=early[1] + short).key
     assert off.build_info.key == B.build(base.threads_per_block, defines=short).key
-    prompt = [3, 17, 42, 5, 11]
-    logits = steps_per_launch == 1
-    want, want_logits = off.generate(prompt, 24, logits=logits, steps_per_launch=steps_per_launch)
-    got, got_logits = on.generate(prompt, 24, logits=logits, steps_per_launch=steps_per_launch)
-    assert got == want
-    assert len(got_logits) == (24 if logits else 0)
-    for a, b in zip(got_logits, want_logits, strict=True):
-        assert _bits_equal(a, b)
+    same_generation(off, on, [3, 17, 42, 5, 11], 24, steps_per_launch)

@@ -9,20 +9,8 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 
-def _gpu_or_skip():
-    try:
-        import cupy
-        import torch
-
-        if cupy.cuda.runtime.getDeviceCount() < 1 or not torch.cuda.is_available():
-            raise RuntimeError("no device")
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"needs cupy, torch with CUDA and a CUDA device ({type(exc).__name__}: {exc})")
-
-
 @pytest.mark.parametrize("family", ["llama", "smollm2", "qwen2", "mistral"])
-def test_tiny_greedy_matches_hf_bf16(family, tmp_path):
-    _gpu_or_skip()
+def test_tiny_greedy_matches_hf_bf16(family, tmp_path, cuda_device):
     from mosaic.plugins import host
     from mosaic_amk.config import ScheduleConfig
     from mosaic_amk.cuda import hf_gpu
@@ -42,8 +30,7 @@ def test_tiny_greedy_matches_hf_bf16(family, tmp_path):
     assert r.max_logit_error < 0.1
 
 
-def test_gemv_f32_mode_is_ops_py():
-    _gpu_or_skip()
+def test_gemv_f32_mode_is_ops_py(cuda_device):
     import cupy as cp
     from mosaic_amk import ops
     from mosaic_amk.cuda.build import build
@@ -67,8 +54,7 @@ def test_gemv_f32_mode_is_ops_py():
     assert np.abs(cp.asnumpy(lz.dev["y"]) - ref).max() <= 1e-4 * np.abs(ref).max()
 
 
-def test_watchdog_aborts_and_gpu_stays_usable():
-    _gpu_or_skip()
+def test_watchdog_aborts_and_gpu_stays_usable(cuda_device):
     import cupy as cp
     from mosaic_amk.cuda.build import build
     from mosaic_amk.cuda.encode import encode
@@ -107,11 +93,10 @@ def _run_case(schedule, case, mode):
 
 @pytest.mark.parametrize("case", ["rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append_k",
                                   "gemv_rope_append_v"])
-def test_fused_gemv_micro_kernels(case):
+def test_fused_gemv_micro_kernels(case, cuda_device):
     """Each fused GEMV micro-kernel: f32 mode is ops.KERNELS of the fused op (normwise relative error < 1e-4 on
     the bf16 weights), and hf-bf16 mode is bit-identical to the unfused chain (rmsnorm, gemv, rope / append),
     which rounds where transformers' bf16 eager rounds: the fused op rounds at the same places."""
-    _gpu_or_skip()
     from mosaic_amk.cuda.microbench import fused_gemv_case
 
     c = fused_gemv_case(case, np.random.default_rng(3), hidden=1024, rows=1000, heads=16, head_dim=64, position=37)
@@ -131,10 +116,9 @@ SYNC_VARIANT_NAMES = ["relaxed", "merged", "side", "side-pf"]
 
 @pytest.mark.parametrize("variant", SYNC_VARIANT_NAMES)
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
-def test_sync_variant_tokens_equal_v0(variant, steps_per_launch, tmp_path):
+def test_sync_variant_tokens_equal_v0(variant, steps_per_launch, tmp_path, cuda_device):
     """Each synchronisation variant generates the v0 path's greedy tokens (one step per launch and 8 steps in
     one launch: the step-boundary signal of the last task), with bit-identical logits in the per-step path."""
-    _gpu_or_skip()
     import attrs
     from mosaic.plugins import host
     from mosaic_amk.config import ScheduleConfig
@@ -163,10 +147,9 @@ def test_sync_variant_tokens_equal_v0(variant, steps_per_launch, tmp_path):
 
 
 @pytest.mark.parametrize("variant", SYNC_VARIANT_NAMES)
-def test_sync_variant_watchdog_and_handoff_chain(variant):
+def test_sync_variant_watchdog_and_handoff_chain(variant, cuda_device):
     """Under each variant: the planted deadlock trips the watchdog (dump names the counter), a valid hand-off
     chain across two SMs then computes its result, and a multi-step launch of it too (counters not re-zeroed)."""
-    _gpu_or_skip()
     import cupy as cp
     from mosaic_amk.cuda.bench import SYNC_VARIANTS
     from mosaic_amk.cuda.build import build

@@ -86,16 +86,9 @@ def test_trace_build_has_no_spills():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
-def test_traced_generation_same_tokens_and_causal_waits(steps_per_launch, tmp_path):
+def test_traced_generation_same_tokens_and_causal_waits(steps_per_launch, tmp_path, cuda_device):
     """CUDA_DEFAULT built with AMK_TRACE: the same tokens as without it; in the last step's stamps every task's waits
     hold after the last producer of each counter stored its outputs (%globaltimer is one clock for every SM)."""
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            raise RuntimeError("no device")
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"needs cupy and a CUDA device ({type(exc).__name__}: {exc})")
     from mosaic_amk.cuda import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
     from mosaic_amk.tiny_models import make_checkpoint

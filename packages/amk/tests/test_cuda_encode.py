@@ -181,13 +181,16 @@ FUSED_GEMV_OPS = ("rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_ro
 
 
 def test_fused_gemv_ops_are_vm_ops_in_abi_order():
-    """The four fused GEMVs moved from ops.FUSED_SPECS into ops.SPECS, appended to encode.OPS (abi.h's OP_*)."""
+    """The four fused GEMVs, then the split argmax's two ops, moved from ops.FUSED_SPECS into ops.SPECS, appended to
+    encode.OPS (abi.h's OP_*)."""
     from mosaic_amk import ops
 
-    assert E.OPS[-4:] == FUSED_GEMV_OPS and set(E.OPS) == set(ops.SPECS)
-    assert not set(FUSED_GEMV_OPS) & set(ops.FUSED_SPECS)
+    split = ("argmax_partial", "argmax_combine")
+    assert E.OPS[-6:] == (*FUSED_GEMV_OPS, *split) and set(E.OPS) == set(ops.SPECS)
+    assert not set(FUSED_GEMV_OPS + split) & set(ops.FUSED_SPECS)
     header = E.abi_constants()
-    assert [header[f"OP_{o.upper()}"] for o in FUSED_GEMV_OPS] == [11, 12, 13, 14] and header["AMK_NUM_OPS"] == 15
+    assert [header[f"OP_{o.upper()}"] for o in FUSED_GEMV_OPS + split] == [11, 12, 13, 14, 15, 16]
+    assert header["AMK_NUM_OPS"] == 17
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "llama3"])
@@ -230,11 +233,32 @@ def test_vm_fusions_lower_validate_and_encode(family):
         assert regions[enc.buffer_id(w)] == (r0 * k_in * 2 // 16, (r1 - r0) * k_in * 2 // 16)
 
 
-def test_vm_still_refuses_split_ops():
-    """split_kv / split_argmax use ops.FUSED_SPECS: the encoder refuses them by name (no launch)."""
+def test_vm_still_refuses_split_kv():
+    """split_kv uses ops.FUSED_SPECS: the encoder refuses its ops by name (no launch)."""
     s = lower(tiny_model("llama"), ScheduleConfig(gemv_rows_per_task=16, kv_max_tokens=64,
-                                                  fusion=(*VM_FUSIONS, "split_argmax")), GPU, 0)
-    _refuses(s, ["unknown op", "argmax_partial"])
+                                                  fusion=(*VM_FUSIONS, "split_kv")), GPU, 0)
+    _refuses(s, ["unknown op", "attention_partial"])
+
+
+def test_split_argmax_encodes_and_decodes():
+    """The split argmax (argmax_partial per argmax_rows_per_task logits, one argmax_combine): the part index in
+    W_PART, the row range in W_ROW0/1, decode(encode(s)) gives the tasks back; a part outside val / idx, or rows
+    outside the logits, is refused."""
+    cfg = ScheduleConfig(gemv_rows_per_task=16, kv_max_tokens=64, fusion=(*VM_FUSIONS, "split_argmax"),
+                         argmax_rows_per_task=100)
+    s = lower(tiny_model("llama"), cfg, GPU, 3)
+    enc = E.encode(s)
+    parts = [(i, t) for i, t in enumerate(s.tasks) if t.op == "argmax_partial"]
+    assert len(parts) == -(-tiny_model("llama").vocab_size // 100) and any(t.op == "argmax_combine" for t in s.tasks)
+    for i, t in parts:
+        rec = enc.tasks[i]
+        assert (rec[E.W_OP], rec[E.W_PART], rec[E.W_ROW0], rec[E.W_ROW1]) == (
+            E.OP_CODE["argmax_partial"], t.params["part"], t.params["row_start"], t.params["row_end"])
+    back = {t.id: t for t in E.decode(enc).tasks}
+    assert all(back[t.id].params == {k: t.params[k] for k in ("row_start", "row_end", "part")} for _, t in parts)
+    i, t = parts[-1]
+    _refuses(_with(s, i, params={**t.params, "part": 10_000}), ["part 10000 outside"])
+    _refuses(_with(s, i, params={**t.params, "row_end": 10 ** 6}), ["outside the logits"])
 
 
 def _with(s, i, **kw):

@@ -269,6 +269,72 @@ def test_short_rows_whole_model_tokens_and_logits_equal(model_kind, tmp_path, cu
     same_generation(off, on, [3, 17, 42, 5], 24)
 
 
+# ------------------------------------------------------------------------------------ split argmax (GPU)
+def split_argmax_schedule(vocab, per, num_sms=132):
+    """logits -> argmax_partial tasks of ``per`` logits (round robin, no waits) -> argmax_combine (waits for all)."""
+    from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
+
+    parts = -(-vocab // per)
+    bufs = (Buffer("logits", "f32", (vocab,), "input"), Buffer("val", "f32", (parts,), "scratch"),
+            Buffer("idx", "i32", (parts,), "scratch"), Buffer("next_token", "i32", (1,), "output"))
+    tasks = [Task(id=k, op="argmax_partial", sm=k % num_sms, inputs=("logits",), outputs=("val", "idx"), waits=(),
+                  signal=0, params={"row_start": k * per, "row_end": min(vocab, (k + 1) * per), "part": k},
+                  ranges={"logits": (k * per, min(vocab, (k + 1) * per)), "val": (k, k + 1), "idx": (k, k + 1)})
+             for k in range(parts)]
+    tasks.append(Task(id=parts, op="argmax_combine", sm=0, inputs=("val", "idx"), outputs=("next_token",),
+                      waits=(Wait(0, parts),), signal=1, params={}))
+    return Schedule(num_sms=num_sms, buffers=bufs, num_counters=2, tasks=tuple(tasks), outputs=("next_token",))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["random", "ties", "nan", "all-equal", "max-last"])
+@pytest.mark.parametrize("per", [1024, 7, 5000])
+def test_split_argmax_is_the_first_index_of_the_max(case, per, cuda_device):
+    """argmax_partial + argmax_combine on the device: numpy's argmax (first index of the max, NaN the maximum)."""
+    rng = np.random.default_rng(13)
+    vocab = 5003
+    logits = rng.standard_normal(vocab).astype(np.float32)
+    if case == "ties":
+        logits[[17, 2100, 4999]] = 9.0
+    elif case == "nan":
+        logits[[3001, 4000]] = np.nan
+    elif case == "all-equal":
+        logits[:] = 1.5
+    elif case == "max-last":
+        logits[-1] = 50.0
+    s = split_argmax_schedule(vocab, per)
+    for mode in ("f32", "hf-bf16"):
+        tok = _run(s, {}, {"logits": logits}, "next_token", mode)
+        assert int(tok[0]) == int(np.argmax(logits)), (case, mode)  # (_run returns the int32 token as a float)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model_kind", ["tiny-llama", "llama-3.2-1b-2layers"])
+@pytest.mark.parametrize("steps_per_launch", [1, 8])
+def test_split_argmax_whole_model_tokens_equal(model_kind, steps_per_launch, tmp_path, cuda_device, same_generation):
+    """CUDA_DEFAULT with the argmax split over the SMs (1024 and 100 logits per part): the same tokens (and logits)."""
+    from mosaic.plugins import host
+    from mosaic_amk.config import CUDA_DEFAULT
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
+    from mosaic_amk.cuda.encode import decode
+    from mosaic_amk.tiny_models import make_checkpoint
+
+    if model_kind == "tiny-llama":
+        model = hf_gpu.load_bf16(make_checkpoint(tmp_path / "llama", "llama"))
+    else:
+        model = hf_gpu.random_model("llama-3.2-1b", num_hidden_layers=2, vocab_size=8192)
+    spec = hf_gpu.spec_of(model)
+    weights = weights_from_torch(model, spec)
+    gpu = host().get("gpus", "h200")
+    base = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64)
+    for per in (1024, 100):
+        cfg = attrs.evolve(CUDA_DEFAULT, fusion=(*CUDA_DEFAULT.fusion, "split_argmax"), argmax_rows_per_task=per)
+        vm = CudaVM(spec, cfg, gpu, weights=weights, max_positions=64)
+        assert sum(t.op == "argmax_partial" for t in decode(vm.enc).tasks) == -(-spec.vocab_size // per)
+        same_generation(base, vm, [3, 17, 42, 5, 11], 24, steps_per_launch)
+
+
 def lm_head_chain(rng, hidden=2048, vocab=5000, num_sms=132):
     """rmsnorm -> LM-head gemv (row tasks over the SMs, each waiting for the norm) -> argmax (waits for them all):
     (schedule, weights, inputs); the logits and next_token are outputs."""

@@ -114,8 +114,9 @@ def test_split_argmax_is_the_first_index_of_the_max(logits, step):
 
 # ------------------------------------------------------------------------------------------ validation
 
-# the fused ops: ops.FUSED_SPECS plus the fused GEMVs the CUDA VM now runs (moved to ops.SPECS)
-FUSED_OPS = set(ops.FUSED_SPECS) | {"rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append"}
+# the fused ops: ops.FUSED_SPECS plus the fused GEMVs and the split argmax the CUDA VM now runs (moved to ops.SPECS)
+FUSED_OPS = set(ops.FUSED_SPECS) | {"rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append",
+                                    "argmax_partial", "argmax_combine"}
 ALL_ON = [ScheduleConfig(gemv_rows_per_task=16, fusion=FUSIONS),
           ScheduleConfig(sm_policy="single", fusion=FUSIONS, attention_kv_splits=3, argmax_rows_per_task=7),
           ScheduleConfig(gemv_rows_per_task=7, fusion=CPU_FUSIONS, sm_policy="least_loaded", num_sms=5,

@@ -17,10 +17,10 @@ from mosaic.records import GpuTarget, _fail, non_negative_int, one_of, positive
 from mosaic.tomlfile import read_toml
 
 DEFAULT_FUSIONS = ("residual", "gate_up_silu", "rope_append")
-# Fusions beyond the defaults (numpy semantics, validator and executor support). rmsnorm_gemv and
-# gemv_rope_append also run in the CUDA VM (their ops are in ops.SPECS) but stay off by default until the
-# fused path is proven on the device; split_kv and split_argmax use ops.FUSED_SPECS, which the CUDA VM does
-# not implement yet (docs/amk-cuda.md).
+# Fusions beyond the defaults (numpy semantics, validator and executor support). rmsnorm_gemv, gemv_rope_append
+# and split_argmax also run in the CUDA VM (their ops are in ops.SPECS; ScheduleConfig() leaves them off, the CUDA
+# VM's CUDA_DEFAULT below turns the first two on); split_kv uses ops.FUSED_SPECS, which the CUDA VM does not
+# implement yet (docs/amk-cuda.md).
 CPU_FUSIONS = ("rmsnorm_gemv", "gemv_rope_append", "split_kv", "split_argmax")
 FUSIONS = DEFAULT_FUSIONS + CPU_FUSIONS
 # every fusion the CUDA VM runs: 5 serial stages per layer instead of 8 (lowering.layer_stages)

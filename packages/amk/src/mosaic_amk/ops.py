@@ -327,6 +327,12 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
            doc="decode attention of heads row_start/head_dim .. row_end/head_dim over cached tokens"),
     OpSpec("argmax", ("logits",), ("token",), (), footprint_fn=_fp_argmax,
            doc="token[0] = first index of max(logits)"),
+    # the split argmax (ScheduleConfig.fusion split_argmax)
+    OpSpec("argmax_partial", ("logits",), ("val", "idx"), ("row_start", "row_end", "part"), writes="part",
+           footprint_fn=_fp_argmax_partial,
+           doc="val[part], idx[part] = max and first index of max of logits[row_start:row_end]"),
+    OpSpec("argmax_combine", ("val", "idx"), ("token",), (), footprint_fn=_fp_argmax,
+           doc="token[0] = idx[first k of max(val)] (first index of the global max when parts are in order)"),
     # fused GEMVs (the switches rmsnorm_gemv and gemv_rope_append of ScheduleConfig.fusion)
     OpSpec("rmsnorm_gemv", ("x", "nw", "w"), ("y",), (*_FUSED_GEMV, "residual"),
            optional=(("bias", "b"), ("residual", "res")), writes="rows", row_roles=_GEMV_ROWS,
@@ -345,6 +351,7 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
 
 # Fused ops with numpy semantics only: the ReferenceVM, the validator and the executor know them; the CUDA
 # VM does not yet (its encoder refuses them as unknown ops), so ScheduleConfig leaves them off by default.
+# (The split argmax's two ops moved to SPECS when the VM got them.)
 FUSED_SPECS: dict[str, OpSpec] = {s.name: s for s in (
     OpSpec("attention_partial", ("q", "k_cache", "v_cache"), ("part", "ml"), (*_ATTN_PARAMS, "split", "num_splits"),
            writes="part", footprint_fn=_fp_attention_partial,
@@ -354,11 +361,6 @@ FUSED_SPECS: dict[str, OpSpec] = {s.name: s for s in (
                                                           "num_splits"),
            writes="rows", footprint_fn=_fp_attention_combine,
            doc="y[heads] = sum_s exp(m_s - M) l_s part[s] / sum_s exp(m_s - M) l_s"),
-    OpSpec("argmax_partial", ("logits",), ("val", "idx"), ("row_start", "row_end", "part"), writes="part",
-           footprint_fn=_fp_argmax_partial,
-           doc="val[part], idx[part] = max and first index of max of logits[row_start:row_end]"),
-    OpSpec("argmax_combine", ("val", "idx"), ("token",), (), footprint_fn=_fp_argmax,
-           doc="token[0] = idx[first k of max(val)] (first index of the global max when parts are in order)"),
 )}
 
 OP_SPECS: dict[str, OpSpec] = {**SPECS, **FUSED_SPECS}  # every op: what the validator/executor/ReferenceVM know

@@ -32,6 +32,7 @@
 #define W_SCALE 42    // float bits
 #define W_ASCALE 43   // float bits (rope attention_scaling)
 #define W_POS 44      // position baked into the schedule (used when F_RUNTIME_POS is clear)
+#define W_PART 45     // argmax_partial: the part (index into val / idx) it writes
 #define W_PF 48       // 3 x (buffer id, offset in 16-byte units, size in 16-byte units)
 #define W_ID 60       // the schedule's task id (for the dump)
 
@@ -59,7 +60,9 @@
 #define OP_RMSNORM_GEMV_SILU_MUL 12
 #define OP_GEMV_ROPE 13
 #define OP_GEMV_ROPE_APPEND 14
-#define AMK_NUM_OPS 15
+#define OP_ARGMAX_PARTIAL 15
+#define OP_ARGMAX_COMBINE 16
+#define AMK_NUM_OPS 17
 
 // device dtypes of buffer records
 #define DT_F32 0

@@ -40,7 +40,7 @@ MAX_IN, MAX_OUT, MAX_WAIT, MAX_PF, MAX_RANK = 8, 4, 8, 3, 4
 W_OP, W_NIN, W_NOUT, W_NWAIT, W_SIGNAL, W_FLAGS, W_ROW0, W_ROW1 = range(8)
 W_IN, W_OUT, W_WAIT = 8, 16, 20
 W_NH, W_NKV, W_HD, W_WINDOW, W_PAGE, W_EPS, W_SCALE, W_ASCALE, W_POS = range(36, 45)
-W_PF, W_ID = 48, 60
+W_PART, W_PF, W_ID = 45, 48, 60
 F_BIAS, F_RESID, F_RUNTIME_POS, F_NORM, F_ROPE, F_KV_STAGE = 1, 2, 4, 8, 16, 32
 DT_F32, DT_BF16, DT_I32 = 0, 1, 2
 DTYPE_NAMES = {DT_F32: "f32", DT_BF16: "bf16", DT_I32: "i32"}
@@ -49,7 +49,8 @@ B_DTYPE, B_KIND, B_RANK, B_D0, B_ROW = 0, 1, 2, 3, 7
 
 # op codes: the order of abi.h's OP_* constants
 OPS = ("embed", "rmsnorm", "gemv", "gemv_silu_mul", "silu_mul", "add", "rope", "kv_append", "rope_append",
-       "attention", "argmax", "rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append")
+       "attention", "argmax", "rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append",
+       "argmax_partial", "argmax_combine")
 OP_CODE = {name: i for i, name in enumerate(OPS)}
 assert set(OPS) == set(_ops.SPECS), "encode.OPS must cover ops.SPECS exactly"
 
@@ -71,6 +72,8 @@ ROLE_DTYPES: dict[str, dict[str, int]] = {
     "rmsnorm_gemv_silu_mul": {"x": _A, "nw": _W, "w_gate": _W, "w_up": _W, "b_gate": _W, "b_up": _W, "y": _A},
     "gemv_rope": {"x": _A, "w": _W, "inv_freq": DT_F32, "nw": _W, "b": _W, "y": _A},
     "gemv_rope_append": {"x": _A, "w": _W, "inv_freq": DT_F32, "nw": _W, "b": _W, "cache": _A},
+    "argmax_partial": {"logits": _A, "val": _A, "idx": _I},
+    "argmax_combine": {"val": _A, "idx": _I, "token": _I},
 }
 # ops whose inv_freq input is read as float32 (the host builds the RoPE table from it)
 ROPE_OPS = ("rope", "rope_append", "gemv_rope", "gemv_rope_append")
@@ -281,6 +284,15 @@ def _check_op(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[str, Devi
     elif op == "argmax":
         if _len(roles["logits"]) < 1:
             bad("empty logits")
+    elif op == "argmax_partial":
+        r0, r1, part = (_int_param(t, k) for k in ("row_start", "row_end", "part"))
+        if not 0 <= r0 < r1 <= _len(roles["logits"]):
+            bad(f"rows [{r0}, {r1}) outside the logits ({_len(roles['logits'])})")
+        if _len(out_roles["val"]) != _len(out_roles["idx"]) or not 0 <= part < _len(out_roles["val"]):
+            bad(f"part {part} outside val / idx, or val and idx of different lengths")
+    elif op == "argmax_combine":
+        if not 1 <= _len(roles["val"]) == _len(roles["idx"]) or _len(out_roles["token"]) < 1:
+            bad("val and idx must have one length >= 1, token at least one element")
     elif op in ("rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append"):
         _check_fused_gemv(t, roles, out_roles, bad)
 
@@ -441,6 +453,8 @@ def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_by
             flags |= F_NORM
         if t.params.get("rope"):
             flags |= F_ROPE
+        if "part" in t.params:
+            rec[W_PART] = _int_param(t, "part")
         if "position" in t.params:
             pos = _int_param(t, "position")
             rec[W_POS] = pos
@@ -537,7 +551,7 @@ def decode(enc: Encoded) -> Schedule:
         spec = _ops.SPECS[op]
         params: dict[str, Any] = {}
         words = {"row_start": W_ROW0, "row_end": W_ROW1, "num_heads": W_NH, "num_kv_heads": W_NKV,
-                 "head_dim": W_HD, "window": W_WINDOW, "page_tokens": W_PAGE, "position": W_POS}
+                 "head_dim": W_HD, "window": W_WINDOW, "page_tokens": W_PAGE, "position": W_POS, "part": W_PART}
         for p in spec.params:
             if p in words:
                 params[p] = rec[words[p]]
@@ -578,7 +592,7 @@ def expected_abi() -> Mapping[str, int]:
          "W_NWAIT": W_NWAIT, "W_SIGNAL": W_SIGNAL, "W_FLAGS": W_FLAGS, "W_ROW0": W_ROW0, "W_ROW1": W_ROW1,
          "W_IN": W_IN, "W_OUT": W_OUT, "W_WAIT": W_WAIT, "W_NH": W_NH, "W_NKV": W_NKV, "W_HD": W_HD,
          "W_WINDOW": W_WINDOW, "W_PAGE": W_PAGE, "W_EPS": W_EPS, "W_SCALE": W_SCALE, "W_ASCALE": W_ASCALE,
-         "W_POS": W_POS, "W_PF": W_PF, "W_ID": W_ID, "F_BIAS": F_BIAS, "F_RESID": F_RESID,
+         "W_POS": W_POS, "W_PART": W_PART, "W_PF": W_PF, "W_ID": W_ID, "F_BIAS": F_BIAS, "F_RESID": F_RESID,
          "F_RUNTIME_POS": F_RUNTIME_POS, "F_NORM": F_NORM, "F_ROPE": F_ROPE, "F_KV_STAGE": F_KV_STAGE, "DT_F32": DT_F32, "DT_BF16": DT_BF16, "DT_I32": DT_I32,
          "B_DTYPE": B_DTYPE, "B_KIND": B_KIND, "B_RANK": B_RANK, "B_D0": B_D0, "B_ROW": B_ROW,
          "AMK_NUM_OPS": len(OPS)}

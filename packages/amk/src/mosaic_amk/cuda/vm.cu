@@ -171,7 +171,7 @@ __device__ void dispatch(const Ctx& c, const int* t, int op) {
     case OP_KV_APPEND: mk_kv_append(c, t); break;
     case OP_ROPE_APPEND: mk_rope_append(c, t); break;
     case OP_ATTENTION: mk_attention(c, t); break;
-    case OP_ARGMAX: mk_argmax(c, t); break;
+    case OP_ARGMAX: case OP_ARGMAX_PARTIAL: case OP_ARGMAX_COMBINE: mk_argmax(c, t, op); break;
     case OP_GEMV_ROPE: case OP_GEMV_ROPE_APPEND: mk_gemv_rope(c, t, op == OP_GEMV_ROPE_APPEND); break;
     default: break;  // the encoder never emits another code
   }

@@ -384,17 +384,19 @@ __device__ __forceinline__ int2 gemv_weights(const int* t, int op) {
 
 #if AMK_WEIGHT_PRELOAD > 0
 #define PRE_N AMK_WEIGHT_PRELOAD
+// short rows (K <= 256 PRE_N / 2 bf16): preload_weights loads the warp's first two rows whole, PRE_N / 2 chunks each
+__device__ __forceinline__ bool pre_short(int K) { return AMK_SHORT_ROWS && (K >> 3) <= 32 * (PRE_N / 2); }
 // Issued by every thread BEFORE the task's wait (vm.cu): lane l of warp w loads chunks l, l + 32, ... (PRE_N of
 // them; gate and up: PRE_N / 2 of each) of row row_start + w, the first chunks row_dot / row_dot2 would load for
 // the warp's first row; chunks past the row end (K < 256 * PRE_N bf16) are not loaded (and not consumed). Only
 // weights are read (immutable for the whole launch; encode.py refuses a task that writes a weight, and only
 // weights are bf16 on the device); the addresses are inside the task's rows, which the encoder checked. Nothing
 // waits for these loads here: their registers are first read by pre_dot / pre_dot2 after the wait.
+// Short rows (pre_short): all chunks of the warp's first two rows instead, PRE_N / 2 registers each (gemv_rows
+// consumes them with pre_dot_short).
 // Every register of c.pre is (re)defined on every call, zero where nothing is loaded: the VM calls it once per task,
 // so no preloaded value is live across a task that does not consume it (else the registers stay live around the
 // whole task loop, attention included: 128 registers and spills).
-// short rows (K <= 256 PRE_N / 2 bf16): preload_weights loaded the warp's first two rows whole, PRE_N / 2 chunks each
-__device__ __forceinline__ bool pre_short(int K) { return AMK_SHORT_ROWS && (K >> 3) <= 32 * (PRE_N / 2); }
 __device__ __forceinline__ void preload_weights(Ctx& c, const int* t, bool run) {
 #pragma unroll
   for (int u = 0; u < PRE_N; ++u) c.pre[u] = make_uint4(0u, 0u, 0u, 0u);

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import attrs
 import numpy as np
 import pytest
 from mosaic.cli import main
@@ -184,6 +185,38 @@ def test_attention_q_heads_per_task_splits_each_kv_group(h200, family):
     assert split[0] == base[0] and all(np.array_equal(a, b) for a, b in zip(split[1], base[1], strict=True))
     with pytest.raises(BadInput, match="attention_q_heads_per_task"):
         ScheduleConfig.from_mapping({"attention_q_heads_per_task": 1, "attention_kv_heads_per_task": 2})
+
+
+@pytest.mark.parametrize("family", ["llama", "smollm2", "qwen2"])
+def test_attention_apart_places_attention_and_o_proj_on_disjoint_sms(h200, family):
+    """attention_placement="apart": each layer's attention tasks on the last SMs, its o-projection cut over the
+    other SMs (one task per SM with the balanced split), no SM with both; validated; the ReferenceVM's tokens equal
+    round-robin placement's (logits to numpy's row-block float32 order)."""
+    from mosaic_amk.config import CUDA_DEFAULT
+
+    m = tiny_model(family)
+    sms = 24
+    base = attrs.evolve(CUDA_DEFAULT, num_sms=sms)
+    cfg = attrs.evolve(base, attention_placement="apart")
+    s = lower(m, cfg, h200, 5)
+    assert validate(s).ok
+    for i in range(m.num_layers):
+        att = [t for t in s.tasks if t.op == "attention" and t.outputs == (f"l{i}.attn",)]
+        o = [t for t in s.tasks if t.outputs == (f"l{i}.h_mid",)]
+        assert sorted(t.sm for t in att) == list(range(sms - len(att), sms))
+        assert sorted(t.sm for t in o) == list(range(len(o))) and len(o) == min(sms - len(att), m.hidden_size)
+        rows = sorted((t.params["row_start"], t.params["row_end"]) for t in o)
+        assert rows[0][0] == 0 and rows[-1][1] == m.hidden_size
+        assert all(a[1] == b[0] for a, b in zip(rows, rows[1:], strict=False))
+    prompt = [3, 4, 5]
+    want = ReferenceVM(m, base, h200).generate(prompt, 4)
+    got = ReferenceVM(m, cfg, h200).generate(prompt, 4)
+    assert got[0] == want[0]
+    assert all(np.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(got[1], want[1], strict=True))
+    with pytest.raises(BadInput, match="attention_placement"):
+        ScheduleConfig.from_mapping({"attention_placement": "apart", "sm_policy": "single"})
+    with pytest.raises(BadInput, match="attention_placement"):
+        ScheduleConfig.from_mapping({"attention_placement": "far"})
 
 
 def test_balanced_split_sizes(h200):

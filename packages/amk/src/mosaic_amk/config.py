@@ -26,6 +26,10 @@ FUSIONS = DEFAULT_FUSIONS + CPU_FUSIONS
 # every fusion the CUDA VM runs: 5 serial stages per layer instead of 8 (lowering.layer_stages)
 VM_FUSIONS = DEFAULT_FUSIONS + ("rmsnorm_gemv", "gemv_rope_append")
 SM_POLICIES = ("round_robin", "least_loaded", "single")
+# where the attention tasks go (round_robin only): "round_robin" (the next SMs in turn) or "apart" (the last SMs,
+# with the o-projection's tasks cut over the other SMs, so no SM runs an attention task and an o-proj task of one
+# layer back to back; docs/amk-cuda.md: those o-proj tasks finished last)
+ATTENTION_PLACEMENTS = ("round_robin", "apart")
 # how a GEMV's output rows are cut into tasks: "rows" (gemv_rows_per_task rows each, the last one shorter) or
 # "balanced" (as many tasks as SMs, or fewer when the GEMV has fewer row units, sizes differing by at most one unit:
 # every GEMV stage then runs one task per SM; a unit is one row, a whole head for the RoPE GEMVs)
@@ -100,6 +104,10 @@ class ScheduleConfig:
       combine), ``split_argmax`` (argmax per ``argmax_rows_per_task`` logits, then a combine).
     - ``sm_policy``: ``round_robin`` (task i of the list on SM i mod num_sms), ``least_loaded`` (each task
       on the SM with the fewest weight bytes so far), ``single`` (everything on SM 0; for debugging).
+    - ``attention_placement``: ``round_robin`` (attention tasks take the next SMs like every task) or ``apart``
+      (sm_policy round_robin only): the attention tasks of a layer on the last SMs, that layer's o-projection cut
+      over the other SMs (one task each with the balanced split), so no SM runs an attention task and then an
+      o-proj task of the same layer (schedule placement only: the same bits).
     - ``num_sms``: SMs to use (0: all SMs of the GPU).
     - ``prefetch_depth`` / ``prefetch_tile_bytes``: weight tiles in flight per block (cp.async stages); the CUDA VM
       L2-prefetches the weights of the next ``prefetch_depth`` tasks of its queue (the current one included), at most
@@ -139,6 +147,7 @@ class ScheduleConfig:
     attention_kv_splits: int = attrs.field(default=4, validator=_int_pos)
     argmax_rows_per_task: int = attrs.field(default=4096, validator=_int_pos)
     sm_policy: str = attrs.field(default="round_robin", validator=one_of(*SM_POLICIES))
+    attention_placement: str = attrs.field(default="round_robin", validator=one_of(*ATTENTION_PLACEMENTS))
     num_sms: int = attrs.field(default=0, validator=non_negative_int)
     prefetch_depth: int = attrs.field(default=2, validator=non_negative_int)
     prefetch_tile_bytes: int = attrs.field(default=16384, validator=_int_pos)
@@ -154,6 +163,11 @@ class ScheduleConfig:
     weight_stream: int = attrs.field(default=0, validator=_stream)
     gemv_pingpong: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     attention_stage: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+
+    @attention_placement.validator
+    def _apart_round_robin(self, attribute, value):
+        if value == "apart" and self.sm_policy != "round_robin":
+            _fail(self, attribute, value, "round_robin when sm_policy is not round_robin (apart places by SM number)")
 
     @weight_stream.validator
     def _stream_alone(self, attribute, value):

@@ -13,6 +13,7 @@ the prompt (each step appends its K/V and attends over the cache), then keeps de
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from typing import Any
 
 from mosaic.errors import BadInput
@@ -49,6 +50,7 @@ class _Builder:
         self.tasks: list[Task] = []
         self.producers: list[int] = []  # per counter: how many tasks signal it
         self.load = [(0, sm) for sm in range(num_sms)]  # least_loaded heap: (bytes, sm)
+        self.pins: list[int] = []  # SMs of the next tasks, before the policy (attention_placement "apart")
 
     # buffers ---------------------------------------------------------------------------------------
     def weight(self, name: str) -> str:
@@ -72,6 +74,8 @@ class _Builder:
         return Wait(counter, self.producers[counter])
 
     def _sm(self, cost: int) -> int:
+        if self.pins:
+            return self.pins.pop(0)
         policy = self.config.sm_policy
         if policy == "single":
             return 0
@@ -103,11 +107,11 @@ class _Builder:
                   cost=self.model.hidden_size * 8)
         return xn, c_xn, None
 
-    def row_ranges(self, n_out: int, rows_per_task: int, unit: int = 1, balanced: bool | None = None
-                   ) -> list[tuple[int, int]]:
+    def row_ranges(self, n_out: int, rows_per_task: int, unit: int = 1, balanced: bool | None = None,
+                   sms: int = 0) -> list[tuple[int, int]]:
         """The row ranges of one GEMV's tasks. ``rows`` split: ``rows_per_task`` rows each (rounded down to whole
-        units, at least one unit), the last range shorter. ``balanced`` split: ``min(num_sms, units)`` ranges of
-        whole units whose sizes differ by at most one unit (the larger ones first), so a GEMV stage runs one task
+        units, at least one unit), the last range shorter. ``balanced`` split: ``min(sms or num_sms, units)`` ranges
+        of whole units whose sizes differ by at most one unit (the larger ones first), so a GEMV stage runs one task
         per SM under round-robin placement."""
         if balanced is None:
             balanced = self.config.gemv_split == "balanced"
@@ -115,7 +119,7 @@ class _Builder:
             step = max(unit, rows_per_task // unit * unit)
             return [(r0, min(n_out, r0 + step)) for r0 in range(0, n_out, step)]
         units = -(-n_out // unit)
-        tasks = max(1, min(self.num_sms, units))
+        tasks = max(1, min(sms or self.num_sms, units))
         base, extra = divmod(units, tasks)
         out, u0 = [], 0
         for k in range(tasks):
@@ -126,11 +130,15 @@ class _Builder:
 
     def gemv(self, x: str, weight: str, bias: str | None, out: str, waits: list[Wait], signal: int,
              rows_per_task: int, residual: str | None = None, norm: tuple[str, float] | None = None,
-             balanced: bool | None = None) -> None:
+             balanced: bool | None = None, sms: Sequence[int] = ()) -> None:
         """Row-split GEMV: out[r0:r1] = (residual[r0:r1] +) W[r0:r1] @ x (+ b[r0:r1]); with ``norm`` =
-        (norm weight, eps) each task normalises x itself (``rmsnorm_gemv``)."""
+        (norm weight, eps) each task normalises x itself (``rmsnorm_gemv``). ``sms``: place the tasks on these SMs in
+        turn (the balanced split cut into at most len(sms) tasks) instead of by the policy."""
         n_out, n_in = self.buffers[weight].shape
-        for r0, r1 in self.row_ranges(n_out, rows_per_task, balanced=balanced):
+        ranges_ = self.row_ranges(n_out, rows_per_task, balanced=balanced, sms=len(sms))
+        if sms:
+            self.pins = [sms[k % len(sms)] for k in range(len(ranges_))]
+        for r0, r1 in ranges_:
             rest = [weight] + ([bias] if bias else []) + ([residual] if residual else [])
             ranges = {n: (r0, r1) for n in rest}
             ranges[out] = (r0, r1)
@@ -240,6 +248,7 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         attn_params = {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
                        "head_dim": hd, "window": window, "scale": hd ** -0.5, "page_tokens": page}
         kv_waits = [b.join(c_qr), b.join(c_ka), b.join(c_va)]
+        o_sms: list[int] = []  # attention_placement "apart": the o-projection's SMs
         if "split_kv" in fused:  # flash-decoding: each (head group, KV chunk) a task, then a combine per group
             ns = c.attention_kv_splits
             part = b.buf(f"l{i}.attn_part", (ns, qd), "scratch")
@@ -265,25 +274,29 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         else:
             qper = c.attention_q_heads_per_task or rep * per  # query heads per task (a KV group's, or fewer)
             kv_pages = (first // page, position // page + 1)
-            for g0 in range(0, m.num_kv_heads, per):
-                g1 = min(m.num_kv_heads, g0 + per)
-                for h0 in range(g0 * rep, g1 * rep, qper):
-                    r0, r1 = h0 * hd, min(g1 * rep, h0 + qper) * hd
-                    b.task("attention", [qr, kc, vc], [attn], kv_waits, c_attn,
-                           {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
-                            "head_dim": hd, "row_start": r0, "row_end": r1, "window": window, "scale": hd ** -0.5,
-                            "page_tokens": page},
-                           {qr: (r0, r1), kc: kv_pages, vc: kv_pages, attn: (r0, r1)},
-                           cost=2 * (position + 1 - first) * max(1, (r1 - r0) // (rep * hd)) * hd * 4)
+            heads = [(h0 * hd, min(g1 * rep, h0 + qper) * hd)
+                     for g0 in range(0, m.num_kv_heads, per) for g1 in [min(m.num_kv_heads, g0 + per)]
+                     for h0 in range(g0 * rep, g1 * rep, qper)]
+            if c.attention_placement == "apart" and len(heads) < b.num_sms:
+                # the attention tasks on the last SMs, the o-projection below over the others
+                o_sms = list(range(b.num_sms - len(heads)))
+                b.pins = list(range(b.num_sms - len(heads), b.num_sms))
+            for r0, r1 in heads:
+                b.task("attention", [qr, kc, vc], [attn], kv_waits, c_attn,
+                       {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
+                        "head_dim": hd, "row_start": r0, "row_end": r1, "window": window, "scale": hd ** -0.5,
+                        "page_tokens": page},
+                       {qr: (r0, r1), kc: kv_pages, vc: kv_pages, attn: (r0, r1)},
+                       cost=2 * (position + 1 - first) * max(1, (r1 - r0) // (rep * hd)) * hd * 4)
         mid = b.buf(f"l{i}.h_mid", (h,))
         c_mid = b.counter()
         o_w, o_b = b.weight(lay("self_attn.o_proj.weight")), bias(lay("self_attn.o_proj.bias"))
         if "residual" in fused:
-            b.gemv(attn, o_w, o_b, mid, [b.join(c_attn)], c_mid, rows, residual=resid)
+            b.gemv(attn, o_w, o_b, mid, [b.join(c_attn)], c_mid, rows, residual=resid, sms=o_sms)
         else:
             o = b.buf(f"l{i}.o", (h,))
             c_o = b.counter()
-            b.gemv(attn, o_w, o_b, o, [b.join(c_attn)], c_o, rows)
+            b.gemv(attn, o_w, o_b, o, [b.join(c_attn)], c_o, rows, sms=o_sms)
             b.task("add", [resid, o], [mid], [b.join(c_o)], c_mid, {}, cost=h * 12)
         # MLP block --------------------------------------------------------------------------------------
         xn2, c_xn2, norm2 = b.norm_input(mid, c_mid, b.weight(lay("post_attention_layernorm.weight")), f"l{i}.mlp_norm")

@@ -103,7 +103,9 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     staging (``attention_stage``: the cached rows of earlier positions copied to shared memory before the attention
     task's wait). ``balanced-preload-q1-stage`` is the CUDA VM's default, ``config.CUDA_DEFAULT`` (the fastest
     measured on both bench shapes); ``-sa``: with the argmax split over the SMs (``split_argmax``, 1024 logits per
-    ``argmax_partial`` task, one ``argmax_combine``)."""
+    ``argmax_partial`` task, one ``argmax_combine``); ``-apart``: the attention tasks on the last SMs and the
+    o-projection over the others (``attention_placement``; built after the session's device time, not measured
+    yet)."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
@@ -132,7 +134,8 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload6-q1-stage", attrs.evolve(CUDA_DEFAULT, weight_preload=6)),
             ("balanced-q1-stage", attrs.evolve(CUDA_DEFAULT, weight_preload=0)),
             ("balanced-preload-q1-stage-sa", attrs.evolve(CUDA_DEFAULT, fusion=(*CUDA_DEFAULT.fusion, "split_argmax"),
-                                                          argmax_rows_per_task=1024))]
+                                                          argmax_rows_per_task=1024)),
+            ("balanced-preload-q1-stage-apart", attrs.evolve(CUDA_DEFAULT, attention_placement="apart"))]
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

@@ -161,7 +161,7 @@ class Launcher:
     wait_mode: str = "acquire"
     signal_mode: str = "inline"
     prefetch_mode: str = "inline"
-    trace: bool = False  # a cubin built with AMK_TRACE: per-task timestamps of the last step (trace_records)
+    trace: bool = False  # a cubin built with AMK_TRACE: per-task timestamps of the last step (trace_stamps)
     cp: Any = None
     fn: Any = None
     dev: dict = attrs.field(factory=dict)  # name -> owned cupy array

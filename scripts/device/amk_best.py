@@ -25,7 +25,8 @@ CANDIDATES = ("rows32-lm", "best-measured", "best-measured-preload", "balanced",
               "balanced-preload-pf1-128k", "balanced-preload-pf1-256k", "balanced-preload-pf2-128k",
               "balanced-preload-q1", "balanced-preload6-q1", "balanced-preload6-q1-pp", "balanced-preload-q1-pp",
               "balanced-preload-q1-stage", "balanced-preload6-q1-stage", "balanced-q1-stage",
-              "balanced-preload-q1-stage-sa", "balanced-preload-q1-stage-apart")
+              "balanced-preload-q1-stage-sa", "balanced-preload-q1-stage-apart",
+              "balanced-preload-q1-stage-sa-apart", "balanced-preload-q1-stage-sa-auto")
 BASE = "best-measured"
 
 

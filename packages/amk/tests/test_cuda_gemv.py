@@ -312,9 +312,10 @@ def test_split_argmax_is_the_first_index_of_the_max(case, per, cuda_device):
 @pytest.mark.parametrize("model_kind", ["tiny-llama", "llama-3.2-1b-2layers"])
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
 def test_split_argmax_whole_model_tokens_equal(model_kind, steps_per_launch, tmp_path, cuda_device, same_generation):
-    """CUDA_DEFAULT with the argmax split over the SMs (1024 and 100 logits per part): the same tokens (and logits)."""
+    """CUDA_DEFAULT (the argmax split over the SMs, 1024 logits per part; and 100) against its twin with one argmax
+    task: the same tokens (and logits)."""
     from mosaic.plugins import host
-    from mosaic_amk.config import CUDA_DEFAULT
+    from mosaic_amk.config import CUDA_DEFAULT, VM_FUSIONS
     from mosaic_amk.cuda import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
     from mosaic_amk.cuda.encode import decode
@@ -327,9 +328,12 @@ def test_split_argmax_whole_model_tokens_equal(model_kind, steps_per_launch, tmp
     spec = hf_gpu.spec_of(model)
     weights = weights_from_torch(model, spec)
     gpu = host().get("gpus", "h200")
-    base = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64)
+    assert "split_argmax" in CUDA_DEFAULT.fusion and CUDA_DEFAULT.argmax_rows_per_task == 1024
+    one = attrs.evolve(CUDA_DEFAULT, fusion=VM_FUSIONS, argmax_rows_per_task=4096)
+    base = CudaVM(spec, one, gpu, weights=weights, max_positions=64)
+    assert sum(t.op == "argmax" for t in decode(base.enc).tasks) == 1
     for per in (1024, 100):
-        cfg = attrs.evolve(CUDA_DEFAULT, fusion=(*CUDA_DEFAULT.fusion, "split_argmax"), argmax_rows_per_task=per)
+        cfg = attrs.evolve(CUDA_DEFAULT, argmax_rows_per_task=per)
         vm = CudaVM(spec, cfg, gpu, weights=weights, max_positions=64)
         assert sum(t.op == "argmax_partial" for t in decode(vm.enc).tasks) == -(-spec.vocab_size // per)
         same_generation(base, vm, [3, 17, 42, 5, 11], 24, steps_per_launch)

@@ -203,16 +203,21 @@ def test_bench_has_best_measured_preload():
     assert cands["best-measured-preload"] == attrs.evolve(cands["best-measured"], weight_preload=8)
     assert all(c.weight_preload == (6 if "preload6" in n else 8 if "preload" in n else 0) for n, c in cands.items())
     assert cands["balanced-stream4"] == attrs.evolve(cands["balanced"], weight_stream=4)
-    from mosaic_amk.config import CUDA_DEFAULT
+    from mosaic_amk.config import CUDA_DEFAULT, VM_FUSIONS
 
     assert cands["balanced-preload-q1"] == attrs.evolve(
         cands["balanced-preload"], attention_q_heads_per_task=1, gemv_rows_per_task=64)
-    assert cands["balanced-preload-q1-stage"] == CUDA_DEFAULT == attrs.evolve(cands["balanced-preload-q1"],
-                                                                             attention_stage=True)
+    assert cands["balanced-preload-q1-stage"] == attrs.evolve(cands["balanced-preload-q1"], attention_stage=True)
+    sa = cands["balanced-preload-q1-stage-sa"]
+    assert sa == attrs.evolve(cands["balanced-preload-q1-stage"], fusion=(*VM_FUSIONS, "split_argmax"),
+                              argmax_rows_per_task=1024)
+    assert cands["balanced-preload-q1-stage-sa-apart"] == attrs.evolve(sa, attention_placement="apart")
+    assert cands["balanced-preload-q1-stage-sa-auto"] == CUDA_DEFAULT == attrs.evolve(sa, attention_placement="auto")
     assert cands["balanced"] == attrs.evolve(cands["best-measured"], gemv_split="balanced", lm_head_rows_per_task=0)
     assert [n for n, _ in fused_candidates(spec)] == ["fused", "fused-rows16-lm", "fused-rows32-lm"]
     assert [n for n, _ in default_candidates(spec)] == ["default", "rows32-lm", "best-measured", "balanced-preload",
-                                                      "balanced-preload-q1", "balanced-preload-q1-stage"]
+                                                      "balanced-preload-q1", "balanced-preload-q1-stage",
+                                                      "balanced-preload-q1-stage-sa-auto"]
 
 
 def _amk_best():

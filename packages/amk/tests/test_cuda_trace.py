@@ -3,10 +3,11 @@ executor (CPU), the build, and on the H200 a traced generation (same tokens; cau
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 from mosaic.plugins import host
-from mosaic_amk.config import CUDA_DEFAULT
+from mosaic_amk.config import CUDA_DEFAULT, VM_FUSIONS
 from mosaic_amk.cuda import build as B
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.cuda.trace import format_table, stage_table, timeline
@@ -46,7 +47,8 @@ def _simulate(enc):
 
 @pytest.fixture(scope="module")
 def enc():
-    return E.encode(lower(tiny_model("llama"), CUDA_DEFAULT, host().get("gpus", "h200"), 5))
+    one_argmax = attrs.evolve(CUDA_DEFAULT, fusion=VM_FUSIONS, argmax_rows_per_task=4096)  # one argmax stage instance
+    return E.encode(lower(tiny_model("llama"), one_argmax, host().get("gpus", "h200"), 5))
 
 
 def test_timeline_and_stage_table_on_a_simulated_step(enc):

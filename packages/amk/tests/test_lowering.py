@@ -196,7 +196,7 @@ def test_attention_apart_places_attention_and_o_proj_on_disjoint_sms(h200, famil
 
     m = tiny_model(family)
     sms = 24
-    base = attrs.evolve(CUDA_DEFAULT, num_sms=sms)
+    base = attrs.evolve(CUDA_DEFAULT, num_sms=sms, attention_placement="round_robin")
     cfg = attrs.evolve(base, attention_placement="apart")
     s = lower(m, cfg, h200, 5)
     assert validate(s).ok
@@ -217,6 +217,39 @@ def test_attention_apart_places_attention_and_o_proj_on_disjoint_sms(h200, famil
         ScheduleConfig.from_mapping({"attention_placement": "apart", "sm_policy": "single"})
     with pytest.raises(BadInput, match="attention_placement"):
         ScheduleConfig.from_mapping({"attention_placement": "far"})
+
+
+def test_attention_placement_auto_is_apart_only_for_small_o_projections(h200):
+    """"auto" = apart when the o-projection over the SMs left is at most AUTO_APART_MAX_WEIGHTS_PER_SM weights each:
+    the four bench shapes with one attention task per query head on the H200's 132 SMs (SmolLM2s apart, measured
+    faster; Llama-3.2-1B and TinyLlama together, apart measured slower), and a lowered tiny model placed like
+    "apart" or like round_robin as the bound says."""
+    from mosaic_amk.config import AUTO_APART_MAX_WEIGHTS_PER_SM, CUDA_DEFAULT
+    from mosaic_amk.cuda.hf_gpu import SHAPES
+    from mosaic_amk.lowering import apart
+
+    got = {}
+    for name, (_, kw) in SHAPES.items():
+        h, heads = kw["hidden_size"], kw["num_attention_heads"]
+        qd = heads * kw.get("head_dim", h // heads)
+        got[name] = apart("auto", heads, 132, h * qd)
+    assert got == {"smollm2-135m": True, "smollm2-360m": True, "tinyllama-1.1b": False, "llama-3.2-1b": False}
+    assert apart("apart", 32, 132, 2048 * 2048) and not apart("round_robin", 9, 132, 576 * 576)
+    assert not apart("apart", 132, 132, 1) and not apart("auto", 140, 132, 1)
+    bound = AUTO_APART_MAX_WEIGHTS_PER_SM * 100
+    assert apart("auto", 32, 132, bound) and not apart("auto", 32, 132, bound + 1)
+    m = tiny_model("llama")
+    wants = []
+    for sms in (24, 4):  # 4 attention tasks: apart on 24 SMs, round_robin on 4 (no SM left for the o-projection)
+        base = attrs.evolve(CUDA_DEFAULT, num_sms=sms, attention_placement="round_robin")
+        auto = lower(m, attrs.evolve(base, attention_placement="auto"), h200, 5)
+        n_att = sum(1 for t in auto.tasks if t.op == "attention" and t.outputs == ("l0.attn",))
+        want = "apart" if apart("auto", n_att, sms, m.hidden_size * m.num_heads * m.head_dim) else "round_robin"
+        ref = lower(m, attrs.evolve(base, attention_placement=want), h200, 5)
+        assert [t.sm for t in auto.tasks] == [t.sm for t in ref.tasks]
+        assert validate(auto).ok
+        wants.append(want)
+    assert wants == ["apart", "round_robin"]
 
 
 def test_balanced_split_sizes(h200):

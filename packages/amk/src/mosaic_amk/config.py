@@ -28,8 +28,14 @@ VM_FUSIONS = DEFAULT_FUSIONS + ("rmsnorm_gemv", "gemv_rope_append")
 SM_POLICIES = ("round_robin", "least_loaded", "single")
 # where the attention tasks go (round_robin only): "round_robin" (the next SMs in turn) or "apart" (the last SMs,
 # with the o-projection's tasks cut over the other SMs, so no SM runs an attention task and an o-proj task of one
-# layer back to back; docs/amk-cuda.md: those o-proj tasks finished last)
-ATTENTION_PLACEMENTS = ("round_robin", "apart")
+# layer back to back; docs/amk-cuda.md: those o-proj tasks finished last), or "auto": apart when the o-projection over
+# the remaining SMs is at most AUTO_APART_MAX_WEIGHTS_PER_SM weights per SM, else round_robin
+ATTENTION_PLACEMENTS = ("round_robin", "apart", "auto")
+# "auto"'s bound: 16K weights (32 KB of bf16, about 1 us of one H200 SM's share of HBM bandwidth) per o-proj SM. Apart
+# saves about 1.3 us of hand-off per layer and costs the attention SMs' bandwidth. Measured on the H200
+# (docs/device-runs/2026-11-30/session5/run1): SmolLM2-135M (2.7K weights per SM apart) 0.764 -> 0.739 ms/token,
+# Llama-3.2-1B (42K) 0.959 -> 0.967.
+AUTO_APART_MAX_WEIGHTS_PER_SM = 16384
 # how a GEMV's output rows are cut into tasks: "rows" (gemv_rows_per_task rows each, the last one shorter) or
 # "balanced" (as many tasks as SMs, or fewer when the GEMV has fewer row units, sizes differing by at most one unit:
 # every GEMV stage then runs one task per SM; a unit is one row, a whole head for the RoPE GEMVs)
@@ -107,7 +113,8 @@ class ScheduleConfig:
     - ``attention_placement``: ``round_robin`` (attention tasks take the next SMs like every task) or ``apart``
       (sm_policy round_robin only): the attention tasks of a layer on the last SMs, that layer's o-projection cut
       over the other SMs (one task each with the balanced split), so no SM runs an attention task and then an
-      o-proj task of the same layer (schedule placement only: the same bits).
+      o-proj task of the same layer (schedule placement only: the same bits), or ``auto`` (apart when the
+      o-projection is small: at most ``AUTO_APART_MAX_WEIGHTS_PER_SM`` weights per remaining SM).
     - ``num_sms``: SMs to use (0: all SMs of the GPU).
     - ``prefetch_depth`` / ``prefetch_tile_bytes``: weight tiles in flight per block (cp.async stages); the CUDA VM
       L2-prefetches the weights of the next ``prefetch_depth`` tasks of its queue (the current one included), at most
@@ -166,7 +173,7 @@ class ScheduleConfig:
 
     @attention_placement.validator
     def _apart_round_robin(self, attribute, value):
-        if value == "apart" and self.sm_policy != "round_robin":
+        if value != "round_robin" and self.sm_policy != "round_robin":
             _fail(self, attribute, value, "round_robin when sm_policy is not round_robin (apart places by SM number)")
 
     @weight_stream.validator
@@ -246,12 +253,14 @@ class ScheduleConfig:
 
 
 # The CUDA VM's default configuration (mosaic amk generate --vm cuda and the parity script without --config; the
-# bench's ``balanced-preload-q1`` candidate): the fastest measured on the H200 for both bench shapes (docs/amk-cuda.md
-# "Performance: where the time goes"): every GEMV cut one task per SM, the fused GEMVs (5 stages per layer), relaxed
-# polling, no L2 prefetch, the weight preload, one attention task per query head, the attention's KV staging. Its
-# results are bit-identical to every other config's: none of these switches changes a row's or a head's arithmetic.
-CUDA_DEFAULT = ScheduleConfig(gemv_split="balanced", fusion=VM_FUSIONS, prefetch_depth=0, wait_mode="relaxed",
-                              weight_preload=8, attention_q_heads_per_task=1, attention_stage=True)
+# bench's ``balanced-preload-q1-stage-sa-auto`` candidate): the fastest measured on the H200 for both bench shapes
+# (docs/amk-cuda.md "Performance: where the time goes"): every GEMV cut one task per SM, the fused GEMVs (5 stages per
+# layer), relaxed polling, no L2 prefetch, the weight preload, one attention task per query head, the attention's KV
+# staging, the argmax split over the SMs, the attention apart from the o-projection when that is small. Its results
+# are bit-identical to every other config's: none of these switches changes a row's or a head's arithmetic.
+CUDA_DEFAULT = ScheduleConfig(gemv_split="balanced", fusion=(*VM_FUSIONS, "split_argmax"), prefetch_depth=0,
+                              wait_mode="relaxed", weight_preload=8, attention_q_heads_per_task=1,
+                              attention_stage=True, argmax_rows_per_task=1024, attention_placement="auto")
 
 
 def load_config(path: str | Path | None, default: ScheduleConfig | None = None) -> ScheduleConfig:

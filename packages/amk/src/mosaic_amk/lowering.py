@@ -19,7 +19,7 @@ from typing import Any
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget
 
-from mosaic_amk.config import ScheduleConfig
+from mosaic_amk.config import AUTO_APART_MAX_WEIGHTS_PER_SM, ScheduleConfig
 from mosaic_amk.model import INV_FREQ, ModelSpec
 from mosaic_amk.ops import OP_SPECS, split_range
 from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
@@ -41,6 +41,14 @@ def kv_capacity(model: ModelSpec, config: ScheduleConfig) -> int:
     """Tokens the KV cache holds: kv_max_tokens, or max_position_embeddings rounded up to a page."""
     page = config.kv_page_tokens
     return config.kv_max_tokens or -(-model.max_position_embeddings // page) * page
+
+
+def apart(placement: str, attention_tasks: int, num_sms: int, o_weights: int) -> bool:
+    """Whether a layer's attention tasks go on the last SMs, its o-projection (``o_weights`` weights) over the others:
+    ``attention_placement`` apart, or auto and the o-projection small enough (config.AUTO_APART_MAX_WEIGHTS_PER_SM)."""
+    if attention_tasks >= num_sms or placement == "round_robin":
+        return False
+    return placement == "apart" or o_weights <= AUTO_APART_MAX_WEIGHTS_PER_SM * (num_sms - attention_tasks)
 
 
 class _Builder:
@@ -277,7 +285,7 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
             heads = [(h0 * hd, min(g1 * rep, h0 + qper) * hd)
                      for g0 in range(0, m.num_kv_heads, per) for g1 in [min(m.num_kv_heads, g0 + per)]
                      for h0 in range(g0 * rep, g1 * rep, qper)]
-            if c.attention_placement == "apart" and len(heads) < b.num_sms:
+            if apart(c.attention_placement, len(heads), b.num_sms, h * qd):
                 # the attention tasks on the last SMs, the o-projection below over the others
                 o_sms = list(range(b.num_sms - len(heads)))
                 b.pins = list(range(b.num_sms - len(heads), b.num_sms))

@@ -82,7 +82,7 @@ class Contender:
 
 
 BENCH_DEFAULT = ("default", "rows32-lm", "best-measured", "balanced-preload", "balanced-preload-q1",
-                 "balanced-preload-q1-stage")
+                 "balanced-preload-q1-stage", "balanced-preload-q1-stage-sa-auto")
 
 
 def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
@@ -101,16 +101,18 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     ``balanced-preload-q1``: balanced-preload with one attention task per query head (not per KV group); its twins
     with preload 6 and with the ping-pong GEMV row loop (``gemv_pingpong``); ``-stage``: with the attention's KV
     staging (``attention_stage``: the cached rows of earlier positions copied to shared memory before the attention
-    task's wait). ``balanced-preload-q1-stage`` is the CUDA VM's default, ``config.CUDA_DEFAULT`` (the fastest
-    measured on both bench shapes); ``-sa``: with the argmax split over the SMs (``split_argmax``, 1024 logits per
-    ``argmax_partial`` task, one ``argmax_combine``); ``-apart``: the attention tasks on the last SMs and the
-    o-projection over the others (``attention_placement``; built after the session's device time, not measured
-    yet)."""
+    task's wait); ``-sa``: with the argmax split over the SMs (``split_argmax``, 1024 logits per ``argmax_partial``
+    task, one ``argmax_combine``); ``-apart``: the attention tasks on the last SMs and the o-projection over the
+    others (``attention_placement``), ``-auto``: apart only when the o-projection is small (SmolLM2 yes, Llama no).
+    ``balanced-preload-q1-stage-sa-auto`` is the CUDA VM's default, ``config.CUDA_DEFAULT`` (the fastest measured on
+    both bench shapes)."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
     balanced = attrs.evolve(best, gemv_split="balanced", lm_head_rows_per_task=0)
-    q1 = attrs.evolve(CUDA_DEFAULT, attention_stage=False)
+    stage = attrs.evolve(CUDA_DEFAULT, fusion=VM_FUSIONS, argmax_rows_per_task=4096, attention_placement="round_robin")
+    q1 = attrs.evolve(stage, attention_stage=False)
+    sa = attrs.evolve(stage, fusion=(*VM_FUSIONS, "split_argmax"), argmax_rows_per_task=1024)
     return [("default", ScheduleConfig()),
             ("rows16-lm", ScheduleConfig(gemv_rows_per_task=16, lm_head_rows_per_task=lm_rows, prefetch_depth=2)),
             ("rows32-lm", ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=1)),
@@ -130,12 +132,13 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload6-q1", attrs.evolve(q1, weight_preload=6)),
             ("balanced-preload6-q1-pp", attrs.evolve(q1, weight_preload=6, gemv_pingpong=True)),
             ("balanced-preload-q1-pp", attrs.evolve(q1, gemv_pingpong=True)),
-            ("balanced-preload-q1-stage", CUDA_DEFAULT),
-            ("balanced-preload6-q1-stage", attrs.evolve(CUDA_DEFAULT, weight_preload=6)),
-            ("balanced-q1-stage", attrs.evolve(CUDA_DEFAULT, weight_preload=0)),
-            ("balanced-preload-q1-stage-sa", attrs.evolve(CUDA_DEFAULT, fusion=(*CUDA_DEFAULT.fusion, "split_argmax"),
-                                                          argmax_rows_per_task=1024)),
-            ("balanced-preload-q1-stage-apart", attrs.evolve(CUDA_DEFAULT, attention_placement="apart"))]
+            ("balanced-preload-q1-stage", stage),
+            ("balanced-preload6-q1-stage", attrs.evolve(stage, weight_preload=6)),
+            ("balanced-q1-stage", attrs.evolve(stage, weight_preload=0)),
+            ("balanced-preload-q1-stage-sa", sa),
+            ("balanced-preload-q1-stage-apart", attrs.evolve(stage, attention_placement="apart")),
+            ("balanced-preload-q1-stage-sa-apart", attrs.evolve(sa, attention_placement="apart")),
+            ("balanced-preload-q1-stage-sa-auto", CUDA_DEFAULT)]
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

@@ -26,7 +26,8 @@ CANDIDATES = ("rows32-lm", "best-measured", "best-measured-preload", "balanced",
               "balanced-preload-q1", "balanced-preload6-q1", "balanced-preload6-q1-pp", "balanced-preload-q1-pp",
               "balanced-preload-q1-stage", "balanced-preload6-q1-stage", "balanced-q1-stage",
               "balanced-preload-q1-stage-sa", "balanced-preload-q1-stage-apart",
-              "balanced-preload-q1-stage-sa-apart", "balanced-preload-q1-stage-sa-auto")
+              "balanced-preload-q1-stage-sa-apart", "balanced-preload-q1-stage-sa-auto",
+              "balanced-preload-q1-stage-sa-auto-blocked")
 BASE = "best-measured"
 
 

@@ -44,7 +44,7 @@ def main() -> int:
         out = report["shapes"][shape] = {}
         for name in [c for c in a.candidates.split(",") if c]:
             cfg = cands[name]
-            kw = dict(weights=weights, max_positions=max(512, a.steps + 64))
+            kw = dict(weights=weights, max_positions=a.steps + 64)
             vms = {"plain": CudaVM(spec, cfg, gpu, **kw), "traced": CudaVM(spec, cfg, gpu, trace=True, **kw)}
             if a.ab:
                 vms[a.ab] = CudaVM(spec, cfg, gpu, extra_defines=(a.ab,), **kw)

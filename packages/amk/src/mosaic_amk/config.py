@@ -31,6 +31,10 @@ SM_POLICIES = ("round_robin", "least_loaded", "single")
 # layer back to back; docs/amk-cuda.md: those o-proj tasks finished last), or "auto": apart when the o-projection over
 # the remaining SMs is at most AUTO_APART_MAX_WEIGHTS_PER_SM weights per SM, else round_robin
 ATTENTION_PLACEMENTS = ("round_robin", "apart", "auto")
+# how q and the K cache store a head's dims (rope_order.py): "standard", or "blocked" (blocks of 4 dims and their 4
+# RoPE partners, so the q/k GEMVs split into 8-row tasks; with gemv_split balanced the q, k and v GEMVs share the SMs
+# in proportion to their rows, one task per SM, v cut by rows)
+ROPE_ORDERS = ("standard", "blocked")
 # "auto"'s bound: 16K weights (32 KB of bf16, about 1 us of one H200 SM's share of HBM bandwidth) per o-proj SM. Apart
 # saves about 1.3 us of hand-off per layer and costs the attention SMs' bandwidth. Measured on the H200
 # (docs/device-runs/2026-11-30/session5/run1): SmolLM2-135M (2.7K weights per SM apart) 0.764 -> 0.739 ms/token,
@@ -141,6 +145,11 @@ class ScheduleConfig:
       KV group's cached rows of earlier positions are copied to shared memory (cp.async), so after the wait only q
       and this step's row are read from global memory (bit-identical; needs the encoder's ``F_KV_STAGE``, rows
       that fit the general area and the task's heads in one KV group, else the task reads global memory).
+    - ``rope_order``: ``standard`` or ``blocked`` (needs the ``gemv_rope_append`` fusion): q and the K cache store
+      each head in blocks of 4 dims and their 4 RoPE partners (rope_order.py; the q/k weights are bound with their
+      rows permuted the same way), so the q and k GEMVs split into tasks of whole 8-row blocks instead of whole
+      heads; with the balanced split the q, k and v GEMVs share the SMs in proportion to their rows (one task per
+      SM; v cut by rows). The attention reads q and K back in the standard order: the same bits.
     - ``kv_page_tokens``, ``kv_max_tokens``: KV cache page size and capacity in tokens (0: the model's
       max_position_embeddings rounded up to a page).
     """
@@ -170,6 +179,7 @@ class ScheduleConfig:
     weight_stream: int = attrs.field(default=0, validator=_stream)
     gemv_pingpong: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     attention_stage: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    rope_order: str = attrs.field(default="standard", validator=one_of(*ROPE_ORDERS))
 
     @attention_placement.validator
     def _apart_round_robin(self, attribute, value):
@@ -190,6 +200,15 @@ class ScheduleConfig:
     def _q_heads(self, attribute, value):
         if value and self.attention_kv_heads_per_task != 1:
             _fail(self, attribute, value, "0 unless attention_kv_heads_per_task is 1")
+
+    @rope_order.validator
+    def _rope_order(self, attribute, value):
+        if value == "blocked" and "gemv_rope_append" not in self.fusion:
+            _fail(self, attribute, value, "standard without the gemv_rope_append fusion (only the RoPE GEMVs write "
+                                          "q and the K cache in the blocked order)")
+        if value == "blocked" and (not self.attention_stage or "split_kv" in self.fusion):
+            _fail(self, attribute, value, "standard without attention_stage, or with split_kv (the CUDA VM reads "
+                                          "blocked K rows only through the staging)")
 
     @kv_max_tokens.validator
     def _kv_max(self, attribute, value):

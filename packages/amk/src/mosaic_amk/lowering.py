@@ -19,6 +19,7 @@ from typing import Any
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget
 
+from mosaic_amk import rope_order
 from mosaic_amk.config import AUTO_APART_MAX_WEIGHTS_PER_SM, ScheduleConfig
 from mosaic_amk.model import INV_FREQ, ModelSpec
 from mosaic_amk.ops import OP_SPECS, split_range
@@ -43,6 +44,21 @@ def kv_capacity(model: ModelSpec, config: ScheduleConfig) -> int:
     return config.kv_max_tokens or -(-model.max_position_embeddings // page) * page
 
 
+def qkv_sms(qd: int, kvd: int, num_sms: int) -> tuple[list[int], list[int], list[int]]:
+    """The SMs of the q, k and v GEMVs of one layer with ``rope_order`` blocked and the balanced split: consecutive
+    SM ranges in proportion to their rows (q: qd, k and v: kvd each), at least one SM each and at most one per
+    unit (an 8-row block for q and k, a row for v), so the three GEMVs run one task per SM. Fewer than 3 SMs:
+    every GEMV over all of them."""
+    if num_sms < 3:
+        every = list(range(num_sms))
+        return every, every, every
+    total = qd + 2 * kvd
+    n_k = max(1, min(kvd // rope_order.BLOCK, round(num_sms * kvd / total)))
+    n_q = max(1, min(qd // rope_order.BLOCK, num_sms - 2 * n_k, round(num_sms * qd / total)))
+    n_v = max(1, min(kvd, num_sms - n_q - n_k))
+    return (list(range(n_q)), list(range(n_q, n_q + n_k)), list(range(n_q + n_k, n_q + n_k + n_v)))
+
+
 def apart(placement: str, attention_tasks: int, num_sms: int, o_weights: int) -> bool:
     """Whether a layer's attention tasks go on the last SMs, its o-projection (``o_weights`` weights) over the others:
     ``attention_placement`` apart, or auto and the o-projection small enough (config.AUTO_APART_MAX_WEIGHTS_PER_SM)."""
@@ -63,7 +79,8 @@ class _Builder:
     # buffers ---------------------------------------------------------------------------------------
     def weight(self, name: str) -> str:
         if name not in self.buffers:
-            w = self.model.weights.get(name)
+            blocked = rope_order.split_name(name)  # the checkpoint tensor, rows permuted when bound
+            w = self.model.weights.get(blocked[0] if blocked else name)
             if w is None:
                 raise BadInput(f"model has no weight {name}")
             self.buffers[name] = Buffer(name, "f32", tuple(w.shape), "weight")
@@ -159,12 +176,19 @@ class _Builder:
 
     def gemv_rope(self, op: str, x: str, weight: str, bias: str | None, out: str, waits: list[Wait], signal: int,
                   rows_per_task: int, norm: tuple[str, float] | None, rope: dict, inv_freq: str | None,
-                  page_tokens: int = 0) -> None:
-        """``gemv_rope`` (rows of out, whole heads) or ``gemv_rope_append`` (columns of the KV slot)."""
+                  page_tokens: int = 0, sms: Sequence[int] = ()) -> None:
+        """``gemv_rope`` (rows of out, whole heads) or ``gemv_rope_append`` (columns of the KV slot). With
+        ``rope_order`` blocked the RoPE rows are cut in whole 8-row blocks (``rope_block``) and the rows without RoPE
+        (v) in rows; ``sms``: the tasks on these SMs (the balanced split cut into at most len(sms) tasks)."""
         n_out, n_in = self.buffers[weight].shape
         hd = rope["head_dim"]
         position = rope["position"]
-        for r0, r1 in self.row_ranges(n_out, rows_per_task, unit=hd):
+        blocked = self.config.rope_order == "blocked"
+        unit = (rope_order.BLOCK if inv_freq else 1) if blocked else hd
+        ranges_ = self.row_ranges(n_out, rows_per_task, unit=unit, sms=len(sms))
+        if sms:
+            self.pins = [sms[k % len(sms)] for k in range(len(ranges_))]
+        for r0, r1 in ranges_:
             extra = ([inv_freq] if inv_freq else []) + ([norm[0]] if norm else []) + ([bias] if bias else [])
             ranges = {weight: (r0, r1)}
             if bias:
@@ -172,6 +196,8 @@ class _Builder:
             params = {"row_start": r0, "row_end": r1, "bias": bool(bias), "norm": bool(norm),
                       "eps": norm[1] if norm else 0.0, "position": position, "head_dim": hd,
                       "attention_scaling": rope["attention_scaling"]}
+            if blocked and inv_freq:
+                params["rope_block"] = rope_order.BLOCK
             if op == "gemv_rope_append":
                 page = position // page_tokens
                 params.update(rope=bool(inv_freq), page_tokens=page_tokens)
@@ -213,15 +239,22 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         slot = {kc: (position // page, position // page + 1)}
         # rmsnorm_gemv: every consumer of the norm normalises h.i itself
         xn, c_xn, norm = b.norm_input(resid, c_resid, b.weight(lay("input_layernorm.weight")), f"l{i}.attn_norm")
-        w_of = {n: (b.weight(lay(f"self_attn.{n}_proj.weight")), bias(lay(f"self_attn.{n}_proj.bias")))
-                for n in ("q", "k", "v")}
+        blocked = c.rope_order == "blocked"  # q/k rows (weights, biases, outputs) in the blocked RoPE order
+        w_of = {}
+        for n in ("q", "k", "v"):
+            wn, bn = lay(f"self_attn.{n}_proj.weight"), lay(f"self_attn.{n}_proj.bias")
+            name = (lambda x: rope_order.weight_name(x, hd)) if blocked and n != "v" else (lambda x: x)  # noqa: E731
+            w_of[n] = (b.weight(name(wn)), b.weight(name(bn)) if bn in m.weights else None)
         if "gemv_rope_append" in fused:  # q rows rotated in the GEMV; k/v rows written into the KV slot
             qr = b.buf(f"l{i}.q_rope", (qd,))
             c_qr, c_ka, c_va = b.counter(), b.counter(), b.counter()
-            b.gemv_rope("gemv_rope", xn, *w_of["q"], qr, [b.join(c_xn)], c_qr, rows, norm, rope, inv_freq)
+            sms = qkv_sms(qd, kvd, b.num_sms) if blocked and c.gemv_split == "balanced" else ((), (), ())
+            b.gemv_rope("gemv_rope", xn, *w_of["q"], qr, [b.join(c_xn)], c_qr, rows, norm, rope, inv_freq,
+                        sms=sms[0])
             b.gemv_rope("gemv_rope_append", xn, *w_of["k"], kc, [b.join(c_xn)], c_ka, rows, norm, rope, inv_freq,
-                        page)
-            b.gemv_rope("gemv_rope_append", xn, *w_of["v"], vc, [b.join(c_xn)], c_va, rows, norm, rope, None, page)
+                        page, sms=sms[1])
+            b.gemv_rope("gemv_rope_append", xn, *w_of["v"], vc, [b.join(c_xn)], c_va, rows, norm, rope, None, page,
+                        sms=sms[2])
         else:
             proj = {}
             for name, dim in (("q", qd), ("k", kvd), ("v", kvd)):
@@ -254,7 +287,8 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         rep = m.num_heads // m.num_kv_heads
         per = c.attention_kv_heads_per_task
         attn_params = {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
-                       "head_dim": hd, "window": window, "scale": hd ** -0.5, "page_tokens": page}
+                       "head_dim": hd, "window": window, "scale": hd ** -0.5, "page_tokens": page,
+                       **({"rope_block": rope_order.BLOCK} if blocked else {})}
         kv_waits = [b.join(c_qr), b.join(c_ka), b.join(c_va)]
         o_sms: list[int] = []  # attention_placement "apart": the o-projection's SMs
         if "split_kv" in fused:  # flash-decoding: each (head group, KV chunk) a task, then a combine per group
@@ -291,9 +325,7 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
                 b.pins = list(range(b.num_sms - len(heads), b.num_sms))
             for r0, r1 in heads:
                 b.task("attention", [qr, kc, vc], [attn], kv_waits, c_attn,
-                       {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
-                        "head_dim": hd, "row_start": r0, "row_end": r1, "window": window, "scale": hd ** -0.5,
-                        "page_tokens": page},
+                       {**attn_params, "row_start": r0, "row_end": r1},
                        {qr: (r0, r1), kc: kv_pages, vc: kv_pages, attn: (r0, r1)},
                        cost=2 * (position + 1 - first) * max(1, (r1 - r0) // (rep * hd)) * hd * 4)
         mid = b.buf(f"l{i}.h_mid", (h,))

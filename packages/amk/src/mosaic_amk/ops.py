@@ -26,6 +26,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from mosaic_amk import rope_order
+
 F32 = np.float32
 
 
@@ -195,6 +197,8 @@ def _fp_attention(p, ins, outs):
     heads = _attn_heads(p, ins[0], outs[0], ins[1:3])
     if isinstance(heads, str):
         return heads
+    if isinstance(_attn_block(p), str):
+        return _attn_block(p)
     h0, h1, hd = heads
     vis = _visible(p)
     if isinstance(vis, str):
@@ -216,6 +220,8 @@ def _fp_attention_partial(p, ins, outs):
     heads = _attn_heads(p, ins[0], ins[0], ins[1:3], aligned=True)
     if isinstance(heads, str):
         return heads
+    if isinstance(_attn_block(p), str):
+        return _attn_block(p)
     h0, h1, hd = heads
     got = _ints(p, "split", "num_splits", "num_heads")
     if got is None or not 0 <= got[0] < got[1]:
@@ -271,10 +277,25 @@ def _fp_gemv_rope(p, ins, outs):
 
 
 def _head_aligned(p, fp):
-    hd = p.get("head_dim")
-    if not _is_int(hd) or hd < 2 or hd % 2 or p["row_start"] % hd or p["row_end"] % hd:
-        return f"rows [{p['row_start']}, {p['row_end']}) do not hold whole heads of {hd!r}"
+    """fp when the rows hold whole RoPE pairs: whole heads, or (``rope_block``) whole blocks of the blocked order."""
+    hd, blk = p.get("head_dim"), p.get("rope_block", 0)
+    if blk not in (0, rope_order.BLOCK) or type(blk) is not int:
+        return f"rope_block {blk!r} is not 0 or {rope_order.BLOCK}"
+    if not _is_int(hd) or hd < 2 or hd % 2 or (blk and hd % blk):
+        return f"head_dim {hd!r} is not even{f' and a multiple of {blk}' if blk else ''}"
+    unit = blk or hd
+    if p["row_start"] % unit or p["row_end"] % unit:
+        what = f"blocks of {blk}" if blk else f"heads of {hd}"
+        return f"rows [{p['row_start']}, {p['row_end']}) do not hold whole {what}"
     return fp
+
+
+def _attn_block(p) -> int | str:
+    """The attention's ``rope_block`` (0: q and the K cache in the standard order), or a problem."""
+    blk, hd = p.get("rope_block", 0), p.get("head_dim")
+    if type(blk) is not int or blk not in (0, rope_order.BLOCK) or (blk and (not _is_int(hd) or hd % blk)):
+        return f"rope_block {blk!r} is not 0 or {rope_order.BLOCK} (with head_dim a multiple of it)"
+    return blk
 
 
 def _fp_gemv_rope_append(p, ins, outs):
@@ -324,7 +345,8 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
            footprint_fn=_fp_kv_append, doc="kv_append(rope(x))"),
     OpSpec("attention", ("q", "k_cache", "v_cache"), ("y",), _ATTN_PARAMS, writes="rows",
            footprint_fn=_fp_attention,
-           doc="decode attention of heads row_start/head_dim .. row_end/head_dim over cached tokens"),
+           doc="decode attention of heads row_start/head_dim .. row_end/head_dim over cached tokens (optional "
+               "rope_block 8: q and the K cache in the blocked RoPE order, read back in the standard order)"),
     OpSpec("argmax", ("logits",), ("token",), (), footprint_fn=_fp_argmax,
            doc="token[0] = first index of max(logits)"),
     # the split argmax (ScheduleConfig.fusion split_argmax)
@@ -342,7 +364,8 @@ SPECS: dict[str, OpSpec] = {s.name: s for s in (
            doc="y[r] = silu(w_gate[r] @ xn + b_gate[r]) * (w_up[r] @ xn + b_up[r]), xn = rmsnorm(x, nw, eps)"),
     OpSpec("gemv_rope", ("x", "w", "inv_freq"), ("y",), _GEMV_ROPE,
            optional=(("norm", "nw"), ("bias", "b")), writes="rows", footprint_fn=_fp_gemv_rope,
-           doc="y[r] = rope(w[r] @ xn + b[r]) for whole heads r (xn = rmsnorm(x, nw, eps) when norm, else x)"),
+           doc="y[r] = rope(w[r] @ xn + b[r]) for whole heads r (xn = rmsnorm(x, nw, eps) when norm, else x; "
+               "optional rope_block 8: rows in the blocked RoPE order, whole blocks)"),
     OpSpec("gemv_rope_append", ("x", "w"), ("cache",), (*_GEMV_ROPE, "rope", "page_tokens"),
            optional=(("rope", "inv_freq"), ("norm", "nw"), ("bias", "b")), writes="kv_slot",
            footprint_fn=_fp_gemv_rope_append,
@@ -480,6 +503,7 @@ def op_attention(ins, outs, p) -> None:
     kv_dim = kc.shape[-1]
     keys = kc.reshape(-1, kv_dim)[first:n].reshape(n - first, nkv, hd)
     vals = vc.reshape(-1, kv_dim)[first:n].reshape(n - first, nkv, hd)
+    q, keys = _standard(q, keys, p)
     h0, h1 = int(p["row_start"]) // hd, int(p["row_end"]) // hd
     scale = F32(p["scale"])
     out = outs[0]
@@ -489,6 +513,14 @@ def op_attention(ins, outs, p) -> None:
         scores = (keys[:, g, :] @ qh) * scale
         probs = _softmax(scores)
         out[h * hd:(h + 1) * hd] = probs @ vals[:, g, :]
+
+
+def _standard(q: np.ndarray, keys: np.ndarray, p: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """q and the keys in the standard dim order (``rope_block``: they are stored in the blocked RoPE order)."""
+    if not p.get("rope_block"):
+        return q, keys
+    hd = int(p["head_dim"])
+    return rope_order.to_standard(q, hd), rope_order.to_standard(keys, hd)
 
 
 def op_argmax(ins, outs, p) -> None:
@@ -506,8 +538,18 @@ def op_rmsnorm_gemv_silu_mul(ins, outs, p) -> None:
 
 
 def _rope_heads(y: np.ndarray, inv_freq: np.ndarray, p: Mapping[str, Any]) -> np.ndarray:
+    """RoPE of rows [row_start, row_end): whole heads, or (``rope_block``) whole blocks of the blocked order, where
+    stored row r pairs with r ^ 4 and takes the cos/sin of its standard dim (the same products and sum as
+    :func:`_rope` computes for that dim)."""
     hd = int(p["head_dim"])
-    return _rope(y, inv_freq, {**p, "num_heads": y.shape[0] // hd})
+    if not p.get("rope_block"):
+        return _rope(y, inv_freq, {**p, "num_heads": y.shape[0] // hd})
+    cos, sin = rope_tables(inv_freq, int(p["position"]), float(p["attention_scaling"]))
+    r = np.arange(int(p["row_start"]), int(p["row_end"]))
+    dim = rope_order.dims(hd)[r % hd]
+    partner = y[(r ^ 4) - r[0]]
+    rot = np.where((r % hd) % rope_order.BLOCK < 4, -partner, partner)
+    return y * cos[dim] + rot * sin[dim]
 
 
 def _gemv_pre(ins, p, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -549,6 +591,7 @@ def op_attention_partial(ins, outs, p) -> None:
     kv_dim = kc.shape[-1]
     keys = kc.reshape(-1, kv_dim)[lo:hi].reshape(hi - lo, nkv, hd)
     vals = vc.reshape(-1, kv_dim)[lo:hi].reshape(hi - lo, nkv, hd)
+    q, keys = _standard(q, keys, p)
     h0, h1 = int(p["row_start"]) // hd, int(p["row_end"]) // hd
     scale = F32(p["scale"])
     for h in range(h0, h1):

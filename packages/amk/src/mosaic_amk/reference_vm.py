@@ -21,6 +21,7 @@ import numpy as np
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget
 
+from mosaic_amk import rope_order
 from mosaic_amk.config import ScheduleConfig
 from mosaic_amk.lowering import LOGITS, NEXT_TOKEN, lower
 from mosaic_amk.model import ModelSpec
@@ -52,6 +53,7 @@ class ReferenceVM:
         self.gpu = gpu
         self.kv: dict[str, np.ndarray] = {}
         self._schedules: dict[int, Schedule] = {}
+        self._derived: dict[str, np.ndarray] = {}  # blocked RoPE-order weights (rope_order.resolve), made once
 
     def reset(self) -> None:
         """Forget the KV cache (a new sequence)."""
@@ -74,6 +76,12 @@ class ReferenceVM:
                 raise VMError(f"buffer {buf.name}: dtype {buf.dtype} is not run by the ReferenceVM (f32, i32)")
             if buf.kind == "weight":
                 w = self.model.weights.get(buf.name)
+                if w is None and rope_order.split_name(buf.name):
+                    w = self._derived.get(buf.name)
+                    if w is None:
+                        w = rope_order.resolve(self.model.weights.get, buf.name)
+                        if w is not None:
+                            self._derived[buf.name] = w
                 if w is None or tuple(w.shape) != tuple(buf.shape):
                     raise VMError(f"weight buffer {buf.name} {list(buf.shape)} does not match the model")
                 arrays[buf.name] = w

@@ -43,6 +43,7 @@
 #define F_NORM 8      // gemv_rope / gemv_rope_append: the task normalises x itself (input nw)
 #define F_ROPE 16     // gemv_rope_append: RoPE on the rows (input inv_freq); gemv_rope always rotates
 #define F_KV_STAGE 32 // attention: the cache rows before the step's position may be read before the wait (encode.py)
+#define F_ROPE_BLOCK 64 // gemv_rope(_append) with RoPE, attention: q / the K cache in the blocked RoPE order (rope_order.py)
 
 // op codes (order of encode.OPS)
 #define OP_EMBED 0
@@ -84,6 +85,7 @@
 #define E_POSITION 2  // kv slot outside the cache
 #define E_SCORES 4    // attention: more cached tokens than the score buffer holds
 #define E_SMEM 8      // a fused GEMV's operands (x, its rows, cos/sin) do not fit the block's shared memory
+#define E_ROPE_BLOCK 16 // attention: K rows in the blocked RoPE order but the task is not staged (rope_order.py)
 
 // dump states
 #define S_IDLE 0

@@ -28,7 +28,7 @@ from mosaic_amk.config import ScheduleConfig
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.cuda.build import build as build_vm
 from mosaic_amk.cuda.build import config_defines
-from mosaic_amk.cuda.launcher import Launcher, gate
+from mosaic_amk.cuda.launcher import Launcher, gate, staged_tokens
 from mosaic_amk.lowering import LOGITS, kv_capacity, lower
 from mosaic_amk.model import ModelSpec
 
@@ -41,6 +41,19 @@ def cuda_config(config: ScheduleConfig, max_positions: int) -> ScheduleConfig:
         return config
     page = config.kv_page_tokens
     return attrs.evolve(config, kv_max_tokens=-(-max_positions // page) * page)
+
+
+def staged_rope_order(model: ModelSpec, config: ScheduleConfig) -> ScheduleConfig:
+    """``config``, or with ``rope_order`` standard when it is blocked and the KV capacity (kv_max_tokens, set) is more
+    than the attention's staging holds in ``smem_bytes`` (launcher.staged_tokens), or a task's heads span KV groups:
+    the VM reads blocked K rows only staged, and the two orders give the same bits, so only the speed of the q/k/v
+    stage changes."""
+    if config.rope_order != "blocked":
+        return config
+    rep = model.num_heads // model.num_kv_heads
+    heads = config.attention_q_heads_per_task or rep * config.attention_kv_heads_per_task
+    most = staged_tokens(model.head_dim, heads, config.threads_per_block, config.smem_bytes) if heads <= rep else 0
+    return config if kv_capacity(model, config) <= most else attrs.evolve(config, rope_order="standard")
 
 
 SHORT_K = 1024  # microkernels.cuh: a GEMV row of at most SHORT_CH = 128 chunks of 8 takes the short-row paths
@@ -75,7 +88,7 @@ class CudaVM:
     _dummy: Any = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.config = cuda_config(self.config, self.max_positions)
+        self.config = staged_rope_order(self.model, cuda_config(self.config, self.max_positions))
         self.capacity = kv_capacity(self.model, self.config)
         s0 = lower(self.model, self.config, self.gpu, 0)
         self.validations[0] = gate(s0, self.unsafe)

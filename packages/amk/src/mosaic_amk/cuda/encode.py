@@ -30,6 +30,7 @@ import numpy as np
 from mosaic.errors import BadInput
 
 from mosaic_amk import ops as _ops
+from mosaic_amk import rope_order
 from mosaic_amk.lowering import NEXT_TOKEN, TOKEN
 from mosaic_amk.schedule import BUFFER_KINDS, Buffer, Schedule, Task, Wait
 
@@ -41,7 +42,7 @@ W_OP, W_NIN, W_NOUT, W_NWAIT, W_SIGNAL, W_FLAGS, W_ROW0, W_ROW1 = range(8)
 W_IN, W_OUT, W_WAIT = 8, 16, 20
 W_NH, W_NKV, W_HD, W_WINDOW, W_PAGE, W_EPS, W_SCALE, W_ASCALE, W_POS = range(36, 45)
 W_PART, W_PF, W_ID = 45, 48, 60
-F_BIAS, F_RESID, F_RUNTIME_POS, F_NORM, F_ROPE, F_KV_STAGE = 1, 2, 4, 8, 16, 32
+F_BIAS, F_RESID, F_RUNTIME_POS, F_NORM, F_ROPE, F_KV_STAGE, F_ROPE_BLOCK = 1, 2, 4, 8, 16, 32, 64
 DT_F32, DT_BF16, DT_I32 = 0, 1, 2
 DTYPE_NAMES = {DT_F32: "f32", DT_BF16: "bf16", DT_I32: "i32"}
 ITEMSIZE = {DT_F32: 4, DT_BF16: 2, DT_I32: 4}
@@ -281,6 +282,7 @@ def _check_op(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[str, Devi
         if r0 % hd or r1 % hd or not 0 <= r0 < r1 <= nh * hd or r1 > _len(out_roles["y"]) or _len(roles["q"]) < nh * hd:
             bad(f"rows [{r0}, {r1}) must be whole heads inside q and y")
         _int_param(t, "window")
+        _rope_block(t, hd, bad)
     elif op == "argmax":
         if _len(roles["logits"]) < 1:
             bad("empty logits")
@@ -295,6 +297,14 @@ def _check_op(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[str, Devi
             bad("val and idx must have one length >= 1, token at least one element")
     elif op in ("rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append"):
         _check_fused_gemv(t, roles, out_roles, bad)
+
+
+def _rope_block(t: Task, hd: int, bad) -> int:
+    """The task's ``rope_block`` (0, or rope_order.BLOCK with head_dim a multiple of it): flag F_ROPE_BLOCK."""
+    blk = t.params.get("rope_block", 0)
+    if type(blk) is not int or blk not in (0, rope_order.BLOCK) or (blk and hd % blk):
+        bad(f"rope_block {blk!r} must be 0 or {rope_order.BLOCK} (head_dim {hd} a multiple of it)")
+    return blk
 
 
 def _check_fused_gemv(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[str, DeviceBuffer], bad) -> None:
@@ -328,8 +338,10 @@ def _check_fused_gemv(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[s
         hd = _int_param(t, "head_dim")
         if hd <= 0 or hd % 2:
             bad(f"head_dim {hd} must be even and > 0")
-        if rope and (r0 % hd or r1 % hd):
-            bad(f"rows [{r0}, {r1}) must hold whole heads of {hd} (RoPE rotates within a head)")
+        blk = _rope_block(t, hd, bad) if rope else 0
+        if rope and (r0 % (blk or hd) or r1 % (blk or hd)):
+            what = f"8-row blocks (rope_block {blk})" if blk else f"heads of {hd}"
+            bad(f"rows [{r0}, {r1}) must hold whole {what} (RoPE rotates within a head)")
         if rope and _len(roles["inv_freq"]) != hd // 2:
             bad(f"inv_freq must hold head_dim/2={hd // 2} elements")
         _float_param(t, "attention_scaling")
@@ -453,6 +465,8 @@ def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_by
             flags |= F_NORM
         if t.params.get("rope"):
             flags |= F_ROPE
+        if t.params.get("rope_block"):
+            flags |= F_ROPE_BLOCK
         if "part" in t.params:
             rec[W_PART] = _int_param(t, "part")
         if "position" in t.params:
@@ -565,6 +579,8 @@ def decode(enc: Encoded) -> Schedule:
                 params[p] = bool(rec[W_FLAGS] & F_NORM)
             elif p == "rope":
                 params[p] = bool(rec[W_FLAGS] & F_ROPE)
+        if rec[W_FLAGS] & F_ROPE_BLOCK:
+            params["rope_block"] = rope_order.BLOCK
         tasks.append(Task(id=rec[W_ID], op=op, sm=sm_of[i],
                           inputs=tuple(names[rec[W_IN + k]] for k in range(rec[W_NIN])),
                           outputs=tuple(names[rec[W_OUT + k]] for k in range(rec[W_NOUT])),
@@ -593,7 +609,8 @@ def expected_abi() -> Mapping[str, int]:
          "W_IN": W_IN, "W_OUT": W_OUT, "W_WAIT": W_WAIT, "W_NH": W_NH, "W_NKV": W_NKV, "W_HD": W_HD,
          "W_WINDOW": W_WINDOW, "W_PAGE": W_PAGE, "W_EPS": W_EPS, "W_SCALE": W_SCALE, "W_ASCALE": W_ASCALE,
          "W_POS": W_POS, "W_PART": W_PART, "W_PF": W_PF, "W_ID": W_ID, "F_BIAS": F_BIAS, "F_RESID": F_RESID,
-         "F_RUNTIME_POS": F_RUNTIME_POS, "F_NORM": F_NORM, "F_ROPE": F_ROPE, "F_KV_STAGE": F_KV_STAGE, "DT_F32": DT_F32, "DT_BF16": DT_BF16, "DT_I32": DT_I32,
+         "F_RUNTIME_POS": F_RUNTIME_POS, "F_NORM": F_NORM, "F_ROPE": F_ROPE, "F_KV_STAGE": F_KV_STAGE,
+         "F_ROPE_BLOCK": F_ROPE_BLOCK, "DT_F32": DT_F32, "DT_BF16": DT_BF16, "DT_I32": DT_I32,
          "B_DTYPE": B_DTYPE, "B_KIND": B_KIND, "B_RANK": B_RANK, "B_D0": B_D0, "B_ROW": B_ROW,
          "AMK_NUM_OPS": len(OPS)}
     d.update({f"OP_{name.upper()}": code for name, code in OP_CODE.items()})

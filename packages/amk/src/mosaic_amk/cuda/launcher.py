@@ -22,6 +22,7 @@ import attrs
 import numpy as np
 from mosaic.errors import CheckFailed, MosaicError
 
+from mosaic_amk import rope_order
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.schedule import Schedule
 from mosaic_amk.validator import ValidationResult, validate
@@ -31,7 +32,8 @@ C_ABORT, C_ERROR, C_ABORTED = 0, 1, 2
 STATES = {0: "idle", 1: "running", 2: "done", 3: "timeout", 4: "peer-abort", 5: "skipped"}
 ERRORS = {1: "embed token outside the table", 2: "position outside the KV cache / RoPE table",
           4: "attention context longer than the score buffer in shared memory",
-          8: "a GEMV's x (with a fused GEMV's rows and cos/sin) does not fit the block's shared memory"}
+          8: "a GEMV's x (with a fused GEMV's rows and cos/sin) does not fit the block's shared memory",
+          16: "attention over K rows in the blocked RoPE order that could not be staged in shared memory"}
 MODES = {"f32": 0, "hf-bf16": 1}
 # vm.cu sync_flags (SYNC_* there; test_cuda_launcher checks they agree): bit 0 relaxed waits, bits 1-2 the
 # signal mode, bit 3 side-warp prefetch
@@ -99,6 +101,41 @@ def attention_smem_floats(tokens: int, threads: int, head_dim: int = MAX_HEAD_DI
     """Dynamic shared memory (floats) the attention micro-kernel needs for one head over ``tokens`` cached
     tokens: q of ATT_NB heads, the per-warp reduction slots, the p @ v partial sums, one score per token."""
     return ATT_NB * head_dim + (threads // 32) * ATT_NB + 4 * threads + tokens
+
+
+def staged_tokens(head_dim: int, heads: int, threads: int, smem_bytes: int) -> int:
+    """The longest context (cached tokens, this step's included) an attention task of ``heads`` query heads of one
+    KV group stages in ``smem_bytes`` of general area (microkernels.cuh att_shape: q, reductions, partial sums, the
+    scores, then K and V rows of head_dim + 4 floats). A task with K rows in the blocked RoPE order (rope_order.py)
+    runs only staged."""
+    room = smem_bytes // 4 - (ATT_NB * head_dim + (threads // 32) * ATT_NB + 4 * threads)
+    nbt, ld = min(heads, ATT_NB), head_dim + 4
+    n = max(0, room // (nbt + 2 * ld))
+    while n > 0 and ((nbt * n + 3) & ~3) + 2 * n * ld > room:
+        n -= 1
+    return n
+
+
+def blocked_attention_problem(enc: E.Encoded, threads: int, smem_bytes: int) -> str | None:
+    """Why an attention task with K rows in the blocked RoPE order (F_ROPE_BLOCK) could not always run staged, as
+    it must (not flagged F_KV_STAGE, heads of two KV groups, or more cached tokens than the staging holds); None
+    when every such task can."""
+    for rec in enc.tasks:
+        if rec[E.W_OP] != E.OP_CODE["attention"] or not rec[E.W_FLAGS] & E.F_ROPE_BLOCK:
+            continue
+        hd, rep = int(rec[E.W_HD]), int(rec[E.W_NH]) // max(1, int(rec[E.W_NKV]))
+        h0, h1 = int(rec[E.W_ROW0]) // hd, int(rec[E.W_ROW1]) // hd
+        if not rec[E.W_FLAGS] & E.F_KV_STAGE:
+            return (f"attention task {int(rec[E.W_ID])} has K rows in the blocked RoPE order but may not be staged "
+                    "(F_KV_STAGE: it or a writer of its caches is not at the launch's position)")
+        if h0 // rep != (h1 - 1) // rep:
+            return f"attention task {int(rec[E.W_ID])}: blocked RoPE order with heads of two KV groups"
+        most = staged_tokens(hd, h1 - h0, threads, smem_bytes)
+        if enc.max_attention_tokens > most:
+            return (f"rope_order blocked: attention over up to {enc.max_attention_tokens} cached tokens, the staging "
+                    f"holds {most} (head_dim {hd}, {h1 - h0} heads per task, {smem_bytes} bytes): lower "
+                    "kv_max_tokens or use rope_order standard")
+    return None
 
 
 def rope_table(inv_freq: np.ndarray, head_dim: int, attention_scaling: float, positions: int) -> np.ndarray:
@@ -198,6 +235,9 @@ class Launcher:
         if need > self.smem_bytes:
             raise DeviceError(f"attention over {self.enc.max_attention_tokens} cached tokens needs {need} bytes of "
                               f"shared memory for scores; the block has {self.smem_bytes} (lower kv_max_tokens)")
+        problem = blocked_attention_problem(self.enc, self.threads, self.smem_bytes)
+        if problem:
+            raise DeviceError(problem)
         # the buffer table (8-byte pointer + AMK_BUF_META ints per buffer) and the producer counts, after the ring
         nbuf = len(self.enc.buffers)
         table = -(-(nbuf * (8 + 4 * E.BUF_META) + 4 * max(1, self.enc.num_counters)) // 16) * 16
@@ -226,7 +266,7 @@ class Launcher:
         inputs = inputs or {}
         for i, b in enumerate(self.enc.buffers):
             if b.kind == "weight":
-                arr = weights.get(b.name)
+                arr = rope_order.resolve(weights.get, b.name)  # a blocked RoPE-order name: rows permuted (a copy)
                 if arr is None:
                     raise DeviceError(f"no array for weight buffer {b.name}")
                 if isinstance(arr, np.ndarray):

@@ -1117,11 +1117,21 @@ __device__ void gemv_rope_into(const Ctx& c, const int* t, bool rope, int k, flo
     }
   }
   __syncthreads();  // the rows (and cos/sin) are in shared memory
+  const bool blocked = flags & F_ROPE_BLOCK;
   for (int e = threadIdx.x; e < nr; e += AMK_THREADS) {
     float v = ys[e];
-    if (rope) {  // r0 and r1 are multiples of hd (the encoder checks): e's head starts at e - j
-      const int j = e % hd, hb = e - j;
-      const float rot = j < half ? -ys[hb + j + half] : ys[hb + j - half];
+    if (rope) {
+      int j;
+      float rot;
+      if (blocked) {  // rope_order.py: r0, r1 multiples of 8 (the encoder checks); stored row e pairs with e ^ 4
+        const int s = (r0 + e) % hd, w = s & 7;
+        j = (w < 4 ? 0 : half) + 4 * (s >> 3) + (w & 3);  // its standard dim
+        rot = w < 4 ? -ys[e ^ 4] : ys[e ^ 4];
+      } else {  // r0 and r1 are multiples of hd (the encoder checks): e's head starts at e - j
+        j = e % hd;
+        const int hb = e - j;
+        rot = j < half ? -ys[hb + j + half] : ys[hb + j - half];
+      }
       v = rope_mix(hf, v, cs[j], rot, sn[j]);
     }
     dst[r0 + e] = v;
@@ -1201,6 +1211,7 @@ __device__ __forceinline__ AttShape att_shape(const Ctx& c, const int* t) {
   return a;
 }
 
+
 #if AMK_ATT_STAGE
 // before the wait (vm.cu): the staged rows of positions first .. pos - 1 in flight to shared memory (one cp.async
 // group per thread; the attention waits for it). The general area is free: the previous task ended with a barrier.
@@ -1237,6 +1248,12 @@ __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, cons
   const int hd4 = hd >> 2;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int groups = AMK_THREADS / hd4;  // token groups of the p @ v phase (>= 1: hd <= 4 * AMK_THREADS)
+  // F_ROPE_BLOCK (rope_order.py): q and the K rows hold each head in blocks of 4 dims + their 4 RoPE partners; the
+  // staged score loop reads their 16-byte chunks in the standard dim order (all first-half chunks, then the second
+  // half's), so every sum runs in the standard order. Such a task is always staged (mk_attention refuses it
+  // otherwise: remapping the global path's K reads costs that loop spills).
+  const bool blk = t[W_FLAGS] & F_ROPE_BLOCK;
+  const int hd8 = hd >> 3;
   const int grp = threadIdx.x / hd4, d4 = threadIdx.x - grp * hd4;
   for (int h0 = a.h0; h0 < a.h1;) {
     const int g = h0 / rep;
@@ -1265,7 +1282,8 @@ __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, cons
       float s[ATT_NB];
 #pragma unroll
       for (int h = 0; h < ATT_NB; ++h) s[h] = 0.f;
-      // q . k of the nb heads: the dims in increasing order, 4 per float4 (both paths add alike)
+      // q . k of the nb heads: the dims in increasing order, 4 per float4 (both paths add alike); e: the chunk of q
+      // and of the K row that holds them (rope_block: not the standard chunk)
       auto dot4 = [&](const float4& kv, int e) {
 #pragma unroll
         for (int h = 0; h < ATT_NB; ++h) {
@@ -1277,7 +1295,12 @@ __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, cons
       };
       if (STAGED) {  // shared memory: one float4 at a time (no registers for loads in flight)
         const float4* kr = (const float4*)(a.ks + j * a.ld);
-        for (int e = 0; e < hd4; ++e) dot4(kr[e], e);
+        if (blk) {  // standard chunk e is stored chunk 2e (first half) or 2(e - hd/8) + 1, in q and K alike
+          for (int e = 0; e < hd8; ++e) dot4(kr[2 * e], 2 * e);
+          for (int e = 0; e < hd8; ++e) dot4(kr[2 * e + 1], 2 * e + 1);
+        } else {
+          for (int e = 0; e < hd4; ++e) dot4(kr[e], e);
+        }
       } else {
         const float4* kr = (const float4*)(Kg + (size_t)j * kvd);
         for (int e = 0; e < hd4; e += 8) {
@@ -1411,6 +1434,10 @@ __device__ void mk_attention(const Ctx& c, const int* t) {
     return;
   }
 #endif
+  if (t[W_FLAGS] & F_ROPE_BLOCK) {  // blocked K rows are read only through the staging (CudaVM checks the fit)
+    if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_ROPE_BLOCK);
+    return;
+  }
   attention_heads<false>(c, t, a);
 }
 

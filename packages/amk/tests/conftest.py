@@ -1,6 +1,7 @@
 """Test fixtures of the amk package: ``tiny_checkpoint(family)`` -> a checkpoint directory of a tiny
 random-init model (see mosaic_amk.tiny_models), built once per session per family; ``cuda_device`` skips a GPU test
-on a machine without cupy and a CUDA device."""
+on a machine without cupy and a CUDA device; ``gpu_model(kind)`` loads a model for the GPU tests; ``same_generation``
+compares two CudaVMs' generations bit for bit."""
 
 from __future__ import annotations
 
@@ -59,3 +60,29 @@ def same_generation():
             assert a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
     return check
+
+
+@pytest.fixture
+def gpu_model(tmp_path):
+    """Factory: gpu_model(kind) -> (HF model on the GPU in bf16, its ModelSpec, the VM's weight arrays, the h200
+    GpuTarget) for kind ``tiny-<family>`` (a tiny checkpoint, tiny_models), ``llama-3.2-1b-2layers`` (the
+    Llama-3.2-1B shape cut to 2 layers and an 8192-token vocabulary, random init: GEMV rows of K = 2048 and 8192) or
+    ``smollm2-135m-3layers`` (the SmolLM2-135M shape cut to 3 layers: short rows, K <= 1024)."""
+    from mosaic.plugins import host
+    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.cuda.cuda_vm import weights_from_torch
+
+    def get(kind: str):
+        if kind.startswith("tiny-"):
+            fam = kind.split("-", 1)[1]
+            model = hf_gpu.load_bf16(make_checkpoint(tmp_path / fam, fam))
+        elif kind == "llama-3.2-1b-2layers":
+            model = hf_gpu.random_model("llama-3.2-1b", num_hidden_layers=2, vocab_size=8192)
+        elif kind == "smollm2-135m-3layers":
+            model = hf_gpu.random_model("smollm2-135m", num_hidden_layers=3)
+        else:
+            raise ValueError(f"unknown model kind {kind!r}")
+        spec = hf_gpu.spec_of(model)
+        return model, spec, weights_from_torch(model, spec), host().get("gpus", "h200")
+
+    return get

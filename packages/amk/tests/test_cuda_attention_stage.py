@@ -144,24 +144,14 @@ def test_staged_attention_is_default_bits(name, cuda_device):
 @pytest.mark.parametrize("model_kind", ["tiny-llama", "tiny-smollm2", "llama-3.2-1b-2layers"])
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
 @pytest.mark.parametrize("twin", list(TWINS))
-def test_staged_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, twin, tmp_path, cuda_device,
+def test_staged_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, twin, cuda_device, gpu_model,
                                                     same_generation):
     """CUDA_DEFAULT (attention_stage on; and its twin without the preload) against the twin without the staging: the same greedy
     tokens; one step per launch also bit-identical logits. Eight steps per launch: every staged row of positions >
     the first was written earlier in the launch."""
-    from mosaic.plugins import host
-    from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
-    from mosaic_amk.tiny_models import make_checkpoint
+    from mosaic_amk.cuda.cuda_vm import CudaVM
 
-    if model_kind.startswith("tiny-"):
-        fam = model_kind.split("-", 1)[1]
-        model = hf_gpu.load_bf16(make_checkpoint(tmp_path / fam, fam))
-    else:
-        model = hf_gpu.random_model("llama-3.2-1b", num_hidden_layers=2, vocab_size=8192)
-    spec = hf_gpu.spec_of(model)
-    weights = weights_from_torch(model, spec)
-    gpu = host().get("gpus", "h200")
+    _, spec, weights, gpu = gpu_model(model_kind)
     off = CudaVM(spec, NO_STAGE, gpu, weights=weights, max_positions=64)
     on = CudaVM(spec, TWINS[twin], gpu, weights=weights, max_positions=64)
     from mosaic_amk.cuda.cuda_vm import short_rows_defines

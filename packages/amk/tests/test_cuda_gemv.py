@@ -249,21 +249,12 @@ def test_short_rows_fused_smollm2_shapes(case, cuda_device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("model_kind", ["tiny-smollm2", "smollm2-135m-3layers"])
-def test_short_rows_whole_model_tokens_and_logits_equal(model_kind, tmp_path, cuda_device, same_generation):
+def test_short_rows_whole_model_tokens_and_logits_equal(model_kind, cuda_device, gpu_model, same_generation):
     """CUDA_DEFAULT with and without the short-row paths: the same tokens and bit-identical logits."""
-    from mosaic.plugins import host
     from mosaic_amk.config import CUDA_DEFAULT
-    from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
-    from mosaic_amk.tiny_models import make_checkpoint
+    from mosaic_amk.cuda.cuda_vm import CudaVM
 
-    if model_kind == "tiny-smollm2":
-        model = hf_gpu.load_bf16(make_checkpoint(tmp_path / "smollm2", "smollm2"))
-    else:
-        model = hf_gpu.random_model("smollm2-135m", num_hidden_layers=3)
-    spec = hf_gpu.spec_of(model)
-    weights = weights_from_torch(model, spec)
-    gpu = host().get("gpus", "h200")
+    _, spec, weights, gpu = gpu_model(model_kind)
     off = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64, extra_defines=NO_SHORT)
     on = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64)
     same_generation(off, on, [3, 17, 42, 5], 24)
@@ -311,23 +302,14 @@ def test_split_argmax_is_the_first_index_of_the_max(case, per, cuda_device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("model_kind", ["tiny-llama", "llama-3.2-1b-2layers"])
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
-def test_split_argmax_whole_model_tokens_equal(model_kind, steps_per_launch, tmp_path, cuda_device, same_generation):
+def test_split_argmax_whole_model_tokens_equal(model_kind, steps_per_launch, cuda_device, gpu_model, same_generation):
     """CUDA_DEFAULT (the argmax split over the SMs, 1024 logits per part; and 100) against its twin with one argmax
     task: the same tokens (and logits)."""
-    from mosaic.plugins import host
     from mosaic_amk.config import CUDA_DEFAULT, VM_FUSIONS
-    from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
+    from mosaic_amk.cuda.cuda_vm import CudaVM
     from mosaic_amk.cuda.encode import decode
-    from mosaic_amk.tiny_models import make_checkpoint
 
-    if model_kind == "tiny-llama":
-        model = hf_gpu.load_bf16(make_checkpoint(tmp_path / "llama", "llama"))
-    else:
-        model = hf_gpu.random_model("llama-3.2-1b", num_hidden_layers=2, vocab_size=8192)
-    spec = hf_gpu.spec_of(model)
-    weights = weights_from_torch(model, spec)
-    gpu = host().get("gpus", "h200")
+    _, spec, weights, gpu = gpu_model(model_kind)
     assert "split_argmax" in CUDA_DEFAULT.fusion and CUDA_DEFAULT.argmax_rows_per_task == 1024
     one = attrs.evolve(CUDA_DEFAULT, fusion=VM_FUSIONS, argmax_rows_per_task=4096)
     base = CudaVM(spec, one, gpu, weights=weights, max_positions=64)
@@ -411,26 +393,18 @@ def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works(early, 
 @pytest.mark.parametrize("model_kind", ["tiny-llama", "llama-3.2-1b-2layers"])
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
 @pytest.mark.parametrize("early", [EARLY[len(PRELOADS) - 1], EARLY[-1]], ids=[EARLY_IDS[len(PRELOADS) - 1], EARLY_IDS[-1]])
-def test_preload_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, early, tmp_path, cuda_device,
+def test_preload_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, early, cuda_device, gpu_model,
                                                     same_generation):
     """best-measured's config (fused GEMVs, relaxed polling, no L2 prefetch) with and without weight_preload=8 (and
     weight_stream=4):
     the same greedy tokens (one step per launch: bit-identical logits too; 8 steps in one launch: the tokens)."""
     import attrs
-    from mosaic.plugins import host
     from mosaic_amk.config import VM_FUSIONS, ScheduleConfig
-    from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
-    from mosaic_amk.tiny_models import make_checkpoint
+    from mosaic_amk.cuda.cuda_vm import CudaVM
 
-    if model_kind == "tiny-llama":
-        model = hf_gpu.load_bf16(make_checkpoint(tmp_path / "llama", "llama"))
-    else:  # K = 2048 (the preload covers a whole row) and 8192 (the row loop goes on after it)
-        model = hf_gpu.random_model("llama-3.2-1b", num_hidden_layers=2, vocab_size=8192)
-    spec = hf_gpu.spec_of(model)
-    weights = weights_from_torch(model, spec)
+    # llama-3.2-1b-2layers: K = 2048 (the preload covers a whole row) and 8192 (the row loop goes on after it)
+    _, spec, weights, gpu = gpu_model(model_kind)
     base = ScheduleConfig(gemv_rows_per_task=16, prefetch_depth=0, fusion=VM_FUSIONS, wait_mode="relaxed")
-    gpu = host().get("gpus", "h200")
     off = CudaVM(spec, base, gpu, weights=weights, max_positions=64)
     on = CudaVM(spec, attrs.evolve(base, **early[2]), gpu, weights=weights, max_positions=64)
     from mosaic_amk.cuda.cuda_vm import short_rows_defines

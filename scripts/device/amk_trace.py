@@ -5,7 +5,7 @@ the step, its critical task's hand-off and body). The traced VM's greedy tokens 
 DEFINE``: also time the same config built with that extra define (e.g. AMK_SHORT_ROWS=0), interleaved, its tokens
 gated the same way.
 
-    python3 scripts/device/amk_trace.py [--shapes llama-3.2-1b,smollm2-135m] [--candidates balanced-preload-q1-stage-sa-auto]
+    python3 scripts/device/amk_trace.py [--shapes llama-3.2-1b,smollm2-135m] [--candidates balanced-preload-q1-stage-sa-auto-blocked]
                                         [--ab AMK_SHORT_ROWS=0]
     # writes $OUT/amk_trace.json (the tables and every task's stamps)
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", default="llama-3.2-1b,smollm2-135m")
-    p.add_argument("--candidates", default="balanced-preload-q1-stage-sa-auto", help="bench candidate names")
+    p.add_argument("--candidates", default="balanced-preload-q1-stage-sa-auto-blocked", help="bench candidate names")
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ab", default="", help="an extra build define to time against (same config)")

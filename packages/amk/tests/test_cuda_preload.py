@@ -212,12 +212,15 @@ def test_bench_has_best_measured_preload():
     assert sa == attrs.evolve(cands["balanced-preload-q1-stage"], fusion=(*VM_FUSIONS, "split_argmax"),
                               argmax_rows_per_task=1024)
     assert cands["balanced-preload-q1-stage-sa-apart"] == attrs.evolve(sa, attention_placement="apart")
-    assert cands["balanced-preload-q1-stage-sa-auto"] == CUDA_DEFAULT == attrs.evolve(sa, attention_placement="auto")
+    assert cands["balanced-preload-q1-stage-sa-auto"] == attrs.evolve(sa, attention_placement="auto")
+    assert cands["balanced-preload-q1-stage-sa-auto-blocked"] == CUDA_DEFAULT == attrs.evolve(
+        sa, attention_placement="auto", rope_order="blocked")
     assert cands["balanced"] == attrs.evolve(cands["best-measured"], gemv_split="balanced", lm_head_rows_per_task=0)
     assert [n for n, _ in fused_candidates(spec)] == ["fused", "fused-rows16-lm", "fused-rows32-lm"]
     assert [n for n, _ in default_candidates(spec)] == ["default", "rows32-lm", "best-measured", "balanced-preload",
                                                       "balanced-preload-q1", "balanced-preload-q1-stage",
-                                                      "balanced-preload-q1-stage-sa-auto"]
+                                                      "balanced-preload-q1-stage-sa-auto",
+                                                      "balanced-preload-q1-stage-sa-auto-blocked"]
 
 
 def _amk_best():

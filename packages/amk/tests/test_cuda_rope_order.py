@@ -1,4 +1,4 @@
-"""The blocked RoPE order on the H200 (rope_order.py): CUDA_DEFAULT with rope_order blocked against CUDA_DEFAULT, the
+"""The blocked RoPE order on the H200 (rope_order.py): CUDA_DEFAULT (rope_order blocked) against its standard twin, the
 same greedy tokens and, one step per launch, bit-identical logits, on the tiny models (head_dim 24: blocks that
 straddle nothing), the Llama-3.2-1B and SmolLM2-135M shapes cut short; and the VM's fallback to the standard order
 when the KV capacity outgrows the attention's staging. The CPU side is test_rope_order.py."""
@@ -9,7 +9,8 @@ import attrs
 import pytest
 from mosaic_amk.config import CUDA_DEFAULT
 
-BLOCKED = attrs.evolve(CUDA_DEFAULT, rope_order="blocked")
+BLOCKED = attrs.evolve(CUDA_DEFAULT, rope_order="blocked")  # CUDA_DEFAULT
+STANDARD = attrs.evolve(CUDA_DEFAULT, rope_order="standard")
 
 
 @pytest.mark.gpu
@@ -22,7 +23,7 @@ def test_blocked_whole_model_tokens_and_logits_equal(model_kind, steps_per_launc
     from mosaic_amk.cuda.cuda_vm import CudaVM
 
     _, spec, weights, gpu = gpu_model(model_kind)
-    std = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64)
+    std = CudaVM(spec, STANDARD, gpu, weights=weights, max_positions=64)
     blk = CudaVM(spec, BLOCKED, gpu, weights=weights, max_positions=64)
     assert blk.config.rope_order == "blocked" and std.build_info.key == blk.build_info.key  # the same cubin
     q = [t for t in E.decode(blk.enc).tasks if t.op == "gemv_rope"]
@@ -43,7 +44,7 @@ def test_blocked_falls_back_when_the_context_outgrows_the_staging(cuda_device, g
     _, spec, weights, gpu = gpu_model("smollm2-135m-3layers")
     vm = CudaVM(spec, BLOCKED, gpu, weights=weights, max_positions=2048)
     assert vm.config.rope_order == "standard"
-    std = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64)
+    std = CudaVM(spec, STANDARD, gpu, weights=weights, max_positions=64)
     same_generation(std, vm, [3, 17, 42, 5], 12)
     big = attrs.evolve(BLOCKED, kv_max_tokens=2048)
     with pytest.raises(DeviceError, match="the staging holds"):

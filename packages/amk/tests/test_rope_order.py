@@ -127,13 +127,10 @@ def test_footprints_refuse_split_pairs():
 
 def test_config_refusals():
     for bad in ({"rope_order": "blocked"},  # no gemv_rope_append fusion
-                {"rope_order": "blocked", "fusion": list(VM_FUSIONS)},  # no attention_stage
-                {"rope_order": "blocked", "fusion": [*VM_FUSIONS, "split_kv"], "attention_stage": True},
                 {"rope_order": "sideways"}):
         with pytest.raises(BadInput, match="rope_order"):
             ScheduleConfig.from_mapping(bad)
-    assert ScheduleConfig.from_mapping({"rope_order": "blocked", "fusion": list(VM_FUSIONS),
-                                        "attention_stage": True}).rope_order == "blocked"
+    assert ScheduleConfig.from_mapping({"rope_order": "blocked", "fusion": list(VM_FUSIONS)}).rope_order == "blocked"
 
 
 def test_qkv_sms_share_the_sms_by_rows():
@@ -217,6 +214,7 @@ def test_staging_bound_and_the_cuda_vm_fallback():
     assert staged_rope_order(m, big).rope_order == "standard"
     kv_groups = attrs.evolve(small, attention_q_heads_per_task=0, attention_kv_heads_per_task=2)
     assert staged_rope_order(m, kv_groups).rope_order == "standard"
+    assert staged_rope_order(m, attrs.evolve(small, attention_stage=False)).rope_order == "standard"
     h200 = host().get("gpus", "h200")
     enc = E.encode(lower(m, attrs.evolve(small, num_sms=24), h200, 5))
     assert blocked_attention_problem(enc, 512, 96 * 1024) is None

@@ -149,7 +149,9 @@ class ScheduleConfig:
       each head in blocks of 4 dims and their 4 RoPE partners (rope_order.py; the q/k weights are bound with their
       rows permuted the same way), so the q and k GEMVs split into tasks of whole 8-row blocks instead of whole
       heads; with the balanced split the q, k and v GEMVs share the SMs in proportion to their rows (one task per
-      SM; v cut by rows). The attention reads q and K back in the standard order: the same bits.
+      SM; v cut by rows). The attention reads q and K back in the standard order: the same bits. The CUDA VM reads
+      blocked K rows only through the attention's staging: without ``attention_stage``, or with a KV capacity the
+      staging cannot hold, the CudaVM runs the standard order (cuda_vm.staged_rope_order).
     - ``kv_page_tokens``, ``kv_max_tokens``: KV cache page size and capacity in tokens (0: the model's
       max_position_embeddings rounded up to a page).
     """
@@ -206,9 +208,6 @@ class ScheduleConfig:
         if value == "blocked" and "gemv_rope_append" not in self.fusion:
             _fail(self, attribute, value, "standard without the gemv_rope_append fusion (only the RoPE GEMVs write "
                                           "q and the K cache in the blocked order)")
-        if value == "blocked" and (not self.attention_stage or "split_kv" in self.fusion):
-            _fail(self, attribute, value, "standard without attention_stage, or with split_kv (the CUDA VM reads "
-                                          "blocked K rows only through the staging)")
 
     @kv_max_tokens.validator
     def _kv_max(self, attribute, value):
@@ -272,14 +271,17 @@ class ScheduleConfig:
 
 
 # The CUDA VM's default configuration (mosaic amk generate --vm cuda and the parity script without --config; the
-# bench's ``balanced-preload-q1-stage-sa-auto`` candidate): the fastest measured on the H200 for both bench shapes
-# (docs/amk-cuda.md "Performance: where the time goes"): every GEMV cut one task per SM, the fused GEMVs (5 stages per
-# layer), relaxed polling, no L2 prefetch, the weight preload, one attention task per query head, the attention's KV
-# staging, the argmax split over the SMs, the attention apart from the o-projection when that is small. Its results
-# are bit-identical to every other config's: none of these switches changes a row's or a head's arithmetic.
+# bench's ``balanced-preload-q1-stage-sa-auto-blocked`` candidate): the fastest measured on the H200 for both bench
+# shapes (docs/amk-cuda.md "Performance: where the time goes"): every GEMV cut one task per SM, the fused GEMVs (5
+# stages per layer), relaxed polling, no L2 prefetch, the weight preload, one attention task per query head, the
+# attention's KV staging, the argmax split over the SMs, the attention apart from the o-projection when that is
+# small, q and the K cache in the blocked RoPE order (the CudaVM falls back to the standard order when its KV capacity
+# outgrows the staging). Its results are bit-identical to every other config's: none of these switches changes a
+# row's or a head's arithmetic.
 CUDA_DEFAULT = ScheduleConfig(gemv_split="balanced", fusion=(*VM_FUSIONS, "split_argmax"), prefetch_depth=0,
                               wait_mode="relaxed", weight_preload=8, attention_q_heads_per_task=1,
-                              attention_stage=True, argmax_rows_per_task=1024, attention_placement="auto")
+                              attention_stage=True, argmax_rows_per_task=1024, attention_placement="auto",
+                              rope_order="blocked")
 
 
 def load_config(path: str | Path | None, default: ScheduleConfig | None = None) -> ScheduleConfig:

@@ -82,7 +82,8 @@ class Contender:
 
 
 BENCH_DEFAULT = ("default", "rows32-lm", "best-measured", "balanced-preload", "balanced-preload-q1",
-                 "balanced-preload-q1-stage", "balanced-preload-q1-stage-sa-auto")
+                 "balanced-preload-q1-stage", "balanced-preload-q1-stage-sa-auto",
+                 "balanced-preload-q1-stage-sa-auto-blocked")
 
 
 def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
@@ -104,14 +105,15 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     task's wait); ``-sa``: with the argmax split over the SMs (``split_argmax``, 1024 logits per ``argmax_partial``
     task, one ``argmax_combine``); ``-apart``: the attention tasks on the last SMs and the o-projection over the
     others (``attention_placement``), ``-auto``: apart only when the o-projection is small (SmolLM2 yes, Llama no).
-    ``balanced-preload-q1-stage-sa-auto`` is the CUDA VM's default, ``config.CUDA_DEFAULT`` (the fastest measured on
-    both bench shapes); ``-blocked``: q and the K cache in the blocked RoPE order (``rope_order``: the q/k/v GEMVs
-    cut into 8-row blocks over all SMs instead of whole heads)."""
+    ``-blocked``: q and the K cache in the blocked RoPE order (``rope_order``: the q/k/v GEMVs cut into 8-row blocks
+    over all SMs instead of whole heads). ``balanced-preload-q1-stage-sa-auto-blocked`` is the CUDA VM's default,
+    ``config.CUDA_DEFAULT`` (the fastest measured on both bench shapes)."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
                           wait_mode="relaxed")
     balanced = attrs.evolve(best, gemv_split="balanced", lm_head_rows_per_task=0)
-    stage = attrs.evolve(CUDA_DEFAULT, fusion=VM_FUSIONS, argmax_rows_per_task=4096, attention_placement="round_robin")
+    stage = attrs.evolve(CUDA_DEFAULT, fusion=VM_FUSIONS, argmax_rows_per_task=4096, attention_placement="round_robin",
+                         rope_order="standard")
     q1 = attrs.evolve(stage, attention_stage=False)
     sa = attrs.evolve(stage, fusion=(*VM_FUSIONS, "split_argmax"), argmax_rows_per_task=1024)
     return [("default", ScheduleConfig()),
@@ -139,8 +141,8 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload-q1-stage-sa", sa),
             ("balanced-preload-q1-stage-apart", attrs.evolve(stage, attention_placement="apart")),
             ("balanced-preload-q1-stage-sa-apart", attrs.evolve(sa, attention_placement="apart")),
-            ("balanced-preload-q1-stage-sa-auto", CUDA_DEFAULT),
-            ("balanced-preload-q1-stage-sa-auto-blocked", attrs.evolve(CUDA_DEFAULT, rope_order="blocked"))]
+            ("balanced-preload-q1-stage-sa-auto", attrs.evolve(sa, attention_placement="auto")),
+            ("balanced-preload-q1-stage-sa-auto-blocked", CUDA_DEFAULT)]
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

@@ -44,12 +44,15 @@ def cuda_config(config: ScheduleConfig, max_positions: int) -> ScheduleConfig:
 
 
 def staged_rope_order(model: ModelSpec, config: ScheduleConfig) -> ScheduleConfig:
-    """``config``, or with ``rope_order`` standard when it is blocked and the KV capacity (kv_max_tokens, set) is more
-    than the attention's staging holds in ``smem_bytes`` (launcher.staged_tokens), or a task's heads span KV groups:
+    """``config``, or with ``rope_order`` standard when it is blocked and the VM would not stage every attention: no
+    ``attention_stage``, a KV capacity (kv_max_tokens, set) beyond what the staging holds in ``smem_bytes``
+    (launcher.staged_tokens), or a task's heads spanning KV groups:
     the VM reads blocked K rows only staged, and the two orders give the same bits, so only the speed of the q/k/v
     stage changes."""
     if config.rope_order != "blocked":
         return config
+    if not config.attention_stage:
+        return attrs.evolve(config, rope_order="standard")
     rep = model.num_heads // model.num_kv_heads
     heads = config.attention_q_heads_per_task or rep * config.attention_kv_heads_per_task
     most = staged_tokens(model.head_dim, heads, config.threads_per_block, config.smem_bytes) if heads <= rep else 0

@@ -123,9 +123,6 @@ class ScheduleConfig:
     - ``prefetch_depth`` / ``prefetch_tile_bytes``: weight tiles in flight per block (cp.async stages); the CUDA VM
       L2-prefetches the weights of the next ``prefetch_depth`` tasks of its queue (the current one included), at most
       ``prefetch_max_bytes`` of each task (0: all of its rows; a cap keeps a stage's prefetch inside the L2).
-      ``prefetch_ahead_bytes`` (with ``prefetch_depth`` 1): instead, a task whose own weights the preload covers (at
-      most 96 KB: the o-projection, the q/k/v blocks, the attention) L2-prefetches the first this-many bytes of the
-      next task of its SM (encode._ahead): the gate/up rows load while the o-projection waits for the attention.
     - ``threads_per_block``, ``smem_bytes``: the persistent block's shape.
     - ``wait_mode`` / ``signal_mode`` / ``prefetch_mode``: the CUDA VM's task-loop synchronisation (launch
       flags, not schedule structure): ``acquire`` (ld.acquire.gpu every poll) or ``relaxed`` (ld.relaxed.gpu
@@ -173,7 +170,6 @@ class ScheduleConfig:
     prefetch_depth: int = attrs.field(default=2, validator=non_negative_int)
     prefetch_tile_bytes: int = attrs.field(default=16384, validator=_int_pos)
     prefetch_max_bytes: int = attrs.field(default=0, validator=non_negative_int)
-    prefetch_ahead_bytes: int = attrs.field(default=0, validator=non_negative_int)
     threads_per_block: int = attrs.field(default=512, validator=_warp_multiple)
     smem_bytes: int = attrs.field(default=96 * 1024, validator=_int_pos)
     kv_page_tokens: int = attrs.field(default=16, validator=_pow2)
@@ -206,12 +202,6 @@ class ScheduleConfig:
     def _q_heads(self, attribute, value):
         if value and self.attention_kv_heads_per_task != 1:
             _fail(self, attribute, value, "0 unless attention_kv_heads_per_task is 1")
-
-    @prefetch_ahead_bytes.validator
-    def _ahead(self, attribute, value):
-        if value and (self.prefetch_depth != 1 or self.prefetch_max_bytes):
-            _fail(self, attribute, value, "0 unless prefetch_depth is 1 and prefetch_max_bytes 0 (the VM issues the "
-                                          "current task's regions, which then are the next task's)")
 
     @rope_order.validator
     def _rope_order(self, attribute, value):

@@ -379,33 +379,11 @@ def _prefetch_regions(t: Task, roles: dict[str, tuple[int, DeviceBuffer]], max_b
     return [(bid, lo, n) for _, bid, lo, n in regions]
 
 
-AHEAD_OWN_MAX = 96 * 1024  # a task streaming at most this much has its weights in flight from the preload (64 KB)
-
-
-def _ahead(queues: list[list[int]], regions: dict[int, list[tuple[int, int, int]]], own: dict[int, int],
-           ahead: int) -> dict[int, list[tuple[int, int, int]]]:
-    """encode's ``prefetch_ahead_bytes``: each task whose own weights are at most AHEAD_OWN_MAX bytes carries the
-    first ``ahead`` bytes of its SM's next task's regions (the rows that task reads first, split evenly over its
-    regions); every other task carries none."""
-    out: dict[int, list[tuple[int, int, int]]] = {i: [] for i in regions}
-    for q in queues:
-        for a, b in zip(q, q[1:], strict=False):
-            nxt = regions.get(b) or []
-            if own.get(a, 0) <= AHEAD_OWN_MAX and nxt:
-                each = max(1, ahead // 16 // len(nxt))
-                out[a] = [(bid, lo, min(n, each)) for bid, lo, n in nxt]
-    return out
-
-
 # ------------------------------------------------------------------------------------------ encode
 
-def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_bytes: int = 0,
-           prefetch_ahead_bytes: int = 0) -> Encoded:
+def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_bytes: int = 0) -> Encoded:
     """Pack ``schedule`` for the VM (raises EncodeError for anything the ABI cannot run safely).
-    ``prefetch_max_bytes``: L2-prefetch at most this many bytes of each task's weights (0: all of them).
-    ``prefetch_ahead_bytes``: instead, a task whose own weights the preload covers (at most AHEAD_OWN_MAX bytes: the
-    o-projection, the q/k/v blocks, the attention) carries the first this-many bytes of the next task of its SM's
-    queue (:func:`_ahead`): issued at its top (prefetch_depth 1), they load while it waits and runs."""
+    ``prefetch_max_bytes``: L2-prefetch at most this many bytes of each task's weights (0: all of them)."""
     if not isinstance(schedule, Schedule):
         raise EncodeError(f"expected a Schedule, got {type(schedule).__name__}")
     if schedule.num_sms < 1:
@@ -439,8 +417,6 @@ def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_by
     rope = None
     max_tokens = 0
     seen_ids = set()
-    regions: dict[int, list[tuple[int, int, int]]] = {}  # task index -> its W_PF regions
-    own: dict[int, int] = {}  # task index -> the weight bytes it streams
     for i, t in enumerate(schedule.tasks):
         spec = _ops.SPECS.get(t.op)
         if spec is None:
@@ -530,19 +506,15 @@ def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_by
         if t.op == "attention":
             kc = roles["k_cache"][1]
             max_tokens = max(max_tokens, kc.shape[0] * kc.shape[1])
-        regions[i] = _prefetch_regions(t, roles, prefetch_max_bytes)
-        own[i] = 16 * sum(n for _, _, n in _prefetch_regions(t, roles))
+        for k, (bid, lo, cnt) in enumerate(_prefetch_regions(t, roles, prefetch_max_bytes)):
+            if lo >= 2 ** 31 or cnt >= 2 ** 31:
+                continue
+            rec[W_PF + 3 * k: W_PF + 3 * k + 3] = (bid, lo, cnt)
         rec[W_ID] = t.id
     _flag_kv_stage(schedule, table, index)
     queues: list[list[int]] = [[] for _ in range(schedule.num_sms)]
     for i, t in enumerate(schedule.tasks):
         queues[t.sm].append(i)
-    if prefetch_ahead_bytes:
-        regions = _ahead(queues, regions, own, prefetch_ahead_bytes)
-    for i, regs in regions.items():
-        for k, (bid, lo, cnt) in enumerate(regs):
-            if lo < 2 ** 31 and cnt < 2 ** 31:
-                table[i, W_PF + 3 * k: W_PF + 3 * k + 3] = (bid, lo, cnt)
     offsets = np.zeros(schedule.num_sms + 1, np.int32)
     offsets[1:] = np.cumsum([len(q) for q in queues])
     queue = np.array([i for q in queues for i in q] or [0], np.int32)

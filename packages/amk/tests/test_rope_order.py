@@ -11,7 +11,7 @@ from mosaic.errors import BadInput
 from mosaic.plugins import host
 from mosaic_amk import ops, rope_order
 from mosaic_amk.config import CUDA_DEFAULT, VM_FUSIONS, ScheduleConfig
-from mosaic_amk.lowering import lower, qkv_sms
+from mosaic_amk.lowering import apart, lower, qkv_sms
 from mosaic_amk.reference_vm import ReferenceVM
 from mosaic_amk.tiny_models import tiny_model
 from mosaic_amk.validator import validate
@@ -166,6 +166,10 @@ def test_lowered_blocked_schedule(h200, family, sms, split):
             assert len({t.sm for t in stage}) == len(stage)
         att = [t for t in s.tasks if t.op == "attention" and t.outputs == (f"l{i}.attn",)]
         assert att and all(t.params["rope_block"] == 8 for t in att)
+        if split == "balanced" and apart("auto", len(att), sms, m.hidden_size * m.q_dim):
+            # apart: the attention SMs run neither a q/k/v task nor an o-proj task of the layer
+            assert not {t.sm for t in att} & {t.sm for t in stage}
+            assert max(t.sm for t in stage) < sms - len(att)
     if m.weights.get(m.layer(0, "self_attn.q_proj.bias")) is not None:
         assert rope_order.weight_name(m.layer(0, "self_attn.q_proj.bias"), m.head_dim) in {b.name for b in s.buffers}
     want = ReferenceVM(m, base, h200).generate([3, 4, 5], 5)

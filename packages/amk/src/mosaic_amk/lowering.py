@@ -231,6 +231,13 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
     c_resid = b.counter()
     b.task("embed", [emb, TOKEN], [resid], [], c_resid, {}, cost=h * 4)
 
+    rep, per = m.num_heads // m.num_kv_heads, c.attention_kv_heads_per_task
+    qper = c.attention_q_heads_per_task or rep * per  # query heads per attention task (a KV group's, or fewer)
+    heads = [(h0 * hd, min(g1 * rep, h0 + qper) * hd)  # the row ranges of the attention tasks (without split_kv)
+             for g0 in range(0, m.num_kv_heads, per) for g1 in [min(m.num_kv_heads, g0 + per)]
+             for h0 in range(g0 * rep, g1 * rep, qper)]
+    att_apart = "split_kv" not in fused and apart(c.attention_placement, len(heads), b.num_sms, h * qd)
+
     for i in range(m.num_layers):
         lay = lambda n: m.layer(i, n)  # noqa: E731, B023
         # attention block ------------------------------------------------------------------------------
@@ -248,7 +255,9 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         if "gemv_rope_append" in fused:  # q rows rotated in the GEMV; k/v rows written into the KV slot
             qr = b.buf(f"l{i}.q_rope", (qd,))
             c_qr, c_ka, c_va = b.counter(), b.counter(), b.counter()
-            sms = qkv_sms(qd, kvd, b.num_sms) if blocked and c.gemv_split == "balanced" else ((), (), ())
+            # apart: the attention SMs run no q/k/v task either (their KV staging starts with the stage)
+            sms = qkv_sms(qd, kvd, b.num_sms - (len(heads) if att_apart else 0)) \
+                if blocked and c.gemv_split == "balanced" else ((), (), ())
             b.gemv_rope("gemv_rope", xn, *w_of["q"], qr, [b.join(c_xn)], c_qr, rows, norm, rope, inv_freq,
                         sms=sms[0])
             b.gemv_rope("gemv_rope_append", xn, *w_of["k"], kc, [b.join(c_xn)], c_ka, rows, norm, rope, inv_freq,
@@ -284,8 +293,6 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         c_attn = b.counter()
         window = m.window(i)
         first = max(0, position - window + 1) if window else 0
-        rep = m.num_heads // m.num_kv_heads
-        per = c.attention_kv_heads_per_task
         attn_params = {"position": position, "num_heads": m.num_heads, "num_kv_heads": m.num_kv_heads,
                        "head_dim": hd, "window": window, "scale": hd ** -0.5, "page_tokens": page,
                        **({"rope_block": rope_order.BLOCK} if blocked else {})}
@@ -314,12 +321,8 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
                        {"row_start": r0, "row_end": r1, "head_dim": hd, "num_heads": m.num_heads, "num_splits": ns},
                        {attn: (r0, r1)}, cost=ns * (r1 - r0) * 4)
         else:
-            qper = c.attention_q_heads_per_task or rep * per  # query heads per task (a KV group's, or fewer)
             kv_pages = (first // page, position // page + 1)
-            heads = [(h0 * hd, min(g1 * rep, h0 + qper) * hd)
-                     for g0 in range(0, m.num_kv_heads, per) for g1 in [min(m.num_kv_heads, g0 + per)]
-                     for h0 in range(g0 * rep, g1 * rep, qper)]
-            if apart(c.attention_placement, len(heads), b.num_sms, h * qd):
+            if att_apart:
                 # the attention tasks on the last SMs, the o-projection below over the others
                 o_sms = list(range(b.num_sms - len(heads)))
                 b.pins = list(range(b.num_sms - len(heads), b.num_sms))

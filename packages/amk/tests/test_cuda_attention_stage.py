@@ -85,7 +85,8 @@ def test_config_defines_and_builds_without_spills():
     assert "AMK_ATT_STAGE=1" not in B.config_defines(attrs.evolve(CUDA_DEFAULT, attention_stage=False))
     with pytest.raises(TypeError):
         ScheduleConfig(attention_stage=1)
-    for defines in (STAGE, (*B.preload_defines(8), *STAGE), (*B.preload_defines(6), *STAGE)):
+    for defines in (STAGE, (*B.preload_defines(8), *STAGE), (*B.preload_defines(6), *STAGE),
+                    (*B.preload_defines(8), *STAGE, "AMK_ATT_NB1=0")):
         info = B.build(512, defines=defines)
         assert info.spill_stores == 0 and info.spill_loads == 0, (defines, info.ptxas_log)
         assert info.registers <= 128
@@ -159,6 +160,20 @@ def test_staged_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch
     assert on.build_info.key == B.build(512, defines=B.config_defines(TWINS[twin]) + short_rows_defines(spec)).key
     assert "AMK_ATT_STAGE=1" in B.config_defines(TWINS[twin])
     same_generation(off, on, [3, 17, 42, 5, 11], 40, steps_per_launch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model_kind", ["tiny-llama", "smollm2-135m-3layers", "llama-3.2-1b-2layers"])
+def test_one_head_instantiation_is_bit_identical(model_kind, cuda_device, gpu_model, same_generation):
+    """CUDA_DEFAULT (one query head per attention task, staged: the one-slot instantiation of the attention) against
+    the same config built with AMK_ATT_NB1=0 (every task through the eight-slot code): the same tokens and logits."""
+    from mosaic_amk.cuda.cuda_vm import CudaVM
+
+    _, spec, weights, gpu = gpu_model(model_kind)
+    one = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64)
+    eight = CudaVM(spec, CUDA_DEFAULT, gpu, weights=weights, max_positions=64, extra_defines=("AMK_ATT_NB1=0",))
+    assert one.build_info.key != eight.build_info.key
+    same_generation(eight, one, [3, 17, 42, 5, 11], 40)
 
 
 @pytest.mark.gpu

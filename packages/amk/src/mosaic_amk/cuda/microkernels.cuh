@@ -1165,6 +1165,9 @@ __device__ void mk_gemv_rope(const Ctx& c, const int* t, bool append) {
 // kernel boundary orders them before this step); this step's row pos is read after the wait, together with q.
 // Only where the values come from changes: every sum is the unstaged path's, in its order (bit-identical).
 #define ATT_NB 8
+#ifndef AMK_ATT_NB1  // the staged one-head instantiation (0: every task through the eight-slot code)
+#define AMK_ATT_NB1 1
+#endif
 #ifndef AMK_ATT_STAGE
 #define AMK_ATT_STAGE 0
 #endif
@@ -1232,7 +1235,7 @@ __device__ __forceinline__ void att_stage(const Ctx& c, const int* t, bool run) 
 #endif
 
 // one batch loop of mk_attention; STAGED: K / V rows from a.ks / a.vs (att_stage + this step's row), else global
-template <bool STAGED>
+template <bool STAGED, int NB>
 __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, const AttShape& a) {
   const int hd = a.hd, kvd = a.kvd, n = a.n, rep = a.rep, first = a.first;
   const float scale = fbits(t[W_SCALE]);
@@ -1257,7 +1260,7 @@ __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, cons
   const int grp = threadIdx.x / hd4, d4 = threadIdx.x - grp * hd4;
   for (int h0 = a.h0; h0 < a.h1;) {
     const int g = h0 / rep;
-    int nb = min(min(a.h1, (g + 1) * rep) - h0, min(ATT_NB, a.nb_fit));  // heads of group g done together
+    int nb = min(min(a.h1, (g + 1) * rep) - h0, min(NB, a.nb_fit));  // heads of group g done together
     const float* Kg = K + (size_t)first * kvd + g * hd;
     const float* Vg = V + (size_t)first * kvd + g * hd;
     __syncthreads();  // the previous batch is done with qs / sc / part
@@ -1275,18 +1278,18 @@ __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, cons
     }
     __syncthreads();
     // scores: thread j holds token j's scores for the nb heads
-    float mloc[ATT_NB];
+    float mloc[NB];
 #pragma unroll
-    for (int h = 0; h < ATT_NB; ++h) mloc[h] = -INFINITY;
+    for (int h = 0; h < NB; ++h) mloc[h] = -INFINITY;
     for (int j = threadIdx.x; j < n; j += AMK_THREADS) {
-      float s[ATT_NB];
+      float s[NB];
 #pragma unroll
-      for (int h = 0; h < ATT_NB; ++h) s[h] = 0.f;
+      for (int h = 0; h < NB; ++h) s[h] = 0.f;
       // q . k of the nb heads: the dims in increasing order, 4 per float4 (both paths add alike); e: the chunk of q
       // and of the K row that holds them (rope_block: not the standard chunk)
       auto dot4 = [&](const float4& kv, int e) {
 #pragma unroll
-        for (int h = 0; h < ATT_NB; ++h) {
+        for (int h = 0; h < NB; ++h) {
           if (h >= nb) break;
           const float4 qv = *(const float4*)(qs + h * hd + 4 * e);
           s[h] = fmaf(qv.x, kv.x, s[h]); s[h] = fmaf(qv.y, kv.y, s[h]);
@@ -1315,7 +1318,7 @@ __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, cons
         }
       }
 #pragma unroll
-      for (int h = 0; h < ATT_NB; ++h) {
+      for (int h = 0; h < NB; ++h) {
         if (h >= nb) break;
         const float v = hf ? bf16r(bf16r(s[h]) * scale) : s[h] * scale;
         sc[h * n + j] = v;
@@ -1324,14 +1327,14 @@ __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, cons
     }
     // block max per head
 #pragma unroll
-    for (int h = 0; h < ATT_NB; ++h) {
+    for (int h = 0; h < NB; ++h) {
       const float m = warp_max(mloc[h]);
       if (lane == 0) redm[warp * ATT_NB + h] = m;
     }
     __syncthreads();
-    float m[ATT_NB], sum[ATT_NB];
+    float m[NB], sum[NB];
 #pragma unroll
-    for (int h = 0; h < ATT_NB; ++h) {
+    for (int h = 0; h < NB; ++h) {
       float v = -INFINITY;
       for (int w = 0; w < AMK_WARPS; ++w) v = fmaxf(v, redm[w * ATT_NB + h]);
       m[h] = v;
@@ -1339,7 +1342,7 @@ __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, cons
     }
     for (int j = threadIdx.x; j < n; j += AMK_THREADS) {
 #pragma unroll
-      for (int h = 0; h < ATT_NB; ++h) {
+      for (int h = 0; h < NB; ++h) {
         if (h >= nb) break;
         const float e = expf(sc[h * n + j] - m[h]);
         sc[h * n + j] = e;
@@ -1348,35 +1351,35 @@ __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, cons
     }
     __syncthreads();  // every thread has read redm (the maxima) before it is reused for the sums
 #pragma unroll
-    for (int h = 0; h < ATT_NB; ++h) {
+    for (int h = 0; h < NB; ++h) {
       const float v = warp_sum(sum[h]);
       if (lane == 0) redm[warp * ATT_NB + h] = v;
     }
     __syncthreads();
 #pragma unroll
-    for (int h = 0; h < ATT_NB; ++h) {
+    for (int h = 0; h < NB; ++h) {
       float v = 0.f;
       for (int w = 0; w < AMK_WARPS; ++w) v += redm[w * ATT_NB + h];
       sum[h] = v;
     }
     for (int j = threadIdx.x; j < n; j += AMK_THREADS) {
 #pragma unroll
-      for (int h = 0; h < ATT_NB; ++h) {
+      for (int h = 0; h < NB; ++h) {
         if (h >= nb) break;
         sc[h * n + j] = rnd(c, sc[h * n + j] / sum[h]);
       }
     }
     __syncthreads();
     // p @ v: thread (grp, d4) sums tokens grp, grp + groups, ... for dims 4*d4 .. 4*d4+3 of every head
-    float4 acc[ATT_NB];
+    float4 acc[NB];
 #pragma unroll
-    for (int h = 0; h < ATT_NB; ++h) acc[h] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int h = 0; h < NB; ++h) acc[h] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (grp < groups) {
       // tokens grp, grp + groups, ... in bursts of 4 loads in flight (the last burst guarded: a short context
       // costs one round trip, not one per token); each thread adds its tokens in increasing order
       auto pv = [&](const float4& vv, int jj) {
 #pragma unroll
-        for (int h = 0; h < ATT_NB; ++h) {
+        for (int h = 0; h < NB; ++h) {
           if (h >= nb) break;
           const float p = sc[h * n + jj];
           acc[h].x = fmaf(p, vv.x, acc[h].x); acc[h].y = fmaf(p, vv.y, acc[h].y);
@@ -1403,7 +1406,7 @@ __device__ __forceinline__ void attention_heads(const Ctx& c, const int* t, cons
     }
     // the groups' partial sums meet in shared memory, one head at a time
 #pragma unroll
-    for (int h = 0; h < ATT_NB; ++h) {
+    for (int h = 0; h < NB; ++h) {
       if (h >= nb) break;
       __syncthreads();  // part is free (previous head summed)
       if (grp < groups) *(float4*)(part + 4 * (grp * hd4 + d4)) = acc[h];
@@ -1429,8 +1432,9 @@ __device__ void mk_attention(const Ctx& c, const int* t) {
     return;
   }
 #if AMK_ATT_STAGE
-  if (a.staged) {
-    attention_heads<true>(c, t, a);
+  if (a.staged) {  // one head (attention_q_heads_per_task = 1): one score slot, the same sums as slot 0 of eight
+    if (AMK_ATT_NB1 && a.h1 - a.h0 == 1) attention_heads<true, 1>(c, t, a);
+    else attention_heads<true, ATT_NB>(c, t, a);
     return;
   }
 #endif
@@ -1438,7 +1442,7 @@ __device__ void mk_attention(const Ctx& c, const int* t) {
     if (threadIdx.x == 0) atomicOr(c.control + C_ERROR, E_ROPE_BLOCK);
     return;
   }
-  attention_heads<false>(c, t, a);
+  attention_heads<false, ATT_NB>(c, t, a);
 }
 
 // ----------------------------------------------------------------------------------------- argmax

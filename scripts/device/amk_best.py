@@ -27,7 +27,8 @@ CANDIDATES = ("rows32-lm", "best-measured", "best-measured-preload", "balanced",
               "balanced-preload-q1-stage", "balanced-preload6-q1-stage", "balanced-q1-stage",
               "balanced-preload-q1-stage-sa", "balanced-preload-q1-stage-apart",
               "balanced-preload-q1-stage-sa-apart", "balanced-preload-q1-stage-sa-auto",
-              "balanced-preload-q1-stage-sa-auto-blocked", "balanced-preload-q1-stage-sa-auto-blocked-smem160k")
+              "balanced-preload-q1-stage-sa-auto-blocked", "balanced-preload-q1-stage-sa-auto-blocked-smem160k",
+              "balanced-preload-q1-stage-sa-apartqkv-blocked")
 BASE = "best-measured"
 
 

@@ -252,6 +252,29 @@ def test_attention_placement_auto_is_apart_only_for_small_o_projections(h200):
     assert wants == ["apart", "round_robin"]
 
 
+def test_attention_apart_qkv_keeps_only_the_qkv_blocks_off_the_attention_sms(h200):
+    """attention_placement="apart_qkv" (with rope_order blocked): the attention tasks on the last SMs, the q/k/v
+    blocks over the others, the o-projection over every SM; validated; the ReferenceVM's tokens equal round-robin's."""
+    from mosaic_amk.config import CUDA_DEFAULT
+
+    m = tiny_model("llama")
+    sms = 24
+    base = attrs.evolve(CUDA_DEFAULT, num_sms=sms, attention_placement="round_robin")
+    cfg = attrs.evolve(base, attention_placement="apart_qkv")
+    s = lower(m, cfg, h200, 5)
+    assert validate(s).ok
+    for i in range(m.num_layers):
+        att = {t.sm for t in s.tasks if t.op == "attention" and t.outputs == (f"l{i}.attn",)}
+        qkv = {t.sm for t in s.tasks if t.op.startswith("gemv_rope") and t.outputs[0] in
+               (f"l{i}.q_rope", f"kv.{i}.k", f"kv.{i}.v")}
+        o = sorted(t.sm for t in s.tasks if t.outputs == (f"l{i}.h_mid",))
+        assert att == set(range(sms - len(att), sms)) and not att & qkv and o == list(range(sms))
+    want = ReferenceVM(m, base, h200).generate([3, 4, 5], 4)
+    got = ReferenceVM(m, cfg, h200).generate([3, 4, 5], 4)
+    assert got[0] == want[0]
+    assert all(np.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(got[1], want[1], strict=True))
+
+
 def test_balanced_split_sizes(h200):
     from mosaic_amk.lowering import _Builder
 

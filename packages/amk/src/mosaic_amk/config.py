@@ -30,7 +30,7 @@ SM_POLICIES = ("round_robin", "least_loaded", "single")
 # with the o-projection's tasks cut over the other SMs, so no SM runs an attention task and an o-proj task of one
 # layer back to back; docs/amk-cuda.md: those o-proj tasks finished last), or "auto": apart when the o-projection over
 # the remaining SMs is at most AUTO_APART_MAX_WEIGHTS_PER_SM weights per SM, else round_robin
-ATTENTION_PLACEMENTS = ("round_robin", "apart", "auto")
+ATTENTION_PLACEMENTS = ("round_robin", "apart", "auto", "apart_qkv")
 # how q and the K cache store a head's dims (rope_order.py): "standard", or "blocked" (blocks of 4 dims and their 4
 # RoPE partners, so the q/k GEMVs split into 8-row tasks; with gemv_split balanced the q, k and v GEMVs share the SMs
 # in proportion to their rows, one task per SM, v cut by rows)
@@ -118,7 +118,9 @@ class ScheduleConfig:
       (sm_policy round_robin only): the attention tasks of a layer on the last SMs, that layer's o-projection cut
       over the other SMs (one task each with the balanced split), so no SM runs an attention task and then an
       o-proj task of the same layer (schedule placement only: the same bits), or ``auto`` (apart when the
-      o-projection is small: at most ``AUTO_APART_MAX_WEIGHTS_PER_SM`` weights per remaining SM).
+      o-projection is small: at most ``AUTO_APART_MAX_WEIGHTS_PER_SM`` weights per remaining SM), or ``apart_qkv``
+      (the attention tasks on the last SMs, only the q/k/v blocks of ``rope_order`` blocked kept off them; the
+      o-projection over every SM).
     - ``num_sms``: SMs to use (0: all SMs of the GPU).
     - ``prefetch_depth`` / ``prefetch_tile_bytes``: weight tiles in flight per block (cp.async stages); the CUDA VM
       L2-prefetches the weights of the next ``prefetch_depth`` tasks of its queue (the current one included), at most

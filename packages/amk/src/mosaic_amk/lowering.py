@@ -62,7 +62,7 @@ def qkv_sms(qd: int, kvd: int, num_sms: int) -> tuple[list[int], list[int], list
 def apart(placement: str, attention_tasks: int, num_sms: int, o_weights: int) -> bool:
     """Whether a layer's attention tasks go on the last SMs, its o-projection (``o_weights`` weights) over the others:
     ``attention_placement`` apart, or auto and the o-projection small enough (config.AUTO_APART_MAX_WEIGHTS_PER_SM)."""
-    if attention_tasks >= num_sms or placement == "round_robin":
+    if attention_tasks >= num_sms or placement not in ("apart", "auto"):
         return False
     return placement == "apart" or o_weights <= AUTO_APART_MAX_WEIGHTS_PER_SM * (num_sms - attention_tasks)
 
@@ -237,6 +237,9 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
              for g0 in range(0, m.num_kv_heads, per) for g1 in [min(m.num_kv_heads, g0 + per)]
              for h0 in range(g0 * rep, g1 * rep, qper)]
     att_apart = "split_kv" not in fused and apart(c.attention_placement, len(heads), b.num_sms, h * qd)
+    # the attention tasks on the last SMs (apart; apart_qkv: only the q/k/v blocks kept off them, o-proj everywhere)
+    att_pinned = att_apart or ("split_kv" not in fused and c.attention_placement == "apart_qkv"
+                               and len(heads) < b.num_sms)
 
     for i in range(m.num_layers):
         lay = lambda n: m.layer(i, n)  # noqa: E731, B023
@@ -256,7 +259,7 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
             qr = b.buf(f"l{i}.q_rope", (qd,))
             c_qr, c_ka, c_va = b.counter(), b.counter(), b.counter()
             # apart: the attention SMs run no q/k/v task either (their KV staging starts with the stage)
-            sms = qkv_sms(qd, kvd, b.num_sms - (len(heads) if att_apart else 0)) \
+            sms = qkv_sms(qd, kvd, b.num_sms - (len(heads) if att_pinned else 0)) \
                 if blocked and c.gemv_split == "balanced" else ((), (), ())
             b.gemv_rope("gemv_rope", xn, *w_of["q"], qr, [b.join(c_xn)], c_qr, rows, norm, rope, inv_freq,
                         sms=sms[0])
@@ -322,9 +325,9 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
                        {attn: (r0, r1)}, cost=ns * (r1 - r0) * 4)
         else:
             kv_pages = (first // page, position // page + 1)
-            if att_apart:
+            if att_pinned:
                 # the attention tasks on the last SMs, the o-projection below over the others
-                o_sms = list(range(b.num_sms - len(heads)))
+                o_sms = list(range(b.num_sms - len(heads))) if att_apart else []
                 b.pins = list(range(b.num_sms - len(heads), b.num_sms))
             for r0, r1 in heads:
                 b.task("attention", [qr, kc, vc], [attn], kv_waits, c_attn,

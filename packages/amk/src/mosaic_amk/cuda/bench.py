@@ -107,7 +107,8 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     others (``attention_placement``), ``-auto``: apart only when the o-projection is small (SmolLM2 yes, Llama no).
     ``-blocked``: q and the K cache in the blocked RoPE order (``rope_order``: the q/k/v GEMVs cut into 8-row blocks
     over all SMs instead of whole heads); ``-smem160k``: a 160 KB general area (the staging holds longer contexts;
-    L1 shrinks). ``balanced-preload-q1-stage-sa-auto-blocked`` is the CUDA VM's default,
+    L1 shrinks); ``-apartqkv-``: the attention on the last SMs, the q/k/v blocks off them, the o-projection over every
+    SM (``attention_placement`` apart_qkv). ``balanced-preload-q1-stage-sa-auto-blocked`` is the CUDA VM's default,
     ``config.CUDA_DEFAULT`` (the fastest measured on both bench shapes)."""
     lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
     best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
@@ -144,7 +145,8 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload-q1-stage-sa-apart", attrs.evolve(sa, attention_placement="apart")),
             ("balanced-preload-q1-stage-sa-auto", attrs.evolve(sa, attention_placement="auto")),
             ("balanced-preload-q1-stage-sa-auto-blocked", CUDA_DEFAULT),
-            ("balanced-preload-q1-stage-sa-auto-blocked-smem160k", attrs.evolve(CUDA_DEFAULT, smem_bytes=160 * 1024))]
+            ("balanced-preload-q1-stage-sa-auto-blocked-smem160k", attrs.evolve(CUDA_DEFAULT, smem_bytes=160 * 1024)),
+            ("balanced-preload-q1-stage-sa-apartqkv-blocked", attrs.evolve(CUDA_DEFAULT, attention_placement="apart_qkv"))]
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

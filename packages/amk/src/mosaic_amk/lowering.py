@@ -238,7 +238,7 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
              for h0 in range(g0 * rep, g1 * rep, qper)]
     att_apart = "split_kv" not in fused and apart(c.attention_placement, len(heads), b.num_sms, h * qd)
     # the attention tasks on the last SMs (apart; apart_qkv: only the q/k/v blocks kept off them, o-proj everywhere)
-    att_pinned = att_apart or ("split_kv" not in fused and c.attention_placement == "apart_qkv"
+    att_pinned = att_apart or ("split_kv" not in fused and c.attention_placement in ("apart_qkv", "auto")
                                and len(heads) < b.num_sms)
 
     for i in range(m.num_layers):

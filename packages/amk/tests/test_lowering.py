@@ -275,6 +275,31 @@ def test_attention_apart_qkv_keeps_only_the_qkv_blocks_off_the_attention_sms(h20
     assert all(np.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(got[1], want[1], strict=True))
 
 
+def test_auto_placement_on_the_bench_shapes(h200):
+    """"auto" on the real bench shapes (weights: zero-stride views, only their shapes matter), two layers: SmolLM2-135M
+    apart (the attention SMs run nothing else of the layer), Llama-3.2-1B apart_qkv (the attention SMs run no q/k/v
+    block; the o-projection over all 132 SMs); both validated."""
+    from mosaic_amk.config import CUDA_DEFAULT
+    from mosaic_amk.cuda.hf_gpu import SHAPES
+    from mosaic_amk.model import ModelSpec
+
+    for name, want in (("smollm2-135m", "apart"), ("llama-3.2-1b", "apart_qkv")):
+        kw = SHAPES[name][1]
+        heads = kw["num_attention_heads"]
+        m = ModelSpec(family="llama", vocab_size=kw["vocab_size"], hidden_size=kw["hidden_size"],
+                      intermediate_size=kw["intermediate_size"], num_layers=2, num_heads=heads,
+                      num_kv_heads=kw["num_key_value_heads"], head_dim=kw.get("head_dim", kw["hidden_size"] // heads),
+                      rms_norm_eps=1e-5, max_position_embeddings=256, tie_word_embeddings=kw["tie_word_embeddings"])
+        m = attrs.evolve(m, weights={n: np.broadcast_to(np.float32(0), sh) for n, sh in m.expected_shapes().items()})
+        s = lower(m, CUDA_DEFAULT, h200, 7)
+        assert validate(s).ok
+        att = {t.sm for t in s.tasks if t.op == "attention" and t.outputs == ("l1.attn",)}
+        qkv = {t.sm for t in s.tasks if t.op.startswith("gemv_rope") and t.outputs[0] in ("l1.q_rope", "kv.1.k", "kv.1.v")}
+        o = {t.sm for t in s.tasks if t.outputs == ("l1.h_mid",)}
+        assert att == set(range(132 - heads, 132)) and not att & qkv
+        assert (o == set(range(132))) == (want == "apart_qkv") and (not att & o) == (want == "apart")
+
+
 def test_balanced_split_sizes(h200):
     from mosaic_amk.lowering import _Builder
 

@@ -28,8 +28,9 @@ VM_FUSIONS = DEFAULT_FUSIONS + ("rmsnorm_gemv", "gemv_rope_append")
 SM_POLICIES = ("round_robin", "least_loaded", "single")
 # where the attention tasks go (round_robin only): "round_robin" (the next SMs in turn) or "apart" (the last SMs,
 # with the o-projection's tasks cut over the other SMs, so no SM runs an attention task and an o-proj task of one
-# layer back to back; docs/amk-cuda.md: those o-proj tasks finished last), or "auto": apart when the o-projection over
-# the remaining SMs is at most AUTO_APART_MAX_WEIGHTS_PER_SM weights per SM, else round_robin
+# layer back to back; docs/amk-cuda.md: those o-proj tasks finished last), "apart_qkv" (the attention on the last SMs,
+# only the q/k/v blocks kept off them), or "auto": apart when the o-projection over the remaining SMs is at most
+# AUTO_APART_MAX_WEIGHTS_PER_SM weights per SM, else apart_qkv
 ATTENTION_PLACEMENTS = ("round_robin", "apart", "auto", "apart_qkv")
 # how q and the K cache store a head's dims (rope_order.py): "standard", or "blocked" (blocks of 4 dims and their 4
 # RoPE partners, so the q/k GEMVs split into 8-row tasks; with gemv_split balanced the q, k and v GEMVs share the SMs
@@ -38,7 +39,7 @@ ROPE_ORDERS = ("standard", "blocked")
 # "auto"'s bound: 16K weights (32 KB of bf16, about 1 us of one H200 SM's share of HBM bandwidth) per o-proj SM. Apart
 # saves about 1.3 us of hand-off per layer and costs the attention SMs' bandwidth. Measured on the H200
 # (docs/device-runs/2026-11-30/session5/run1): SmolLM2-135M (2.7K weights per SM apart) 0.764 -> 0.739 ms/token,
-# Llama-3.2-1B (42K) 0.959 -> 0.967.
+# Llama-3.2-1B (42K) 0.959 -> 0.967; apart_qkv there 0.900 -> 0.883 (session5/run9).
 AUTO_APART_MAX_WEIGHTS_PER_SM = 16384
 # how a GEMV's output rows are cut into tasks: "rows" (gemv_rows_per_task rows each, the last one shorter) or
 # "balanced" (as many tasks as SMs, or fewer when the GEMV has fewer row units, sizes differing by at most one unit:
@@ -118,9 +119,9 @@ class ScheduleConfig:
       (sm_policy round_robin only): the attention tasks of a layer on the last SMs, that layer's o-projection cut
       over the other SMs (one task each with the balanced split), so no SM runs an attention task and then an
       o-proj task of the same layer (schedule placement only: the same bits), or ``auto`` (apart when the
-      o-projection is small: at most ``AUTO_APART_MAX_WEIGHTS_PER_SM`` weights per remaining SM), or ``apart_qkv``
-      (the attention tasks on the last SMs, only the q/k/v blocks of ``rope_order`` blocked kept off them; the
-      o-projection over every SM).
+      o-projection is small: at most ``AUTO_APART_MAX_WEIGHTS_PER_SM`` weights per remaining SM, else apart_qkv), or
+      ``apart_qkv`` (the attention tasks on the last SMs, only the q/k/v blocks of ``rope_order`` blocked kept off
+      them; the o-projection over every SM).
     - ``num_sms``: SMs to use (0: all SMs of the GPU).
     - ``prefetch_depth`` / ``prefetch_tile_bytes``: weight tiles in flight per block (cp.async stages); the CUDA VM
       L2-prefetches the weights of the next ``prefetch_depth`` tasks of its queue (the current one included), at most

@@ -213,12 +213,16 @@ def test_staging_bound_and_the_cuda_vm_fallback():
     assert staged_tokens(64, 1, 512, 96 * 1024) == 159
     m = tiny_model("llama")
     small = attrs.evolve(BLOCKED, kv_max_tokens=64)
-    assert staged_rope_order(m, small).rope_order == "blocked"
+    assert staged_rope_order(m, small) == (small, None)
     big = attrs.evolve(BLOCKED, kv_max_tokens=16384)
-    assert staged_rope_order(m, big).rope_order == "standard"
+    got, why = staged_rope_order(m, big)
+    assert got == attrs.evolve(big, rope_order="standard") and "KV capacity (16384 tokens)" in why
     kv_groups = attrs.evolve(small, attention_q_heads_per_task=0, attention_kv_heads_per_task=2)
-    assert staged_rope_order(m, kv_groups).rope_order == "standard"
-    assert staged_rope_order(m, attrs.evolve(small, attention_stage=False)).rope_order == "standard"
+    assert "more than one KV group" in staged_rope_order(m, kv_groups)[1]
+    got, why = staged_rope_order(m, attrs.evolve(small, attention_stage=False))
+    assert got.rope_order == "standard" and "attention_stage is off" in why
+    std = attrs.evolve(small, rope_order="standard")
+    assert staged_rope_order(m, std) == (std, None)
     h200 = host().get("gpus", "h200")
     enc = E.encode(lower(m, attrs.evolve(small, num_sms=24), h200, 5))
     assert blocked_attention_problem(enc, 512, 96 * 1024) is None

@@ -52,6 +52,8 @@ def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, co
         raise BadInput(f"--prompt needs token ids in 0 .. {spec.vocab_size - 1}, got {prompt!r}")
     vm = CudaVM(spec, config, gpu, weights=weights_from_torch(model, spec), unsafe=unsafe,
                 max_positions=len(ids) + n_tokens)
+    if vm.note:
+        click.echo(f"note: {vm.note}", err=True)
     tokens, logits = vm.generate(ids, n_tokens)
     result = at = None
     if check_hf:
@@ -60,7 +62,7 @@ def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, co
         at = mismatch_margin(result, list(hf_logits[0]))
     if as_json:
         check = {"check_hf": {**result.to_json(), "at_mismatch": at.to_json() if at else None}} if result else {}
-        click.echo(json.dumps({"tokens": tokens, "vm": "cuda", **check}))
+        click.echo(json.dumps({"tokens": tokens, "vm": "cuda", "rope_order": vm.config.rope_order, **check}))
     else:
         click.echo(",".join(map(str, tokens)))
         if result:

@@ -43,20 +43,27 @@ def cuda_config(config: ScheduleConfig, max_positions: int) -> ScheduleConfig:
     return attrs.evolve(config, kv_max_tokens=-(-max_positions // page) * page)
 
 
-def staged_rope_order(model: ModelSpec, config: ScheduleConfig) -> ScheduleConfig:
-    """``config``, or with ``rope_order`` standard when it is blocked and the VM would not stage every attention: no
-    ``attention_stage``, a KV capacity (kv_max_tokens, set) beyond what the staging holds in ``smem_bytes``
-    (launcher.staged_tokens), or a task's heads spanning KV groups:
-    the VM reads blocked K rows only staged, and the two orders give the same bits, so only the speed of the q/k/v
-    stage changes."""
+def staged_rope_order(model: ModelSpec, config: ScheduleConfig) -> tuple[ScheduleConfig, str | None]:
+    """(``config``, None), or (it with ``rope_order`` standard, why) when it is blocked and the VM would not stage
+    every attention: no ``attention_stage``, a task's heads spanning KV groups, or a KV capacity (kv_max_tokens, set)
+    beyond what the staging holds in ``smem_bytes`` (launcher.staged_tokens). The VM reads blocked K rows only
+    staged; the two orders give the same bits, so only the speed of the q/k/v stage changes."""
     if config.rope_order != "blocked":
-        return config
-    if not config.attention_stage:
-        return attrs.evolve(config, rope_order="standard")
+        return config, None
     rep = model.num_heads // model.num_kv_heads
     heads = config.attention_q_heads_per_task or rep * config.attention_kv_heads_per_task
-    most = staged_tokens(model.head_dim, heads, config.threads_per_block, config.smem_bytes) if heads <= rep else 0
-    return config if kv_capacity(model, config) <= most else attrs.evolve(config, rope_order="standard")
+    if not config.attention_stage:
+        why = "attention_stage is off"
+    elif heads > rep:
+        why = f"an attention task holds {heads} query heads, more than one KV group ({rep})"
+    else:
+        most = staged_tokens(model.head_dim, heads, config.threads_per_block, config.smem_bytes)
+        cap = kv_capacity(model, config)
+        if cap <= most:
+            return config, None
+        why = f"the KV capacity ({cap} tokens) is more than the attention's staging holds ({most})"
+    return attrs.evolve(config, rope_order="standard"), (
+        f"rope_order blocked -> standard: {why}; the same tokens and logits, a slower q/k/v stage")
 
 
 SHORT_K = 1024  # microkernels.cuh: a GEMV row of at most SHORT_CH = 128 chunks of 8 takes the short-row paths
@@ -86,12 +93,13 @@ class CudaVM:
     enc: E.Encoded | None = None
     validations: dict = attrs.field(factory=dict)  # position -> ValidationResult
     build_info: Any = None
+    note: str | None = None  # why the config run differs from the one asked for (staged_rope_order), or None
     capacity: int = attrs.field(default=0, init=False)
     _seq: Any = attrs.field(default=None, init=False)
     _dummy: Any = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self.config = staged_rope_order(self.model, cuda_config(self.config, self.max_positions))
+        self.config, self.note = staged_rope_order(self.model, cuda_config(self.config, self.max_positions))
         self.capacity = kv_capacity(self.model, self.config)
         s0 = lower(self.model, self.config, self.gpu, 0)
         self.validations[0] = gate(s0, self.unsafe)

@@ -187,19 +187,34 @@ def test_attention_q_heads_per_task_splits_each_kv_group(h200, family):
         ScheduleConfig.from_mapping({"attention_q_heads_per_task": 1, "attention_kv_heads_per_task": 2})
 
 
+def _placed(h200, family: str, placement: str, sms: int = 24):
+    """(model, the round-robin CUDA_DEFAULT on ``sms`` SMs, its twin with ``placement``, that twin lowered at position
+    5 and validated)."""
+    from mosaic_amk.config import CUDA_DEFAULT
+
+    m = tiny_model(family)
+    base = attrs.evolve(CUDA_DEFAULT, num_sms=sms, attention_placement="round_robin")
+    cfg = attrs.evolve(base, attention_placement=placement)
+    s = lower(m, cfg, h200, 5)
+    assert validate(s).ok
+    return m, base, cfg, s
+
+
+def _same_tokens(h200, m, base, cfg) -> None:
+    """The ReferenceVM's greedy tokens of the two configs are equal, the logits to numpy's row-block float32 order."""
+    want = ReferenceVM(m, base, h200).generate([3, 4, 5], 4)
+    got = ReferenceVM(m, cfg, h200).generate([3, 4, 5], 4)
+    assert got[0] == want[0]
+    assert all(np.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(got[1], want[1], strict=True))
+
+
 @pytest.mark.parametrize("family", ["llama", "smollm2", "qwen2"])
 def test_attention_apart_places_attention_and_o_proj_on_disjoint_sms(h200, family):
     """attention_placement="apart": each layer's attention tasks on the last SMs, its o-projection cut over the
     other SMs (one task per SM with the balanced split), no SM with both; validated; the ReferenceVM's tokens equal
     round-robin placement's (logits to numpy's row-block float32 order)."""
-    from mosaic_amk.config import CUDA_DEFAULT
-
-    m = tiny_model(family)
     sms = 24
-    base = attrs.evolve(CUDA_DEFAULT, num_sms=sms, attention_placement="round_robin")
-    cfg = attrs.evolve(base, attention_placement="apart")
-    s = lower(m, cfg, h200, 5)
-    assert validate(s).ok
+    m, base, cfg, s = _placed(h200, family, "apart", sms)
     for i in range(m.num_layers):
         att = [t for t in s.tasks if t.op == "attention" and t.outputs == (f"l{i}.attn",)]
         o = [t for t in s.tasks if t.outputs == (f"l{i}.h_mid",)]
@@ -208,11 +223,7 @@ def test_attention_apart_places_attention_and_o_proj_on_disjoint_sms(h200, famil
         rows = sorted((t.params["row_start"], t.params["row_end"]) for t in o)
         assert rows[0][0] == 0 and rows[-1][1] == m.hidden_size
         assert all(a[1] == b[0] for a, b in zip(rows, rows[1:], strict=False))
-    prompt = [3, 4, 5]
-    want = ReferenceVM(m, base, h200).generate(prompt, 4)
-    got = ReferenceVM(m, cfg, h200).generate(prompt, 4)
-    assert got[0] == want[0]
-    assert all(np.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(got[1], want[1], strict=True))
+    _same_tokens(h200, m, base, cfg)
     with pytest.raises(BadInput, match="attention_placement"):
         ScheduleConfig.from_mapping({"attention_placement": "apart", "sm_policy": "single"})
     with pytest.raises(BadInput, match="attention_placement"):
@@ -255,24 +266,15 @@ def test_attention_placement_auto_is_apart_only_for_small_o_projections(h200):
 def test_attention_apart_qkv_keeps_only_the_qkv_blocks_off_the_attention_sms(h200):
     """attention_placement="apart_qkv" (with rope_order blocked): the attention tasks on the last SMs, the q/k/v
     blocks over the others, the o-projection over every SM; validated; the ReferenceVM's tokens equal round-robin's."""
-    from mosaic_amk.config import CUDA_DEFAULT
-
-    m = tiny_model("llama")
     sms = 24
-    base = attrs.evolve(CUDA_DEFAULT, num_sms=sms, attention_placement="round_robin")
-    cfg = attrs.evolve(base, attention_placement="apart_qkv")
-    s = lower(m, cfg, h200, 5)
-    assert validate(s).ok
+    m, base, cfg, s = _placed(h200, "llama", "apart_qkv", sms)
     for i in range(m.num_layers):
         att = {t.sm for t in s.tasks if t.op == "attention" and t.outputs == (f"l{i}.attn",)}
         qkv = {t.sm for t in s.tasks if t.op.startswith("gemv_rope") and t.outputs[0] in
                (f"l{i}.q_rope", f"kv.{i}.k", f"kv.{i}.v")}
         o = sorted(t.sm for t in s.tasks if t.outputs == (f"l{i}.h_mid",))
         assert att == set(range(sms - len(att), sms)) and not att & qkv and o == list(range(sms))
-    want = ReferenceVM(m, base, h200).generate([3, 4, 5], 4)
-    got = ReferenceVM(m, cfg, h200).generate([3, 4, 5], 4)
-    assert got[0] == want[0]
-    assert all(np.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(got[1], want[1], strict=True))
+    _same_tokens(h200, m, base, cfg)
 
 
 def test_auto_placement_on_the_bench_shapes(h200):

@@ -300,6 +300,10 @@ def test_auto_placement_on_the_bench_shapes(h200):
         o = {t.sm for t in s.tasks if t.outputs == ("l1.h_mid",)}
         assert att == set(range(132 - heads, 132)) and not att & qkv
         assert (o == set(range(132))) == (want == "apart_qkv") and (not att & o) == (want == "apart")
+        if want == "apart_qkv":  # without the q/k/v split (the standard order) apart_qkv places like round_robin
+            std = attrs.evolve(CUDA_DEFAULT, rope_order="standard")
+            rr = lower(m, attrs.evolve(std, attention_placement="round_robin"), h200, 7)
+            assert [t.sm for t in lower(m, std, h200, 7).tasks] == [t.sm for t in rr.tasks]
 
 
 def test_balanced_split_sizes(h200):

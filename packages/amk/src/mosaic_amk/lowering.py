@@ -236,10 +236,13 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
     heads = [(h0 * hd, min(g1 * rep, h0 + qper) * hd)  # the row ranges of the attention tasks (without split_kv)
              for g0 in range(0, m.num_kv_heads, per) for g1 in [min(m.num_kv_heads, g0 + per)]
              for h0 in range(g0 * rep, g1 * rep, qper)]
+    blocked = c.rope_order == "blocked"  # q/k rows (weights, biases, outputs) in the blocked RoPE order
+    qkv_split = blocked and c.gemv_split == "balanced" and "gemv_rope_append" in fused  # q/k/v share the SMs
     att_apart = "split_kv" not in fused and apart(c.attention_placement, len(heads), b.num_sms, h * qd)
-    # the attention tasks on the last SMs (apart; apart_qkv: only the q/k/v blocks kept off them, o-proj everywhere)
-    att_pinned = att_apart or ("split_kv" not in fused and c.attention_placement in ("apart_qkv", "auto")
-                               and len(heads) < b.num_sms)
+    # the attention tasks on the last SMs: apart, or apart_qkv (auto's other choice), which keeps only the q/k/v
+    # blocks off them (the o-projection everywhere; without the q/k/v split it places like round_robin)
+    att_pinned = att_apart or (qkv_split and "split_kv" not in fused and len(heads) < b.num_sms
+                               and c.attention_placement in ("apart_qkv", "auto"))
 
     for i in range(m.num_layers):
         lay = lambda n: m.layer(i, n)  # noqa: E731, B023
@@ -249,18 +252,18 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
         slot = {kc: (position // page, position // page + 1)}
         # rmsnorm_gemv: every consumer of the norm normalises h.i itself
         xn, c_xn, norm = b.norm_input(resid, c_resid, b.weight(lay("input_layernorm.weight")), f"l{i}.attn_norm")
-        blocked = c.rope_order == "blocked"  # q/k rows (weights, biases, outputs) in the blocked RoPE order
         w_of = {}
         for n in ("q", "k", "v"):
             wn, bn = lay(f"self_attn.{n}_proj.weight"), lay(f"self_attn.{n}_proj.bias")
-            name = (lambda x: rope_order.weight_name(x, hd)) if blocked and n != "v" else (lambda x: x)  # noqa: E731
-            w_of[n] = (b.weight(name(wn)), b.weight(name(bn)) if bn in m.weights else None)
+            has_bias = bn in m.weights
+            if blocked and n != "v":  # bound with their rows permuted (rope_order.resolve)
+                wn, bn = rope_order.weight_name(wn, hd), rope_order.weight_name(bn, hd)
+            w_of[n] = (b.weight(wn), b.weight(bn) if has_bias else None)
         if "gemv_rope_append" in fused:  # q rows rotated in the GEMV; k/v rows written into the KV slot
             qr = b.buf(f"l{i}.q_rope", (qd,))
             c_qr, c_ka, c_va = b.counter(), b.counter(), b.counter()
             # apart: the attention SMs run no q/k/v task either (their KV staging starts with the stage)
-            sms = qkv_sms(qd, kvd, b.num_sms - (len(heads) if att_pinned else 0)) \
-                if blocked and c.gemv_split == "balanced" else ((), (), ())
+            sms = qkv_sms(qd, kvd, b.num_sms - (len(heads) if att_pinned else 0)) if qkv_split else ((), (), ())
             b.gemv_rope("gemv_rope", xn, *w_of["q"], qr, [b.join(c_xn)], c_qr, rows, norm, rope, inv_freq,
                         sms=sms[0])
             b.gemv_rope("gemv_rope_append", xn, *w_of["k"], kc, [b.join(c_xn)], c_ka, rows, norm, rope, inv_freq,

@@ -5,7 +5,8 @@ stage) with and without the preload, with a separate RoPE stage, and on 66 SMs; 
 of the default bench) and HF static cache + CUDA graph, interleaved, for the bench shapes. Every candidate is gated
 on greedy-token equality with HF first (a candidate whose tokens differ is reported, never timed). Probes ``skip all
 ops`` (sync skeleton) on best-measured and balanced. Prints each shape's table and one verdict line per candidate
-against best-measured: ms/token and ratio.
+against best-measured (or, when best-measured is not among ``--candidates``, against the first one): ms/token and
+ratio.
 
     python3 scripts/device/amk_best.py [--shapes llama-3.2-1b,smollm2-135m] [--rounds 3] [--candidates a,b]
     # writes $OUT/amk_best.json
@@ -75,7 +76,8 @@ def main(argv=None) -> int:
                         probe=[n for n in a.probe.split(",") if n],
                         probe_only=None if a.probe_all else ["skip all ops (sync skeleton)"], log=print)
         res["seconds"] = round(time.time() - t0, 1)
-        res["verdicts"] = [verdict(shape, res, n) for n, _ in cands if n != BASE]
+        base = BASE if BASE in wanted else wanted[0]  # the baseline the verdicts compare with
+        res["verdicts"] = [verdict(shape, res, n, base) for n, _ in cands if n != base]
         out[shape] = res
         verdicts.extend(res["verdicts"])
         print(format_table(res), flush=True)

@@ -197,6 +197,8 @@ def amk_vm(st: dict) -> None:
     vm = CudaVM(st["spec"], CUDA_DEFAULT, host().get("gpus", "h200"), weights=st["weights"],
                 max_positions=ARGS.prompt_len + ARGS.tokens)
     st["seconds"]["vm_init"] = round(time.time() - t, 2)
+    if vm.note:  # e.g. the blocked RoPE order fell back to the standard one (the same bits)
+        st["notes"].append(vm.note)
     for i, p in enumerate(st["prompts"]):
         rt, rl = st["ref_tokens"][i], st["ref_logits"][i]
         try:

@@ -25,7 +25,8 @@ def main() -> int:
     p.add_argument("--candidates", default="balanced-preload-q1-stage-sa-auto-blocked", help="bench candidate names")
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--ab", default="", help="an extra build define to time against (same config)")
+    p.add_argument("--ab", action="append", default=[], help="an extra build define to time against (same config; "
+                                                             "repeatable: one VM per define)")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     a = p.parse_args()
     from mosaic.plugins import host
@@ -46,8 +47,8 @@ def main() -> int:
             cfg = cands[name]
             kw = dict(weights=weights, max_positions=a.steps + 64)
             vms = {"plain": CudaVM(spec, cfg, gpu, **kw), "traced": CudaVM(spec, cfg, gpu, trace=True, **kw)}
-            if a.ab:
-                vms[a.ab] = CudaVM(spec, cfg, gpu, extra_defines=(a.ab,), **kw)
+            for define in a.ab:
+                vms[define] = CudaVM(spec, cfg, gpu, extra_defines=(define,), **kw)
             prompt = [5, 9, 200, 17]
             toks = {k: v.generate(prompt, 16, logits=False, steps_per_launch=16)[0] for k, v in vms.items()}
             same = all(t == toks["plain"] for t in toks.values())

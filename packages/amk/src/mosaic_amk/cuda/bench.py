@@ -86,6 +86,10 @@ BENCH_DEFAULT = ("default", "rows32-lm", "best-measured", "balanced-preload", "b
                  "balanced-preload-q1-stage-sa-auto-blocked")
 
 
+# the bench name of config.CUDA_DEFAULT
+DEFAULT_NAME = "balanced-preload-q1-stage-sa-auto-blocked"
+
+
 def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     """Every named schedule config measured on the H200 (docs/amk-cuda.md "Performance: where the time goes"):
     ``default`` and two finer splits (rows16-lm, rows32-lm: more tasks than SMs per GEMV stage, the LM head split
@@ -144,9 +148,16 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload-q1-stage-apart", attrs.evolve(stage, attention_placement="apart")),
             ("balanced-preload-q1-stage-sa-apart", attrs.evolve(sa, attention_placement="apart")),
             ("balanced-preload-q1-stage-sa-auto", attrs.evolve(sa, attention_placement="auto")),
-            ("balanced-preload-q1-stage-sa-auto-blocked", CUDA_DEFAULT),
+            (DEFAULT_NAME, CUDA_DEFAULT),
             ("balanced-preload-q1-stage-sa-auto-blocked-smem160k", attrs.evolve(CUDA_DEFAULT, smem_bytes=160 * 1024)),
-            ("balanced-preload-q1-stage-sa-apartqkv-blocked", attrs.evolve(CUDA_DEFAULT, attention_placement="apart_qkv"))]
+            ("balanced-preload-q1-stage-sa-apartqkv-blocked", attrs.evolve(CUDA_DEFAULT, attention_placement="apart_qkv")),
+            # the look-ahead L2 prefetch of the gate/up weights (config.prefetch_ahead), issued by warp 1 while the
+            # task before (or the two tasks before) waits
+            *[(f"{DEFAULT_NAME}-ahead{k}k" + (f"-{n}" if n > 1 else ""),
+               attrs.evolve(CUDA_DEFAULT, prefetch_depth=1, prefetch_mode="side", prefetch_ahead=k * 1024,
+                            prefetch_ahead_tasks=n)) for k, n in ((64, 1), (128, 1), (256, 1), (128, 2))],
+            # CUDA_DEFAULT's synchronisation variants (2 block barriers per task instead of 3)
+            *[(f"{DEFAULT_NAME}-{m}", attrs.evolve(CUDA_DEFAULT, signal_mode=m)) for m in ("merged", "side")]]
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

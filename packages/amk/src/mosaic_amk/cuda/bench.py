@@ -151,12 +151,7 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             (DEFAULT_NAME, CUDA_DEFAULT),
             ("balanced-preload-q1-stage-sa-auto-blocked-smem160k", attrs.evolve(CUDA_DEFAULT, smem_bytes=160 * 1024)),
             ("balanced-preload-q1-stage-sa-apartqkv-blocked", attrs.evolve(CUDA_DEFAULT, attention_placement="apart_qkv")),
-            # the look-ahead L2 prefetch of the gate/up weights (config.prefetch_ahead), issued by warp 1 while the
-            # task before (or the two tasks before) waits
-            *[(f"{DEFAULT_NAME}-ahead{k}k" + (f"-{n}" if n > 1 else ""),
-               attrs.evolve(CUDA_DEFAULT, prefetch_depth=1, prefetch_mode="side", prefetch_ahead=k * 1024,
-                            prefetch_ahead_tasks=n)) for k, n in ((64, 1), (128, 1), (256, 1), (128, 2))],
-            # CUDA_DEFAULT's synchronisation variants (2 block barriers per task instead of 3)
+            # CUDA_DEFAULT's synchronisation variants (2 block barriers per task instead of 3; session6/run1: slower)
             *[(f"{DEFAULT_NAME}-{m}", attrs.evolve(CUDA_DEFAULT, signal_mode=m)) for m in ("merged", "side")]]
 
 

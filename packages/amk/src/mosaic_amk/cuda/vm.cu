@@ -36,9 +36,6 @@
 #ifndef AMK_TRACE
 #define AMK_TRACE 0
 #endif
-#ifndef AMK_SIGNAL_GATE
-#define AMK_SIGNAL_GATE 0
-#endif
 
 namespace cg = cooperative_groups;
 
@@ -328,11 +325,6 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
         if (v0) signal_release(counters + sig);
         else pending = sig;
       }
-#if AMK_SIGNAL_GATE
-      // measurement variant: no warp issues the next task's loads (preload, staging) before the signal's release
-      // fence has completed (does the membar wait for loads other warps issue right after B2?)
-      if (v0) __syncthreads();
-#endif
     }
     if (pending >= 0) signal_release(counters + pending);  // v1: the step's last task
     if (step + 1 < n_steps) {

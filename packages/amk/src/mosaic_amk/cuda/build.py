@@ -132,6 +132,31 @@ def parse_ptxas(log: str, kernel: str = KERNEL) -> dict[str, int]:
     return out
 
 
+def nvcc_version(nvcc: str) -> str:
+    """nvcc's release line (part of every cache key)."""
+    try:
+        version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"could not run nvcc --version: {exc}") from None
+    return next((ln for ln in version.splitlines() if "release" in ln), version.strip()[-80:])
+
+
+def nvcc_cubin(nvcc: str, source: Path, cubin: Path, log_path: Path, flag_list: list[str]) -> None:
+    """Compile ``source`` to ``cubin`` (written under a temporary name, then renamed) and keep nvcc's output
+    (ptxas -v) in ``log_path``; raises BuildError with nvcc's last error line."""
+    cubin.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cubin.with_name(f"{cubin.stem}.{os.getpid()}.cubin")
+    cmd = [nvcc, *flag_list, "-I", str(SOURCE_DIR), "-o", str(tmp), str(source)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"nvcc failed to run: {exc}") from None
+    if proc.returncode != 0:
+        raise BuildError("nvcc failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1][:400], " ".join(cmd))
+    log_path.write_text(proc.stdout + proc.stderr)
+    tmp.replace(cubin)
+
+
 def build(threads: int = 512, *, force: bool = False, defines: tuple[str, ...] = ()) -> VmBuild:
     """Compile (or reuse the cached) cubin of the VM for ``threads`` threads per block; ``defines`` picks a
     micro-kernel variant (``("AMK_GEMV_IMPL=1",)``: the first GEMV body, for A/B timing)."""
@@ -150,28 +175,12 @@ def build(threads: int = 512, *, force: bool = False, defines: tuple[str, ...] =
     if stream and (body2 or preload):
         raise BuildError("AMK_WSTREAM replaces GEMV body 1's loads: it excludes AMK_GEMV_IMPL=2 and AMK_WEIGHT_PRELOAD")
     nvcc = nvcc_path()
-    try:
-        version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildError(f"could not run nvcc --version: {exc}") from None
-    version_line = next((ln for ln in version.splitlines() if "release" in ln), version.strip()[-80:])
-    key = source_key(threads, version_line, defines)
+    key = source_key(threads, nvcc_version(nvcc), defines)
     out_dir = cache_dir() / key[:24]
     cubin, log_path = out_dir / "amk_vm.cubin", out_dir / "ptxas.log"
     cached = cubin.is_file() and log_path.is_file() and not force
     if not cached:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = out_dir / f"amk_vm.{os.getpid()}.cubin"
-        cmd = [nvcc, *flags(threads, defines), "-I", str(SOURCE_DIR), "-o", str(tmp), str(SOURCE_DIR / "vm.cu")]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise BuildError(f"nvcc failed to run: {exc}") from None
-        if proc.returncode != 0:
-            raise BuildError("nvcc failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1][:400],
-                             " ".join(cmd))
-        log_path.write_text(proc.stdout + proc.stderr)
-        tmp.replace(cubin)
+        nvcc_cubin(nvcc, SOURCE_DIR / "vm.cu", cubin, log_path, flags(threads, defines))
     log = log_path.read_text()
     res = parse_ptxas(log)
     return VmBuild(cubin=cubin, ptxas_log=log, threads=threads, key=key, cached=cached, **res)

@@ -63,6 +63,8 @@ def test_bad_arguments_are_refused():
         H.measure(protocols=("nope",))
     with pytest.raises(H.DeviceError, match="stages"):
         H.measure(stages=1)
+    with pytest.raises(H.DeviceError, match="at most 4096 floats"):
+        H.measure(ns=(8192,))
 
 
 @pytest.mark.gpu
@@ -97,3 +99,7 @@ def test_stage_depth_counts_the_longest_counter_chain():
     assert first != int(tasks[last, E.W_SIGNAL])
     with pytest.raises(H.DeviceError, match="cycle"):
         H.stage_depth(attrs.evolve(enc, tasks=tasks))
+
+
+def test_ll_words_match_the_source():
+    assert f"#define HO_LL_WORDS {H.LL_WORDS} " in H.SOURCE.read_text()

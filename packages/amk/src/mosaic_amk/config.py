@@ -58,9 +58,6 @@ WEIGHT_PRELOADS = (0, 2, 6, 8)
 # docs/amk-cuda.md "Weight stream"), WS_PIECE bytes each; 0 = off. Exclusive with weight_preload.
 WEIGHT_STREAMS = (0, 2, 4)
 WS_PIECE = 2048  # bytes per ring slot (microkernels.cuh WS_PIECE)
-# ScheduleConfig.weight_head: KB of shared memory (after the general area) that holds a gate/up task's first rows,
-# bulk-copied by the task before it on its SM while that task waits (docs/amk-cuda.md "Weight head"); 0 = off
-WEIGHT_HEADS = (0, 32, 64, 96, 120)
 
 
 def _fusion(inst, attribute, value) -> None:
@@ -83,11 +80,6 @@ def _int_pos(inst, attribute, value) -> None:
 def _preload(inst, attribute, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value not in WEIGHT_PRELOADS:
         _fail(inst, attribute, value, f"one of {', '.join(map(str, WEIGHT_PRELOADS))}")
-
-
-def _head(inst, attribute, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value not in WEIGHT_HEADS:
-        _fail(inst, attribute, value, f"one of {', '.join(map(str, WEIGHT_HEADS))}")
 
 
 def _stream(inst, attribute, value) -> None:
@@ -149,11 +141,6 @@ class ScheduleConfig:
       slots of ``WS_PIECE`` bytes filled by bulk copies (TMA), the first N issued before the task's wait
       (bit-identical results); a build variant of the VM (``AMK_WSTREAM``) whose ring (``ring_bytes``) comes on top of
       ``smem_bytes``; exclusive with ``weight_preload``.
-    - ``weight_head``: 0 (off) or KB in ``WEIGHT_HEADS``: a gate/up task's first rows (as many whole rows of gate and
-      up as fit) are bulk-copied (TMA) into that much shared memory after the general area by the task before it on
-      its SM, at that task's start (before its wait: the o-projection or the attention, stages that leave HBM mostly
-      idle); the gate/up task reads them from shared memory (bit-identical). A build variant (``AMK_WHEAD_KB``);
-      needs ``prefetch_depth`` 0 (the head's regions use the records' prefetch words) and no ``weight_stream``.
     - ``gemv_pingpong``: a build variant of the GEMV row loop (``AMK_GEMV_PP``): a lane's weight chunks in two groups
       of 4 double-buffered in the registers of one burst of 8 (loads in flight while a group is added), the same
       order of additions as the bursts of 8 (bit-identical).
@@ -195,7 +182,6 @@ class ScheduleConfig:
     prefetch_mode: str = attrs.field(default="inline", validator=one_of(*PREFETCH_MODES))
     weight_preload: int = attrs.field(default=0, validator=_preload)
     weight_stream: int = attrs.field(default=0, validator=_stream)
-    weight_head: int = attrs.field(default=0, validator=_head)
     gemv_pingpong: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     attention_stage: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     rope_order: str = attrs.field(default="standard", validator=one_of(*ROPE_ORDERS))
@@ -209,12 +195,6 @@ class ScheduleConfig:
     def _stream_alone(self, attribute, value):
         if value and self.weight_preload:
             _fail(self, attribute, value, "0 when weight_preload is set (the stream issues the first loads itself)")
-
-    @weight_head.validator
-    def _head_alone(self, attribute, value):
-        if value and (self.weight_stream or self.prefetch_depth):
-            _fail(self, attribute, value, "0 with weight_stream or prefetch_depth set (the head uses the region after "
-                                          "the general area and the records' prefetch words)")
 
     @prefetch_depth.validator
     def _depth(self, attribute, value):
@@ -252,7 +232,7 @@ class ScheduleConfig:
             problems.append(f"smem_bytes={self.smem_bytes} + reserved {gpu.smem_reserved_per_block} > {gpu.name} "
                             f"smem_per_sm {gpu.smem_per_sm}")
         if self.ring_bytes() and self.smem_bytes + self.ring_bytes() > gpu.smem_per_block:
-            problems.append(f"smem_bytes={self.smem_bytes} + weight_stream ring / weight head {self.ring_bytes()} > {gpu.name} "
+            problems.append(f"smem_bytes={self.smem_bytes} + weight_stream ring {self.ring_bytes()} > {gpu.name} "
                             f"smem_per_block {gpu.smem_per_block}")
         need = self.prefetch_depth * self.prefetch_tile_bytes
         if need > self.smem_bytes:
@@ -260,9 +240,8 @@ class ScheduleConfig:
         return problems
 
     def ring_bytes(self) -> int:
-        """Shared memory after the general area: the weight stream's ring (every warp's slots) or the weight head
-        (0 without either; they exclude each other)."""
-        return self.threads_per_block // 32 * self.weight_stream * WS_PIECE + self.weight_head * 1024
+        """Shared memory of the weight stream's ring (0 without it): every warp's slots."""
+        return self.threads_per_block // 32 * self.weight_stream * WS_PIECE
 
     def for_gpu(self, gpu: GpuTarget) -> ScheduleConfig:
         problems = self.check(gpu)

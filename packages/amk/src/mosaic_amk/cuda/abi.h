@@ -44,8 +44,6 @@
 #define F_ROPE 16     // gemv_rope_append: RoPE on the rows (input inv_freq); gemv_rope always rotates
 #define F_KV_STAGE 32 // attention: the cache rows before the step's position may be read before the wait (encode.py)
 #define F_ROPE_BLOCK 64 // gemv_rope(_append) with RoPE, attention: q / the K cache in the blocked RoPE order (rope_order.py)
-#define F_HEAD_ISSUE 128 // weight head: at the task's start, bulk-copy its prefetch regions 0, 1 into the head (encode.py)
-#define F_HEAD_USE 256  // weight head: gate/up reads rows [row0, row0 + R) from the head (R from region 0's size)
 
 // op codes (order of encode.OPS)
 #define OP_EMBED 0

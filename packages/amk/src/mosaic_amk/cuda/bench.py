@@ -152,9 +152,7 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload-q1-stage-sa-auto-blocked-smem160k", attrs.evolve(CUDA_DEFAULT, smem_bytes=160 * 1024)),
             ("balanced-preload-q1-stage-sa-apartqkv-blocked", attrs.evolve(CUDA_DEFAULT, attention_placement="apart_qkv")),
             # CUDA_DEFAULT's synchronisation variants (2 block barriers per task instead of 3; session6/run1: slower)
-            *[(f"{DEFAULT_NAME}-{m}", attrs.evolve(CUDA_DEFAULT, signal_mode=m)) for m in ("merged", "side")],
-            # the weight head: a gate/up task's first rows bulk-copied into shared memory by the task before it
-            *[(f"{DEFAULT_NAME}-head{k}k", attrs.evolve(CUDA_DEFAULT, weight_head=k)) for k in (32, 64, 96, 120)]]
+            *[(f"{DEFAULT_NAME}-{m}", attrs.evolve(CUDA_DEFAULT, signal_mode=m)) for m in ("merged", "side")]]
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

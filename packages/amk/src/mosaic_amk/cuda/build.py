@@ -64,7 +64,7 @@ def nvcc_path() -> str:
 # build-time variants of the micro-kernels (``defines``): the GEMV body (microkernels.cuh: AMK_GEMV_IMPL 1 = the
 # first body, the default, 2 = the streaming ring), its loads in flight per lane (AMK_GEMV_DEPTH, 2..16) and the
 # weight preload before a GEMV task's wait (AMK_WEIGHT_PRELOAD, config.WEIGHT_PRELOADS; body 1 only)
-_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD|WSTREAM|WS_PIECE_KB|WS_FENCE|GEMV_PP|ATT_STAGE|ATT_NB1|TRACE|SHORT_ROWS)=\d{1,2}$|^AMK_WHEAD_KB=\d{1,3}$")
+_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD|WSTREAM|WS_PIECE_KB|WS_FENCE|GEMV_PP|ATT_STAGE|ATT_NB1|TRACE|SHORT_ROWS)=\d{1,2}$")
 
 
 def preload_defines(weight_preload: int) -> tuple[str, ...]:
@@ -73,26 +73,24 @@ def preload_defines(weight_preload: int) -> tuple[str, ...]:
 
 
 def ring_bytes(threads: int, defines: tuple[str, ...]) -> int:
-    """The weight stream's ring of a build (AMK_WSTREAM=N: N slots of WS_PIECE bytes per warp) or its weight head
-    (AMK_WHEAD_KB=N: N KB); 0 without either: the shared memory a Launcher adds after its smem_bytes area."""
+    """The weight stream's ring of a build (AMK_WSTREAM=N: N slots of WS_PIECE bytes per warp; 0 without it): the
+    shared memory a Launcher adds after its smem_bytes area."""
     from mosaic_amk.config import WS_PIECE
 
     def value(name: str, default: int) -> int:
         got = [int(d.split("=", 1)[1]) for d in defines if str(d).startswith(name + "=")]
         return got[-1] if got else default
 
-    return (threads // 32 * value("AMK_WSTREAM", 0) * value("AMK_WS_PIECE_KB", WS_PIECE // 1024) * 1024
-            + value("AMK_WHEAD_KB", 0) * 1024)
+    return threads // 32 * value("AMK_WSTREAM", 0) * value("AMK_WS_PIECE_KB", WS_PIECE // 1024) * 1024
 
 
 def config_defines(config) -> tuple[str, ...]:
-    """The build defines of a ScheduleConfig's build variants: weight_preload, weight_stream, gemv_pingpong,
-    attention_stage and weight_head (none: the default build)."""
+    """The build defines of a ScheduleConfig's build variants: weight_preload, weight_stream, gemv_pingpong and
+    attention_stage (none: the default build)."""
     stream = (f"AMK_WSTREAM={int(config.weight_stream)}",) if config.weight_stream else ()
     pingpong = ("AMK_GEMV_PP=1",) if config.gemv_pingpong else ()
     stage = ("AMK_ATT_STAGE=1",) if config.attention_stage else ()
-    head = (f"AMK_WHEAD_KB={int(config.weight_head)}",) if config.weight_head else ()
-    return preload_defines(config.weight_preload) + stream + pingpong + stage + head
+    return preload_defines(config.weight_preload) + stream + pingpong + stage
 
 
 def flags(threads: int, defines: tuple[str, ...] = ()) -> list[str]:

@@ -43,7 +43,6 @@ W_IN, W_OUT, W_WAIT = 8, 16, 20
 W_NH, W_NKV, W_HD, W_WINDOW, W_PAGE, W_EPS, W_SCALE, W_ASCALE, W_POS = range(36, 45)
 W_PART, W_PF, W_ID = 45, 48, 60
 F_BIAS, F_RESID, F_RUNTIME_POS, F_NORM, F_ROPE, F_KV_STAGE, F_ROPE_BLOCK = 1, 2, 4, 8, 16, 32, 64
-F_HEAD_ISSUE, F_HEAD_USE = 128, 256  # the weight head (encode's weight_head; abi.h)
 DT_F32, DT_BF16, DT_I32 = 0, 1, 2
 DTYPE_NAMES = {DT_F32: "f32", DT_BF16: "bf16", DT_I32: "i32"}
 ITEMSIZE = {DT_F32: 4, DT_BF16: 2, DT_I32: 4}
@@ -83,10 +82,6 @@ F32_WEIGHT_ROLES = {(op, "inv_freq") for op in ROPE_OPS}
 # ops that stream rows [row_start, row_end) of their weights (prefetch regions are those rows; a norm weight
 # ``nw`` is read whole)
 ROW_WEIGHT_OPS = ("gemv", "gemv_silu_mul", "rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append")
-# the weight head (encode's ``weight_head``): tasks of these ops read their first rows from shared memory, copied there
-# by the task before them on their SM. The MLP's gate/up is a layer's largest stage, and the tasks before it (the
-# o-projection, the attention) wait on latency-bound stages while HBM is mostly idle.
-HEAD_OPS = ("rmsnorm_gemv_silu_mul", "gemv_silu_mul")
 
 
 class EncodeError(BadInput):
@@ -384,44 +379,11 @@ def _prefetch_regions(t: Task, roles: dict[str, tuple[int, DeviceBuffer]], max_b
     return [(bid, lo, n) for _, bid, lo, n in regions]
 
 
-def _heads(schedule: Schedule, table: np.ndarray, queues: list[list[int]], bufs: list[DeviceBuffer],
-           head_bytes: int) -> None:
-    """The weight head: for each ``HEAD_OPS`` task T whose SM runs another task P right before it (P not itself a
-    head user), the first R rows of T's gate and up weights (R = as many as fit ``head_bytes`` for both, at most T's
-    rows) become P's regions 0 and 1, flagged F_HEAD_ISSUE: the VM bulk-copies them into the head (gate, then up) at
-    P's start. T gets F_HEAD_USE and region 0 = its gate rows (the VM derives R from the size). Every other
-    task's prefetch words are cleared: the VM runs the head with prefetch_depth 0 and reads no other region."""
-    table[:, W_PF:W_PF + 3 * MAX_PF] = -1
-    for q in queues:
-        for j in range(1, len(q)):
-            ti, pi = q[j], q[j - 1]
-            t = schedule.tasks[ti]
-            if t.op not in HEAD_OPS or schedule.tasks[pi].op in HEAD_OPS:
-                continue
-            rec = table[ti]
-            k = 2 if t.op == "rmsnorm_gemv_silu_mul" else 1  # w_gate, w_up follow x (and nw)
-            g, u = int(rec[W_IN + k]), int(rec[W_IN + k + 1])
-            r0, r1 = int(rec[W_ROW0]), int(rec[W_ROW1])
-            row_bytes = bufs[g].row * ITEMSIZE[bufs[g].dtype]
-            rows = min(r1 - r0, head_bytes // (2 * row_bytes)) if row_bytes % 16 == 0 else 0
-            if rows < 1:
-                continue
-            lo, n = r0 * row_bytes // 16, rows * row_bytes // 16
-            if lo + n >= 2 ** 31:
-                continue
-            table[pi, W_PF:W_PF + 6] = (g, lo, n, u, lo, n)
-            table[pi, W_FLAGS] |= F_HEAD_ISSUE
-            table[ti, W_PF:W_PF + 3] = (g, lo, n)
-            table[ti, W_FLAGS] |= F_HEAD_USE
-
-
 # ------------------------------------------------------------------------------------------ encode
 
-def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_bytes: int = 0,
-           weight_head: int = 0) -> Encoded:
+def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_bytes: int = 0) -> Encoded:
     """Pack ``schedule`` for the VM (raises EncodeError for anything the ABI cannot run safely).
-    ``prefetch_max_bytes``: L2-prefetch at most this many bytes of each task's weights (0: all of them).
-    ``weight_head`` > 0 (bytes): the weight head (``_heads``); the records' prefetch words then hold its regions."""
+    ``prefetch_max_bytes``: L2-prefetch at most this many bytes of each task's weights (0: all of them)."""
     if not isinstance(schedule, Schedule):
         raise EncodeError(f"expected a Schedule, got {type(schedule).__name__}")
     if schedule.num_sms < 1:
@@ -553,8 +515,6 @@ def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_by
     queues: list[list[int]] = [[] for _ in range(schedule.num_sms)]
     for i, t in enumerate(schedule.tasks):
         queues[t.sm].append(i)
-    if weight_head:
-        _heads(schedule, table, queues, bufs, weight_head)
     offsets = np.zeros(schedule.num_sms + 1, np.int32)
     offsets[1:] = np.cumsum([len(q) for q in queues])
     queue = np.array([i for q in queues for i in q] or [0], np.int32)
@@ -650,7 +610,7 @@ def expected_abi() -> Mapping[str, int]:
          "W_WINDOW": W_WINDOW, "W_PAGE": W_PAGE, "W_EPS": W_EPS, "W_SCALE": W_SCALE, "W_ASCALE": W_ASCALE,
          "W_POS": W_POS, "W_PART": W_PART, "W_PF": W_PF, "W_ID": W_ID, "F_BIAS": F_BIAS, "F_RESID": F_RESID,
          "F_RUNTIME_POS": F_RUNTIME_POS, "F_NORM": F_NORM, "F_ROPE": F_ROPE, "F_KV_STAGE": F_KV_STAGE,
-         "F_ROPE_BLOCK": F_ROPE_BLOCK, "F_HEAD_ISSUE": F_HEAD_ISSUE, "F_HEAD_USE": F_HEAD_USE, "DT_F32": DT_F32, "DT_BF16": DT_BF16, "DT_I32": DT_I32,
+         "F_ROPE_BLOCK": F_ROPE_BLOCK, "DT_F32": DT_F32, "DT_BF16": DT_BF16, "DT_I32": DT_I32,
          "B_DTYPE": B_DTYPE, "B_KIND": B_KIND, "B_RANK": B_RANK, "B_D0": B_D0, "B_ROW": B_ROW,
          "AMK_NUM_OPS": len(OPS)}
     d.update({f"OP_{name.upper()}": code for name, code in OP_CODE.items()})

@@ -51,19 +51,6 @@
 #ifndef AMK_WS_FENCE
 #define AMK_WS_FENCE 1
 #endif
-// Weight head (build.py defines=("AMK_WHEAD_KB=N",), ScheduleConfig.weight_head; 0 = off, the default build): N KB of
-// shared memory after the general area. The encoder flags the task right before a gate/up task on its SM
-// (F_HEAD_ISSUE; its prefetch regions 0 and 1 = the gate/up task's first R rows of gate and of up); at that task's
-// start, before its wait, thread 0 bulk-copies both into the head (one mbarrier). The gate/up task (F_HEAD_USE) waits
-// on the mbarrier after its x staging and reads rows [row0, row0 + R) from the head in row_dot2's order (bit-identical
-// sums), the rest from global memory without the preload. Weights are immutable during a launch: the preload's
-// argument for reading them before the acquire. Off in probe launches (skip_ops != 0).
-#ifndef AMK_WHEAD_KB
-#define AMK_WHEAD_KB 0
-#endif
-#if AMK_WHEAD_KB > 0 && AMK_WSTREAM > 0
-#error "AMK_WHEAD_KB and AMK_WSTREAM are exclusive (both use the region after the general area)"
-#endif
 #define WS_PIECE (AMK_WS_PIECE_KB * 1024)
 #define WS_CHUNKS (WS_PIECE / 16)
 #if AMK_WSTREAM > 0
@@ -474,74 +461,18 @@ __device__ __forceinline__ float2 pre_dot2(const Ctx& c, const float* xs, int K)
 }
 #endif
 
-__device__ __forceinline__ bool mbar_try(unsigned bar, unsigned parity) {
-  unsigned ok;
-  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-               : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-  return ok != 0;
-}
-
-#if AMK_WHEAD_KB > 0
-// the weight head's state, in static shared memory (no register of the task loop holds it): its mbarrier; the parity
-// of its next completion (flipped by thread 0 after the tail barrier of the task that consumed it); 0 in probe
-// launches (skip_ops != 0: no head is issued or read); a head issued and not yet consumed (thread 0 only)
-__shared__ __align__(8) unsigned long long amk_head_bar;
-__shared__ unsigned amk_head_phase;
-__shared__ int amk_head_on;
-__shared__ int amk_head_pend;
-__shared__ int amk_head_use;  // the current task reads the head (thread 0 sets it before B1, everyone reads it after)
-__device__ __forceinline__ unsigned head_bar() { return smem_addr(&amk_head_bar); }
-// the head follows the general area (smem_floats floats); the launcher asked for its bytes (ring_bytes)
-__device__ __forceinline__ unsigned head_addr(const Ctx& c) { return smem_addr(c.smem) + 4u * (unsigned)c.smem_floats; }
-// thread 0, at the start of a task flagged F_HEAD_ISSUE (before its wait): regions 0 and 1 of its record (the next
-// gate/up task's first rows of gate and of up) into the head, gate then up, one mbarrier phase for both. The head's
-// last reader (the previous gate/up task) finished before this task's record was reached (its tail barrier); the
-// proxy fence orders those generic reads before the async-proxy writes.
-__device__ __forceinline__ void head_issue(const Ctx& c, const int* t) {
-  const unsigned ga = (unsigned)t[W_PF + 2] * 16u, ub = (unsigned)t[W_PF + 5] * 16u;
-  const char* g = (const char*)buf(c, t[W_PF + 0]) + (size_t)t[W_PF + 1] * 16;
-  const char* u = (const char*)buf(c, t[W_PF + 3]) + (size_t)t[W_PF + 4] * 16;
-  const unsigned h = head_addr(c), bar = head_bar();
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(ga + ub) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               :: "r"(h), "l"(g), "r"(ga), "r"(bar) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               :: "r"(h + ga), "l"(u), "r"(ub), "r"(bar) : "memory");
-  amk_head_pend = 1;
-}
-// every thread: until the head's current phase completed (its bytes landed)
-__device__ __forceinline__ void head_wait() {
-  while (!mbar_try(head_bar(), amk_head_phase & 1u)) {
-  }
-}
-// row_dot2 of two rows in shared memory (shared-window addresses): the same chunks in the same order, from 0
-__device__ __forceinline__ float2 row_dot2_s(unsigned a, unsigned b, const float* xs, int K) {
-  const int lane = tid_v() & 31;
-  const int nch = K >> 3;
-  float sa = 0.f, sb = 0.f;
-  int ch = lane;
-  for (; ch + 32 * 3 < nch; ch += 32 * 4) {
-    uint4 wa[4], wb[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) { wa[u] = lds16(a + 16u * (ch + 32 * u)); wb[u] = lds16(b + 16u * (ch + 32 * u)); }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      sa += dot8x(wa[u], xs, ch + 32 * u, K);
-      sb += dot8x(wb[u], xs, ch + 32 * u, K);
-    }
-  }
-  for (; ch < nch; ch += 32) { sa += dot8x(lds16(a + 16u * ch), xs, ch, K); sb += dot8x(lds16(b + 16u * ch), xs, ch, K); }
-  return make_float2(warp_sum(sa), warp_sum(sb));
-}
-#endif
-
 #if AMK_WSTREAM > 0
 __device__ __forceinline__ unsigned ws_slot(const Ctx& c, int warp, int s) {
   return c.ring + (unsigned)((warp * AMK_WSTREAM + s) * WS_PIECE);
 }
 __device__ __forceinline__ unsigned ws_bar(const Ctx& c, int warp, int s) {
   return c.bars + (unsigned)((warp * AMK_WSTREAM + s) * 8);
+}
+__device__ __forceinline__ bool mbar_try(unsigned bar, unsigned parity) {
+  unsigned ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+               : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+  return ok != 0;
 }
 // every lane: until piece q's slot holds it (the slot's phase of parity bit s completed); returns the new phase bits
 __device__ __forceinline__ unsigned ws_wait(const Ctx& c, int warp, int q, unsigned phase) {
@@ -922,13 +853,9 @@ __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const _
 template <class StageX>
 __device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const __nv_bfloat16* Wg,
                                           const __nv_bfloat16* Wu, int K, int r0, int r1, const __nv_bfloat16* bg,
-                                          const __nv_bfloat16* bu, float* y, int ring_off, int hrows,
-                                          StageX stage_x) {
+                                          const __nv_bfloat16* bu, float* y, int ring_off, StageX stage_x) {
   const int warp = tid_v() >> 5, lane = tid_v() & 31;
   const bool hf = c.mode == MODE_HF_BF16;
-#if AMK_WHEAD_KB == 0
-  (void)hrows;
-#endif
 #if AMK_GEMV_IMPL == 2
   RowOperand og, ou;
   auto fetch = [&](int k0) {
@@ -950,10 +877,6 @@ __device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const _
   (void)ring_off;
 #endif
   stage_x();
-#if AMK_WHEAD_KB > 0
-  // rows [r0, r0 + hrows) of gate and up are in the head (head_issue's layout); the preload skipped such a task
-  if (hrows > 0) head_wait();
-#endif
 #if AMK_WSTREAM > 0
   ws_rows<2>(c, xs, K, r0, r1, [&](int r, const float* s) {
     if (lane == 0) {
@@ -964,33 +887,14 @@ __device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const _
   });
   return;
 #endif
-#if AMK_WEIGHT_PRELOAD > 0 && AMK_WHEAD_KB > 0
-  // the preloaded chunks' sums before the loop, so no preload register lives through a row read from the head
-  // (hrows > 0: the preload was skipped, and no row of this task uses them)
-  const float2 pre = hrows == 0 && r0 + warp < r1 ? pre_dot2(c, xs, K) : make_float2(0.f, 0.f);
-#endif
   for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
-    float2 gu;
-#if AMK_WHEAD_KB > 0
-    if (r < r0 + hrows) {
-      const unsigned a = head_addr(c) + (unsigned)(r - r0) * 2u * (unsigned)K;  // gate row; up: hrows rows on
-      gu = row_dot2_s(a, a + (unsigned)hrows * 2u * (unsigned)K, xs, K);
-    } else {
-#else
-    {
-#endif
-#if AMK_WEIGHT_PRELOAD > 0 && AMK_WHEAD_KB > 0
-    const bool first = r == r0 + warp && hrows == 0;
-    gu = row_dot2(Wg + (size_t)r * K, Wu + (size_t)r * K, xs, K, first ? pre : make_float2(0.f, 0.f),
-                  first ? 16 * PRE_N : 0);
-#elif AMK_WEIGHT_PRELOAD > 0
+#if AMK_WEIGHT_PRELOAD > 0
     const bool first = r == r0 + warp;  // as in gemv_rows: PRE_N / 2 chunks of each of gate and up preloaded
-    gu = row_dot2(Wg + (size_t)r * K, Wu + (size_t)r * K, xs, K,
-                  first ? pre_dot2(c, xs, K) : make_float2(0.f, 0.f), first ? 16 * PRE_N : 0);
+    float2 gu = row_dot2(Wg + (size_t)r * K, Wu + (size_t)r * K, xs, K,
+                         first ? pre_dot2(c, xs, K) : make_float2(0.f, 0.f), first ? 16 * PRE_N : 0);
 #else
-    gu = row_dot2(Wg + (size_t)r * K, Wu + (size_t)r * K, xs, K);
+    float2 gu = row_dot2(Wg + (size_t)r * K, Wu + (size_t)r * K, xs, K);
 #endif
-    }
     if (lane == 0) {
       float g = bg ? gu.x + ld_bf16(bg + r) : gu.x;
       float u = bu ? gu.y + ld_bf16(bu + r) : gu.y;
@@ -1082,17 +986,6 @@ __device__ void mk_gemv(const Ctx& c, const int* t, bool norm) {
 // gemv_silu_mul:         y[r] = silu(w_gate[r] @ x + b_gate[r]) * (w_up[r] @ x + b_up[r]); inputs x, w_gate, w_up,
 //                        [b_gate, b_up]
 // rmsnorm_gemv_silu_mul: the same with x = rmsnorm(x, nw, eps); inputs x, nw, w_gate, w_up, [b_gate, b_up]
-// rows of the task in the weight head (F_HEAD_USE: region 0 holds R rows of K bf16), else 0
-__device__ __forceinline__ int head_rows(const Ctx& c, const int* t, int K) {
-#if AMK_WHEAD_KB > 0
-  (void)c;
-  return amk_head_on && (t[W_FLAGS] & F_HEAD_USE) ? (int)((unsigned)t[W_PF + 2] * 16u / (2u * (unsigned)K)) : 0;
-#else
-  (void)c; (void)t; (void)K;
-  return 0;
-#endif
-}
-
 __device__ void mk_gemv_silu_mul(const Ctx& c, const int* t, bool norm) {
   const int k = norm ? 2 : 1;
   const int xb = t[W_IN + 0], nb = norm ? t[W_IN + 1] : -1, gb = t[W_IN + k], ub = t[W_IN + k + 1], yb = t[W_OUT + 0];
@@ -1103,7 +996,7 @@ __device__ void mk_gemv_silu_mul(const Ctx& c, const int* t, bool norm) {
   silu_rows(c, xs, (const __nv_bfloat16*)buf(c, gb), (const __nv_bfloat16*)buf(c, ub), K, t[W_ROW0], t[W_ROW1],
             has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 2]) : nullptr,
             has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 3]) : nullptr, (float*)buf(c, yb), (K + 3) & ~3,
-            head_rows(c, t, K), [&] { x_into(c, t, xs, xb, nb, K, K); });
+            [&] { x_into(c, t, xs, xb, nb, K, K); });
 }
 
 // ---------------------------------------------------------------------------- silu_mul / add

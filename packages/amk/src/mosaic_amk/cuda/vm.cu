@@ -221,8 +221,7 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
   __shared__ const int* prod_s;  // the producer counts (global, or their shared copy): read by thread 0 per wait
   if (threadIdx.x == 0) prod_s = producers;
   if (table_buffers > 0) {
-    unsigned long long* sp = (unsigned long long*)((char*)dyn_smem + smem_bytes + AMK_WARPS * AMK_WSTREAM * WS_PIECE +
-                                                   AMK_WHEAD_KB * 1024);
+    unsigned long long* sp = (unsigned long long*)((char*)dyn_smem + smem_bytes + AMK_WARPS * AMK_WSTREAM * WS_PIECE);
     int* sm = (int*)(sp + table_buffers);
     int* spr = sm + table_buffers * AMK_BUF_META;
     for (int i = threadIdx.x; i < table_buffers; i += AMK_THREADS) sp[i] = bptr[i];
@@ -232,17 +231,6 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
     c.bptr = sp; c.bmeta = sm;
   }
   __syncthreads();
-#if AMK_WHEAD_KB > 0
-  // the weight head follows the general area (smem_bytes); the launcher asked for smem_bytes + its bytes (ring_bytes)
-  if (threadIdx.x == 0) {
-    amk_head_phase = 0u;
-    amk_head_on = skip_ops == 0;
-    amk_head_pend = 0;
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(head_bar()) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-#endif
 #if AMK_WSTREAM > 0
   // the ring follows the general area (smem_bytes); the launcher asked for smem_bytes + the ring's bytes
   c.ws = ws_state; c.bars = smem_addr(ws_bars); c.ring = smem_addr(dyn_smem) + (unsigned)smem_bytes;
@@ -285,22 +273,10 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
 #if AMK_ATT_STAGE
       att_stage(c, ts, !((skip_ops >> ts[W_OP]) & 1));  // an attention task's earlier K / V rows, before the wait
 #endif
-#if AMK_WHEAD_KB > 0
-      // the next gate/up task's first rows into the head, while this task waits (thread 0 issues the bulk copies)
-      if (threadIdx.x == 0) {
-        if (amk_head_on && (ts[W_FLAGS] & F_HEAD_ISSUE)) head_issue(c, ts);
-        amk_head_use = amk_head_on && (ts[W_FLAGS] & F_HEAD_USE);
-      }
-#endif
 #if AMK_WEIGHT_PRELOAD > 0
       // the GEMV's first weight chunks, before anything that stalls (the pending signal's membar, the L2 prefetch
-      // descriptors, the wait): the record is readable here (stored before B1 of task q - 1, or before B0); a task
-      // whose first rows are in the weight head preloads nothing
-#if AMK_WHEAD_KB > 0
-      preload_weights(c, ts, !((skip_ops >> ts[W_OP]) & 1) && !(amk_head_on && (ts[W_FLAGS] & F_HEAD_USE)));
-#else
+      // descriptors, the wait): the record is readable here (stored before B1 of task q - 1, or before B0)
       preload_weights(c, ts, !((skip_ops >> ts[W_OP]) & 1));
-#endif
 #elif AMK_WSTREAM > 0
       // the same place for the weight stream: each warp's first pieces of this task in flight before the wait
       ws_begin(c, ts, !((skip_ops >> ts[W_OP]) & 1));
@@ -339,9 +315,6 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
       if (!mine) { ok = false; break; }
       const int op = ts[W_OP];
       if (!((skip_ops >> op) & 1)) dispatch(c, ts, op);
-#if AMK_WHEAD_KB > 0
-      if (amk_head_use) head_wait();  // the head's bytes landed (the micro-kernel waited, unless it returned early)
-#endif
       const int sig = ts[W_SIGNAL];
       last = ts[W_ID];
       __syncthreads();  // B2: every thread's output stores precede the signal (v1: nobody reads task_s[slot] again)
@@ -352,12 +325,6 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
         if (v0) signal_release(counters + sig);
         else pending = sig;
       }
-#if AMK_WHEAD_KB > 0
-      if (threadIdx.x == 0 && amk_head_use) {  // every thread's head_wait read the phase before B2
-        amk_head_phase ^= 1u;
-        amk_head_pend = 0;
-      }
-#endif
     }
     if (pending >= 0) signal_release(counters + pending);  // v1: the step's last task
     if (step + 1 < n_steps) {
@@ -371,9 +338,6 @@ amk_vm(const int* __restrict__ tasks, const int* __restrict__ qoff, const int* _
 #endif
 #if AMK_ATT_STAGE
   cp_async_wait_all();  // an aborted attention task's staged rows: no copy outlives the launch
-#endif
-#if AMK_WHEAD_KB > 0
-  if (threadIdx.x == 0 && amk_head_pend) head_wait();  // a head whose gate/up never ran (an abort): no copy outlives it
 #endif
   if (threadIdx.x == 0) {
     if (aborted_before) {

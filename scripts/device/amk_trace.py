@@ -27,6 +27,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ab", action="append", default=[], help="an extra build define to time against (same config; "
                                                              "repeatable: one VM per define)")
+    p.add_argument("--defines", default="", help="extra build defines for every VM of the run (comma-separated)")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     a = p.parse_args()
     from mosaic.plugins import host
@@ -45,10 +46,12 @@ def main() -> int:
         out = report["shapes"][shape] = {}
         for name in [c for c in a.candidates.split(",") if c]:
             cfg = cands[name]
+            extra = tuple(d for d in a.defines.split(",") if d)
             kw = dict(weights=weights, max_positions=a.steps + 64)
-            vms = {"plain": CudaVM(spec, cfg, gpu, **kw), "traced": CudaVM(spec, cfg, gpu, trace=True, **kw)}
+            vms = {"plain": CudaVM(spec, cfg, gpu, extra_defines=extra, **kw),
+                   "traced": CudaVM(spec, cfg, gpu, trace=True, extra_defines=extra, **kw)}
             for define in a.ab:
-                vms[define] = CudaVM(spec, cfg, gpu, extra_defines=(define,), **kw)
+                vms[define] = CudaVM(spec, cfg, gpu, extra_defines=extra + (define,), **kw)
             prompt = [5, 9, 200, 17]
             toks = {k: v.generate(prompt, 16, logits=False, steps_per_launch=16)[0] for k, v in vms.items()}
             same = all(t == toks["plain"] for t in toks.values())

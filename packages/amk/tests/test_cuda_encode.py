@@ -378,3 +378,58 @@ def test_prefetch_max_bytes_caps_each_task_region():
             assert (cbid, clo) == (bid, lo) and ccnt == min(cnt, 1024 // n // 16)
             seen += cnt > ccnt
     assert seen > 0  # some region was really cut
+
+
+def _pf(enc, i):
+    return [tuple(int(v) for v in enc.tasks[i, E.W_PF + 3 * k: E.W_PF + 3 * k + 3])
+            for k in range(E.MAX_PF) if enc.tasks[i, E.W_PF + 3 * k] >= 0]
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_prefetch_ahead_moves_the_gate_up_regions_to_the_tasks_before(tasks):
+    """encode(prefetch_ahead=N, prefetch_ahead_tasks=h): every gate/up task's first N bytes (gate and up, N/2 each,
+    from its first row) are the regions of the h tasks before it in its SM's queue; the gate/up tasks themselves and
+    every other task prefetch nothing; the rest of the encoding is unchanged."""
+    from mosaic_amk.config import CUDA_DEFAULT
+
+    m = tiny_model("llama")
+    s = lower(m, attrs.evolve(CUDA_DEFAULT, kv_max_tokens=64), GPU, 0)
+    ahead = E.encode(s, prefetch_ahead=1024, prefetch_ahead_tasks=tasks)
+    plain = E.encode(s)
+    keep = [w for w in range(E.TASK_WORDS) if not E.W_PF <= w < E.W_PF + 3 * E.MAX_PF]
+    assert np.array_equal(ahead.tasks[:, keep], plain.tasks[:, keep])
+    expect = {}
+    for sm in range(s.num_sms):
+        q = [int(i) for i in ahead.queue[ahead.queue_offsets[sm]:ahead.queue_offsets[sm + 1]]]
+        for j, ti in enumerate(q):
+            if s.tasks[ti].op != "rmsnorm_gemv_silu_mul":
+                continue
+            t = s.tasks[ti]
+            regs = []
+            for role in ("w_gate", "w_up"):
+                bid = [k for k, b in enumerate(ahead.buffers) if b.name == E._role_buffer(t, role)][0]
+                row = ahead.buffers[bid].row * 2
+                regs.append((bid, t.params["row_start"] * row // 16, min(512, (t.params["row_end"] - t.params["row_start"]) * row) // 16))
+            regs.sort()
+            for h in range(1, tasks + 1):
+                if j - h >= 0 and s.tasks[q[j - h]].op != "rmsnorm_gemv_silu_mul":
+                    expect.setdefault(q[j - h], regs)
+    assert expect  # the tiny model has gate/up tasks after other tasks
+    issuers = {s.tasks[i].op for i in expect}
+    assert issuers and "rmsnorm_gemv_silu_mul" not in issuers
+    for i in range(len(s.tasks)):
+        assert sorted(_pf(ahead, i)) == expect.get(i, []), (i, s.tasks[i].op)
+
+
+def test_prefetch_ahead_config_needs_depth_one():
+    from mosaic.errors import BadInput
+    from mosaic_amk.config import CUDA_DEFAULT
+
+    ok = attrs.evolve(CUDA_DEFAULT, prefetch_depth=1, prefetch_ahead=128 * 1024, prefetch_ahead_tasks=2)
+    assert ok.to_json()["prefetch_ahead"] == 128 * 1024
+    for bad in (dict(prefetch_ahead=4096), dict(prefetch_depth=1, prefetch_ahead=100)):
+        with pytest.raises((ValueError, BadInput)):
+            attrs.evolve(CUDA_DEFAULT, **bad)
+    with pytest.raises(E.EncodeError, match="prefetch_ahead_tasks"):
+        E.encode(lower(tiny_model("llama"), ScheduleConfig(kv_max_tokens=64), GPU, 0), prefetch_ahead=256,
+                 prefetch_ahead_tasks=0)

@@ -126,10 +126,6 @@ class ScheduleConfig:
     - ``prefetch_depth`` / ``prefetch_tile_bytes``: weight tiles in flight per block (cp.async stages); the CUDA VM
       L2-prefetches the weights of the next ``prefetch_depth`` tasks of its queue (the current one included), at most
       ``prefetch_max_bytes`` of each task (0: all of its rows; a cap keeps a stage's prefetch inside the L2).
-    - ``prefetch_ahead`` / ``prefetch_ahead_tasks``: the look-ahead prefetch (0: off; needs ``prefetch_depth`` 1):
-      the first ``prefetch_ahead`` bytes of each gate/up task's weights (encode.AHEAD_TARGET_OPS) are L2-prefetched
-      by the ``prefetch_ahead_tasks`` tasks before it on its SM (the o-projection, the attention or q/k/v: stages
-      that wait on each other while HBM is mostly idle); no other task prefetches. A hint: the same bits.
     - ``threads_per_block``, ``smem_bytes``: the persistent block's shape.
     - ``wait_mode`` / ``signal_mode`` / ``prefetch_mode``: the CUDA VM's task-loop synchronisation (launch
       flags, not schedule structure): ``acquire`` (ld.acquire.gpu every poll) or ``relaxed`` (ld.relaxed.gpu
@@ -177,8 +173,6 @@ class ScheduleConfig:
     prefetch_depth: int = attrs.field(default=2, validator=non_negative_int)
     prefetch_tile_bytes: int = attrs.field(default=16384, validator=_int_pos)
     prefetch_max_bytes: int = attrs.field(default=0, validator=non_negative_int)
-    prefetch_ahead: int = attrs.field(default=0, validator=non_negative_int)
-    prefetch_ahead_tasks: int = attrs.field(default=1, validator=_int_pos)
     threads_per_block: int = attrs.field(default=512, validator=_warp_multiple)
     smem_bytes: int = attrs.field(default=96 * 1024, validator=_int_pos)
     kv_page_tokens: int = attrs.field(default=16, validator=_pow2)
@@ -206,14 +200,6 @@ class ScheduleConfig:
     def _depth(self, attribute, value):
         if value > 8:
             _fail(self, attribute, value, "<= 8")
-
-    @prefetch_ahead.validator
-    def _ahead(self, attribute, value):
-        if value and self.prefetch_depth != 1:
-            _fail(self, attribute, value, "0 unless prefetch_depth is 1 (each task prefetches its own record's "
-                                          "regions, which the look-ahead fills with the next gate/up task's)")
-        if value % 16:
-            _fail(self, attribute, value, "a multiple of 16 bytes")
 
     @attention_q_heads_per_task.validator
     def _q_heads(self, attribute, value):

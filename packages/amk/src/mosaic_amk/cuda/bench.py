@@ -152,11 +152,7 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
             ("balanced-preload-q1-stage-sa-auto-blocked-smem160k", attrs.evolve(CUDA_DEFAULT, smem_bytes=160 * 1024)),
             ("balanced-preload-q1-stage-sa-apartqkv-blocked", attrs.evolve(CUDA_DEFAULT, attention_placement="apart_qkv")),
             # CUDA_DEFAULT's synchronisation variants (2 block barriers per task instead of 3; session6/run1: slower)
-            *[(f"{DEFAULT_NAME}-{m}", attrs.evolve(CUDA_DEFAULT, signal_mode=m)) for m in ("merged", "side")],
-            # the look-ahead L2 prefetch of the gate/up weights (config.prefetch_ahead), issued by warp 1 while the
-            # task before it waits (session6/run1: slower with the default L2 policy)
-            *[(f"{DEFAULT_NAME}-ahead{k}k", attrs.evolve(CUDA_DEFAULT, prefetch_depth=1, prefetch_mode="side",
-                                                        prefetch_ahead=k * 1024)) for k in (128, 256, 512)]]
+            *[(f"{DEFAULT_NAME}-{m}", attrs.evolve(CUDA_DEFAULT, signal_mode=m)) for m in ("merged", "side")]]
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

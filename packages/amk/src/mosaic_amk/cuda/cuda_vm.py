@@ -103,9 +103,7 @@ class CudaVM:
         self.capacity = kv_capacity(self.model, self.config)
         s0 = lower(self.model, self.config, self.gpu, 0)
         self.validations[0] = gate(s0, self.unsafe)
-        self.enc = E.encode(s0, prefetch_max_bytes=self.config.prefetch_max_bytes,
-                            prefetch_ahead=self.config.prefetch_ahead,
-                            prefetch_ahead_tasks=self.config.prefetch_ahead_tasks)
+        self.enc = E.encode(s0, prefetch_max_bytes=self.config.prefetch_max_bytes)
         # weight_preload / weight_stream are build variants of the VM (AMK_WEIGHT_PRELOAD, AMK_WSTREAM): 0 builds
         # the default cubin; the stream's ring comes on top of smem_bytes
         defines = config_defines(self.config) + (("AMK_TRACE=1",) if self.trace else ()) + short_rows_defines(self.model)

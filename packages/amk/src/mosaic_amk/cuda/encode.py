@@ -82,10 +82,6 @@ F32_WEIGHT_ROLES = {(op, "inv_freq") for op in ROPE_OPS}
 # ops that stream rows [row_start, row_end) of their weights (prefetch regions are those rows; a norm weight
 # ``nw`` is read whole)
 ROW_WEIGHT_OPS = ("gemv", "gemv_silu_mul", "rmsnorm_gemv", "rmsnorm_gemv_silu_mul", "gemv_rope", "gemv_rope_append")
-# the look-ahead prefetch (encode's ``prefetch_ahead``): tasks of these ops have the first bytes of their weights
-# L2-prefetched by the task(s) before them in their SM's queue. The MLP's gate/up is a layer's largest stage and the
-# tasks before it (q/k/v, attention, o-projection) leave HBM mostly idle while they wait on each other.
-AHEAD_TARGET_OPS = ("rmsnorm_gemv_silu_mul", "gemv_silu_mul")
 
 
 class EncodeError(BadInput):
@@ -358,16 +354,13 @@ def _check_fused_gemv(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[s
             bad(f"rows [{r0}, {r1}) beyond the cache slot (kv_dim {cache.shape[2]})")
 
 
-def _prefetch_regions(t: Task, roles: dict[str, tuple[int, DeviceBuffer]], max_bytes: int = 0,
-                      rows_only: bool = False) -> list[tuple[int, int, int]]:
+def _prefetch_regions(t: Task, roles: dict[str, tuple[int, DeviceBuffer]], max_bytes: int = 0
+                      ) -> list[tuple[int, int, int]]:
     """(buffer id, offset/16, size/16) of the weight bytes this task will read, largest first; with ``max_bytes``
-    the regions are cut to their first ``max_bytes / len(regions)`` bytes each (the rows the task reads first).
-    ``rows_only``: only the streamed rows, not the whole small weights (a norm's) that every task reads."""
+    the regions are cut to their first ``max_bytes / len(regions)`` bytes each (the rows the task reads first)."""
     regions = []
     for role, (bid, b) in roles.items():
         if b.kind != "weight" or b.dtype != DT_BF16 or t.op == "embed":
-            continue
-        if rows_only and (t.op not in ROW_WEIGHT_OPS or role == "nw"):
             continue
         row_bytes = b.row * ITEMSIZE[b.dtype]
         if t.op in ROW_WEIGHT_OPS and role != "nw":
@@ -386,34 +379,11 @@ def _prefetch_regions(t: Task, roles: dict[str, tuple[int, DeviceBuffer]], max_b
     return [(bid, lo, n) for _, bid, lo, n in regions]
 
 
-def _ahead(schedule: Schedule, queues: list[list[int]], regions: dict[int, list[tuple[int, int, int]]],
-           tasks: int) -> dict[int, list[tuple[int, int, int]]]:
-    """The look-ahead prefetch: each ``AHEAD_TARGET_OPS`` task's (already capped) regions move to the ``tasks``
-    tasks before it in its SM's queue, stopping at an earlier target; no other task prefetches. With the VM's
-    ``prefetch_depth`` 1 each issuing task prefetches its record's regions at its start, while it waits."""
-    if tasks < 1:
-        raise EncodeError(f"prefetch_ahead_tasks must be >= 1, got {tasks}")
-    out: dict[int, list[tuple[int, int, int]]] = {}
-    for q in queues:
-        for j, ti in enumerate(q):
-            if schedule.tasks[ti].op not in AHEAD_TARGET_OPS:
-                continue
-            for h in range(1, tasks + 1):
-                if j - h < 0 or schedule.tasks[q[j - h]].op in AHEAD_TARGET_OPS:
-                    break
-                out.setdefault(q[j - h], regions.get(ti, []))
-    return out
-
-
 # ------------------------------------------------------------------------------------------ encode
 
-def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_bytes: int = 0,
-           prefetch_ahead: int = 0, prefetch_ahead_tasks: int = 1) -> Encoded:
+def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_bytes: int = 0) -> Encoded:
     """Pack ``schedule`` for the VM (raises EncodeError for anything the ABI cannot run safely).
-    ``prefetch_max_bytes``: L2-prefetch at most this many bytes of each task's weights (0: all of them).
-    ``prefetch_ahead`` > 0: instead, a task's prefetch regions are the first ``prefetch_ahead`` bytes of the next
-    ``AHEAD_TARGET_OPS`` task of its queue when that task is at most ``prefetch_ahead_tasks`` places later (and no
-    other target lies between); every other task prefetches nothing (see ``_ahead``)."""
+    ``prefetch_max_bytes``: L2-prefetch at most this many bytes of each task's weights (0: all of them)."""
     if not isinstance(schedule, Schedule):
         raise EncodeError(f"expected a Schedule, got {type(schedule).__name__}")
     if schedule.num_sms < 1:
@@ -447,7 +417,6 @@ def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_by
     rope = None
     max_tokens = 0
     seen_ids = set()
-    regions: dict[int, list[tuple[int, int, int]]] = {}  # task index -> its L2 prefetch regions
     for i, t in enumerate(schedule.tasks):
         spec = _ops.SPECS.get(t.op)
         if spec is None:
@@ -537,18 +506,15 @@ def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_by
         if t.op == "attention":
             kc = roles["k_cache"][1]
             max_tokens = max(max_tokens, kc.shape[0] * kc.shape[1])
-        regions[i] = _prefetch_regions(t, roles, prefetch_ahead or prefetch_max_bytes, rows_only=prefetch_ahead > 0)
+        for k, (bid, lo, cnt) in enumerate(_prefetch_regions(t, roles, prefetch_max_bytes)):
+            if lo >= 2 ** 31 or cnt >= 2 ** 31:
+                continue
+            rec[W_PF + 3 * k: W_PF + 3 * k + 3] = (bid, lo, cnt)
         rec[W_ID] = t.id
     _flag_kv_stage(schedule, table, index)
     queues: list[list[int]] = [[] for _ in range(schedule.num_sms)]
     for i, t in enumerate(schedule.tasks):
         queues[t.sm].append(i)
-    if prefetch_ahead:
-        regions = _ahead(schedule, queues, regions, prefetch_ahead_tasks)
-    for i, regs in regions.items():
-        for k, (bid, lo, cnt) in enumerate(regs):
-            if lo < 2 ** 31 and cnt < 2 ** 31:
-                table[i, W_PF + 3 * k: W_PF + 3 * k + 3] = (bid, lo, cnt)
     offsets = np.zeros(schedule.num_sms + 1, np.int32)
     offsets[1:] = np.cumsum([len(q) for q in queues])
     queue = np.array([i for q in queues for i in q] or [0], np.int32)

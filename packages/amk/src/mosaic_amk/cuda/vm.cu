@@ -36,9 +36,6 @@
 #ifndef AMK_TRACE
 #define AMK_TRACE 0
 #endif
-#ifndef AMK_PF_EVICT_LAST
-#define AMK_PF_EVICT_LAST 0  // 1: the L2 prefetches carry an evict_last cache policy (createpolicy)
-#endif
 
 namespace cg = cooperative_groups;
 
@@ -69,13 +66,7 @@ __device__ __forceinline__ unsigned smid() {
 }
 __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#if AMK_PF_EVICT_LAST
-  unsigned long long pol;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" :: "l"(p), "r"(bytes), "l"(pol) : "memory");
-#else
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
-#endif
 #endif
 }
 

@@ -1,6 +1,6 @@
 """Test fixtures of the amk package: ``tiny_checkpoint(family)`` -> a checkpoint directory of a tiny
 random-init model (see mosaic_amk.tiny_models), built once per session per family; ``cuda_device`` skips a GPU test
-on a machine without cupy and a CUDA device; ``gpu_model(kind)`` loads a model for the GPU tests; ``same_generation``
+on a machine without cupy and a CUDA device; ``private_cache`` gives a test module its own build cache; ``gpu_model(kind)`` loads a model for the GPU tests; ``same_generation``
 compares two CudaVMs' generations bit for bit."""
 
 from __future__ import annotations
@@ -22,6 +22,24 @@ def tiny_checkpoint(tmp_path_factory):
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def private_cache(tmp_path_factory):
+    """MOSAIC_CACHE_DIR set to a fresh directory for one test module (its builds compile instead of reusing a cache),
+    restored afterwards; yields the directory."""
+    import os
+
+    old = os.environ.get("MOSAIC_CACHE_DIR")
+    path = tmp_path_factory.mktemp("amk-cache")
+    os.environ["MOSAIC_CACHE_DIR"] = str(path)
+    try:
+        yield path
+    finally:
+        if old is None:
+            os.environ.pop("MOSAIC_CACHE_DIR", None)
+        else:
+            os.environ["MOSAIC_CACHE_DIR"] = old
 
 
 @pytest.fixture

@@ -16,20 +16,8 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 
 
 @pytest.fixture(scope="module")
-def vm_build(tmp_path_factory):
-    import os
-
-    old = os.environ.get("MOSAIC_CACHE_DIR")
-    os.environ["MOSAIC_CACHE_DIR"] = str(tmp_path_factory.mktemp("amk-cuda-cache"))
-    try:
-        first = B.build(512)
-        again = B.build(512)
-        yield first, again
-    finally:
-        if old is None:
-            os.environ.pop("MOSAIC_CACHE_DIR", None)
-        else:
-            os.environ["MOSAIC_CACHE_DIR"] = old
+def vm_build(private_cache):
+    return B.build(512), B.build(512)
 
 
 def test_ptxas_resources(vm_build):

@@ -32,16 +32,8 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.isf
 
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory):
-    old = os.environ.get("MOSAIC_CACHE_DIR")
-    os.environ["MOSAIC_CACHE_DIR"] = str(tmp_path_factory.mktemp("amk-gemv-cache"))
-    try:
-        yield B.build(512), B.build(512, defines=BODY2)
-    finally:
-        if old is None:
-            os.environ.pop("MOSAIC_CACHE_DIR", None)
-        else:
-            os.environ["MOSAIC_CACHE_DIR"] = old
+def builds(private_cache):
+    return B.build(512), B.build(512, defines=BODY2)
 
 
 def test_defines_are_checked_and_keyed():

@@ -16,18 +16,8 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 
 
 @pytest.fixture(scope="module")
-def hb(tmp_path_factory):
-    import os
-
-    old = os.environ.get("MOSAIC_CACHE_DIR")
-    os.environ["MOSAIC_CACHE_DIR"] = str(tmp_path_factory.mktemp("handoff-cache"))
-    try:
-        yield H.build()
-    finally:
-        if old is None:
-            os.environ.pop("MOSAIC_CACHE_DIR", None)
-        else:
-            os.environ["MOSAIC_CACHE_DIR"] = old
+def hb(private_cache):
+    return H.build()
 
 
 def _functions(sass: str) -> dict[str, str]:

@@ -29,17 +29,8 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.isf
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    old = os.environ.get("MOSAIC_CACHE_DIR")
-    path = tmp_path_factory.mktemp("amk-preload-cache")
-    os.environ["MOSAIC_CACHE_DIR"] = str(path)
-    try:
-        yield path
-    finally:
-        if old is None:
-            os.environ.pop("MOSAIC_CACHE_DIR", None)
-        else:
-            os.environ["MOSAIC_CACHE_DIR"] = old
+def cache(private_cache):
+    return private_cache
 
 
 # --------------------------------------------------------------------------------------------- config

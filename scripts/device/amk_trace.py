@@ -2,11 +2,12 @@
 with AMK_TRACE, timed like the bench (64 steps in one launch after 4 warm-up steps) against the same config without
 the trace, then the last step's per-task stamps turned into a stage table (cuda/trace.py: each stage kind's share of
 the step, its critical task's hand-off and body). The traced VM's greedy tokens must equal the plain VM's. ``--ab
-DEFINE``: also time the same config built with that extra define (e.g. AMK_SHORT_ROWS=0), interleaved, its tokens
-gated the same way.
+DEFINE`` (repeatable): also time the same config built with that extra define (e.g. AMK_SHORT_ROWS=0), interleaved,
+its tokens gated the same way. ``--defines A=1,B=2``: build every VM of the run (plain, traced, the --ab ones) with
+those defines.
 
     python3 scripts/device/amk_trace.py [--shapes llama-3.2-1b,smollm2-135m] [--candidates balanced-preload-q1-stage-sa-auto-blocked]
-                                        [--ab AMK_SHORT_ROWS=0]
+                                        [--ab AMK_SHORT_ROWS=0] [--defines AMK_ATT_NB1=0]
     # writes $OUT/amk_trace.json (the tables and every task's stamps)
 """
 

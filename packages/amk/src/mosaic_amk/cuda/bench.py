@@ -81,13 +81,10 @@ class Contender:
                 "samples": [round(s, 4) for s in self.samples], "error": self.error}
 
 
-BENCH_DEFAULT = ("default", "rows32-lm", "best-measured", "balanced-preload", "balanced-preload-q1",
-                 "balanced-preload-q1-stage", "balanced-preload-q1-stage-sa-auto",
-                 "balanced-preload-q1-stage-sa-auto-blocked")
-
-
 # the bench name of config.CUDA_DEFAULT
 DEFAULT_NAME = "balanced-preload-q1-stage-sa-auto-blocked"
+BENCH_DEFAULT = ("default", "rows32-lm", "best-measured", "balanced-preload", "balanced-preload-q1",
+                 "balanced-preload-q1-stage", "balanced-preload-q1-stage-sa-auto", DEFAULT_NAME)
 
 
 def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:

@@ -29,10 +29,19 @@ def main() -> int:
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     a = p.parse_args()
     from mosaic_amk.cuda import handoff as H
+    from mosaic_amk.cuda.build import BuildError
 
-    hb = H.build()
-    print("build:", ", ".join(f"{k} {v['registers']} registers" for k, v in hb.resources.items()))
-    results = H.measure(ns=[int(n) for n in a.ns.split(",") if n], stages=a.stages, launches=a.launches, hb=hb)
+    try:
+        ns = [int(n) for n in a.ns.split(",") if n]
+    except ValueError:
+        p.error(f"--ns must be comma-separated integers, got {a.ns!r}")
+    try:
+        hb = H.build()
+        print("build:", ", ".join(f"{k} {v['registers']} registers" for k, v in hb.resources.items()))
+        results = H.measure(ns=ns, stages=a.stages, launches=a.launches, hb=hb)
+    except (BuildError, H.DeviceError) as exc:
+        print(f"amk_handoff: {exc}", file=sys.stderr)
+        return 2
     print(f"hand-off protocols: {a.stages} dependent stages per launch, median of {a.launches} launches")
     for line in H.format_table(results):
         print(line)

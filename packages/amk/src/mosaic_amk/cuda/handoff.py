@@ -28,8 +28,8 @@ from mosaic_amk.cuda.build import (
 from mosaic_amk.cuda.launcher import DeviceError, _cupy
 
 SOURCE = SOURCE_DIR / "handoff.cu"
-KERNELS = ("handoff_counter", "handoff_ll", "handoff_gridsync")
-PROTOCOLS = {"counter": "handoff_counter", "ll": "handoff_ll", "gridsync": "handoff_gridsync"}
+PROTOCOLS = {"counter": "handoff_counter", "ll": "handoff_ll", "gridsync": "handoff_gridsync"}  # name -> kernel
+KERNELS = tuple(PROTOCOLS.values())
 THREADS = 512
 TIMEOUT_NS = 2_000_000_000
 

@@ -1,10 +1,10 @@
-"""The first live Pallas -> CuTe campaign (H200, 2026-11-30, bf16 GEMM 4096^3; docs/device-runs/2026-11-30/
-issue6-campaign-1) replayed through the knobs proposer, CPU only.
+"""The first live Pallas -> CuTe campaign (H200, 2026-11-30, bf16 GEMM 4096^3; results/2026-11-30/
+campaign-pallas-cute-1) replayed through the knobs proposer, CPU only.
 
 The recorded run spent 6 of 11 steps on a 1-byte static shared-memory difference, tried swizzle=2 twice,
 reverted its accepted persistent=true twice, and never moved the CTA tile (no concept mapped to it). The
 reference's lowering record says its CTA tile is (128, 256); the naive CuTe candidate's is (128, 128).
-Bundles (reference, the naive translation, the final incumbent) are trimmed copies (data/issue6/trim.py).
+Bundles (reference, the naive translation, the final incumbent) are trimmed copies (data/h200-first-campaign/trim.py).
 """
 
 import json
@@ -21,7 +21,7 @@ from mosaic.plugins import host
 from mosaic.proposers import Request
 from mosaic.proposers.knobs import KnobsProposer
 
-DATA = Path(__file__).parent / "data" / "issue6"
+DATA = Path(__file__).parent / "data" / "h200-first-campaign"
 NAIVE, FINAL = "60070b15b65cfb56", "bd67d5c7f402f91e"
 EVENTS = [json.loads(line) for line in (DATA / "journal.jsonl").read_text().splitlines()]
 KNOBS = {e["key"]: e["knobs"] for e in EVENTS if e["event"] == "proposal" and e.get("key")}

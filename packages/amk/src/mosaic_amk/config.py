@@ -38,7 +38,7 @@ ATTENTION_PLACEMENTS = ("round_robin", "apart", "auto", "apart_qkv")
 ROPE_ORDERS = ("standard", "blocked")
 # "auto"'s bound: 16K weights (32 KB of bf16, about 1 us of one H200 SM's share of HBM bandwidth) per o-proj SM. Apart
 # saves about 1.3 us of hand-off per layer and costs the attention SMs' bandwidth. Measured on the H200
-# (docs/device-runs/2026-11-30/session5/run1): SmolLM2-135M (2.7K weights per SM apart) 0.764 -> 0.739 ms/token,
+# (results/2026-11-30/session5/run1): SmolLM2-135M (2.7K weights per SM apart) 0.764 -> 0.739 ms/token,
 # Llama-3.2-1B (42K) 0.959 -> 0.967; apart_qkv there 0.900 -> 0.883 (session5/run9).
 AUTO_APART_MAX_WEIGHTS_PER_SM = 16384
 # how a GEMV's output rows are cut into tasks: "rows" (gemv_rows_per_task rows each, the last one shorter) or

@@ -4,7 +4,7 @@ keeping only what lifting reads: the SASS, the CUPTI launch record, the ptxas lo
 records are dropped; each manifest is written fresh by ``mosaic.bundle.save_bundle`` with the original
 kernel spec, GPU, toolchain and extra keys (``capture``, ``mosaic_run``, ``lowering``).
 
-    .venv/bin/python packages/core/tests/data/issue6/trim.py /tmp/issue6-run1/issue6-campaign
+    .venv/bin/python packages/core/tests/data/h200-first-campaign/trim.py /tmp/campaign-run1/campaign
 """
 
 import json

@@ -49,9 +49,9 @@ def spec(lang: str, shape: dict, knobs: dict | None = None, name: str = ""):
     return KernelSpec(family="gemm", shape=shape, dtype="bf16", language=lang, knobs=knobs or {}, name=name)
 
 
-# -- cuBLAS through torch: mosaic.cublas ---------------------------------------------------------------
-from mosaic.cublas import TorchMatmul  # noqa: E402  (the project is installed before this script runs)
-from mosaic.cublas import runnable_factory as torch_factory  # noqa: E402
+# -- cuBLAS through torch: mosaic.families.gemm ------------------------------------------------------
+from mosaic.families.gemm import TorchMatmul  # noqa: E402  (the project is installed before this script runs)
+from mosaic.families.gemm import runnable_factory as torch_factory  # noqa: E402
 
 # -- children -----------------------------------------------------------------------------------------
 
@@ -92,7 +92,7 @@ def run_decisions(ref, slow, fast, measure_pair, noise_pairs=20, decisions=100, 
 
 
 def child_aa(kernel: str, result: str, runs: int, decisions: int = 100) -> int:
-    from mosaic.capture import make_inputs
+    from mosaic.families import make_inputs
     from mosaic.plugins import host
     from mosaic.timing.device import L2Flush
     from mosaic.timing.timer import make_timer

@@ -11,11 +11,11 @@ from mosaic.capture import (
     capture,
     capture_in_process,
     check_and_time,
-    make_inputs,
     parse_knobs,
     parse_shape,
 )
 from mosaic.errors import BadInput
+from mosaic.families import make_inputs
 from mosaic.oracle.formats import FORMATS
 from mosaic.records import KernelSpec
 

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from mosaic.converge import converged, decide, physical_floor_ns
+from mosaic.converge import converged, decide
+from mosaic.families import physical_floor_ns
 from mosaic.plugins import host
 
 sys.path.insert(0, str(Path(__file__).parent))

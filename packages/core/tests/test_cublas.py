@@ -3,9 +3,9 @@ object with device="cuda"; it ran on the H200 in scripts/device/issue4.sh and is
 
 import numpy as np
 import pytest
-from mosaic.capture import make_inputs
-from mosaic.cublas import TorchMatmul
 from mosaic.errors import MosaicError
+from mosaic.families import make_inputs
+from mosaic.families.gemm import TorchMatmul
 from mosaic.oracle import check
 from mosaic.records import KernelSpec
 

@@ -7,8 +7,9 @@ import json
 
 import numpy as np
 import pytest
-from mosaic.capture import CaptureOptions, check_and_time, make_inputs
+from mosaic.capture import CaptureOptions, check_and_time
 from mosaic.errors import BadInput
+from mosaic.families import make_inputs
 from mosaic.oracle import check
 from mosaic.oracle.cache import ReferenceCache
 from mosaic.oracle.formats import FORMATS

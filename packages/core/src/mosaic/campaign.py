@@ -27,7 +27,6 @@ Every field is validated at construction; an unknown key or a bad value is one e
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,53 +34,11 @@ from typing import Any
 import attrs
 
 from mosaic.errors import BadInput, RecordError
+from mosaic.families import parse_shape
 from mosaic.records import DTYPES, _fail, name_field, one_of, positive
 from mosaic.tomlfile import read_toml
 
-#: dimension names per family, in the order ``--shape AxBxC`` lists them
-FAMILY_DIMS = {
-    "gemm": ("m", "n", "k"),
-    "rmsnorm": ("rows", "cols"),
-    "softmax": ("rows", "cols"),
-    "attention": ("batch", "seq", "heads", "head_dim"),
-}
 PROPOSERS_BUILTIN = ("knobs", "command")
-
-
-def parse_shape(family: str, shape: Any, where: str = "--shape") -> dict[str, int]:
-    """``4096x4096x4096`` (dimension order of the family), ``m=4096,n=4096,k=4096`` or a mapping."""
-    if isinstance(shape, Mapping):
-        out = dict(shape)
-    elif isinstance(shape, str) and "=" in shape:
-        out = {}
-        for part in shape.split(","):
-            name, _, value = part.partition("=")
-            out[name.strip()] = _int(value, where)
-    elif isinstance(shape, str) and re.fullmatch(r"\d+(x\d+)*", shape.strip()):
-        values = [int(v) for v in shape.strip().split("x")]
-        dims = FAMILY_DIMS.get(family)
-        if dims is None:
-            raise BadInput(f"family '{family}' has no default dimension order; write the shape as name=value,...",
-                           where)
-        if len(values) != len(dims):
-            raise BadInput(f"{family} shape needs {len(dims)} dimensions ({'x'.join(dims)}), got {shape!r}", where)
-        out = dict(zip(dims, values, strict=True))
-    else:
-        raise BadInput(f"shape {shape!r} is not AxBxC, name=value,... or a table", where)
-    for k, v in out.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise BadInput(f"shape dimension {k}={v!r} must be a positive integer", where)
-    dims = FAMILY_DIMS.get(family)
-    if dims is not None and set(out) != set(dims):
-        raise BadInput(f"{family} shape needs dimensions {', '.join(dims)}; got {', '.join(sorted(out))}", where)
-    return out
-
-
-def _int(text: str, where: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise BadInput(f"shape value {text!r} is not an integer", where) from None
 
 
 def _knob_map(inst, attribute, value):

@@ -29,10 +29,10 @@ import attrs
 import numpy as np
 
 from mosaic.errors import BadInput, MosaicError
+from mosaic.families import FAMILIES, make_inputs
 from mosaic.records import KernelSpec
 
 STATUSES = ("ok", "lowered", "unbuildable", "numerics-failed", "crashed", "timeout", "failed")
-SHAPE_DIMS = {"gemm": ("m", "n", "k")}
 
 
 @attrs.frozen
@@ -61,6 +61,12 @@ class CaptureResult:
                 "message": self.message, "summary": self.summary}
 
 
+def _shape_dims(family: str) -> tuple[str, ...] | None:
+    """The ``MxNxK``-style order for the families capture can generate inputs for (:mod:`mosaic.families`)."""
+    f = FAMILIES.get(family)
+    return f.dims if f is not None and f.make_inputs is not None else None
+
+
 def parse_shape(family: str, text: str) -> dict[str, int]:
     """``4096x4096x4096`` (in the family's dimension order) or ``m=4096,n=4096,k=4096``."""
     try:
@@ -68,7 +74,7 @@ def parse_shape(family: str, text: str) -> dict[str, int]:
             pairs = [p.split("=", 1) for p in text.split(",") if p]
             shape = {k.strip(): int(v) for k, v in pairs}
         else:
-            dims = SHAPE_DIMS.get(family)
+            dims = _shape_dims(family)
             if dims is None:
                 raise BadInput(f"family '{family}' has no MxNxK shape convention; write dim=value,...", "--shape")
             values = [int(v) for v in text.lower().split("x")]
@@ -77,7 +83,7 @@ def parse_shape(family: str, text: str) -> dict[str, int]:
                                "--shape")
             shape = dict(zip(dims, values, strict=True))
     except ValueError:
-        raise BadInput(f"shape '{text}' is not {'x'.join(SHAPE_DIMS.get(family, ('M', 'N', 'K'))).upper()} "
+        raise BadInput(f"shape '{text}' is not {'x'.join(_shape_dims(family) or ('M', 'N', 'K')).upper()} "
                        "of positive integers", "--shape") from None
     if any(v < 1 for v in shape.values()):
         raise BadInput(f"shape '{text}' has a non-positive dimension", "--shape")
@@ -92,31 +98,6 @@ def parse_knobs(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
         k, v = item.split("=", 1)
         knobs[k.strip()] = v.strip()
     return knobs
-
-
-# -- inputs ---------------------------------------------------------------------------------------
-
-def make_inputs(spec: KernelSpec, seed: int, values: str) -> dict[str, np.ndarray]:
-    """Seeded inputs for a family, as float32 arrays representable in ``spec.dtype``.
-
-    ``normal``: standard normal values rounded to the dtype (a realistic spread of magnitudes).
-    ``int``: integers in [-4, 4], whose products and sums are exact in fp32 for K < 2^20, so the oracle
-    demands a bit-exact result.
-    """
-    from mosaic.oracle.formats import fmt
-
-    if spec.family != "gemm":
-        raise BadInput(f"capture has no input generator for family '{spec.family}' yet", "--family")
-    m, n, k = (spec.shape[d] for d in ("m", "n", "k"))
-    rng = np.random.default_rng(seed)
-    f = fmt(spec.dtype)
-    if values == "int":
-        a = rng.integers(-4, 5, size=(m, k)).astype(np.float32)
-        b = rng.integers(-4, 5, size=(k, n)).astype(np.float32)
-    else:
-        a = f.round(rng.standard_normal((m, k), dtype=np.float32)).astype(np.float32)
-        b = f.round(rng.standard_normal((k, n), dtype=np.float32)).astype(np.float32)
-    return {"a": a, "b": b}
 
 
 def _sha(arr: np.ndarray) -> str:
@@ -260,7 +241,7 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
                 inputs = make_inputs(spec, opts.seed, opts.values)
                 files.update(_arrays_files("inputs", inputs, opts.max_array_bytes,
                                            {"seed": opts.seed, "values": opts.values,
-                                            "generator": "numpy.random.default_rng(seed); see mosaic.capture.make_inputs"}))
+                                            "generator": "numpy.random.default_rng(seed); see mosaic.families.make_inputs"}))
                 from mosaic.timing.timer import make_timer
 
                 timer = make_timer(opts.timer)  # before the kernel creates a CUDA context

@@ -31,6 +31,7 @@ import attrs
 
 from mosaic.campaign import Campaign
 from mosaic.errors import BadInput
+from mosaic.families import physical_floor_ns
 from mosaic.journal import FORMAT, VERSION, Journal
 from mosaic.proposers import EditProposer, Proposal, Request
 from mosaic.records import GpuTarget, KernelSpec
@@ -49,8 +50,6 @@ from mosaic.workbench import (
 
 MAX_PROPOSER_FAILURES = 3  # consecutive rejected proposals before a beam member counts as exhausted
 PREFETCH_AHEAD = 6  # untried proposals handed to a workbench's prefetch (live: lowered in the background)
-DTYPE_BYTES = {"f64": 8, "f32": 4, "tf32": 4, "f16": 2, "bf16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1, "i8": 1,
-               "i4": 0.5, "i32": 4}
 
 
 # -- the pure decisions ------------------------------------------------------------------------------------------
@@ -85,24 +84,6 @@ def decide(t_c: float, t_i: float, d_c: float, d_i: float, noise: float, floor_n
 def converged(t_inc: float, t_ref: float, noise: float) -> bool:
     """The stop rule: the incumbent is within the reference's noise of it, or faster."""
     return t_inc <= t_ref + noise
-
-
-def physical_floor_ns(family: str, shape: Mapping[str, int], dtype: str, gpu: GpuTarget) -> float:
-    """max(flops / peak, bytes / bandwidth) for the problem on the GPU record (0 when the family is unknown)."""
-    e = DTYPE_BYTES.get(dtype, 2)
-    s = dict(shape)
-    if family == "gemm":
-        m, n, k = s["m"], s["n"], s["k"]
-        flops, nbytes = 2.0 * m * n * k, e * (m * k + k * n + m * n)
-    elif family in ("rmsnorm", "softmax"):
-        flops, nbytes = 4.0 * s["rows"] * s["cols"], 2.0 * e * s["rows"] * s["cols"]
-    elif family == "attention":
-        b, q, h, d = s["batch"], s["seq"], s["heads"], s["head_dim"]
-        flops, nbytes = 4.0 * b * h * q * q * d, 4.0 * e * b * q * h * d
-    else:
-        return 0.0
-    peak = gpu.peak_fp8_tflops if dtype.startswith("fp8") else gpu.peak_bf16_tflops
-    return max(flops / (peak * 1e12), nbytes / (gpu.hbm_bandwidth_gbs * 1e9)) * 1e9
 
 
 def total_distance(layers) -> float:

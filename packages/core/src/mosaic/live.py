@@ -70,8 +70,8 @@ from typing import Any
 
 import attrs
 
-from mosaic.cublas import CUBLAS  # the yardstick's language name (a library call, no lowering)
 from mosaic.errors import MosaicError
+from mosaic.families import YARDSTICK as YARDSTICK_LANGUAGE  # a library call, no lowering
 from mosaic.records import KernelSpec
 from mosaic.workbench import REFERENCE, YARDSTICK, Built, Checked, Kernel, ReferenceCapture, Timed, blocks_of
 
@@ -370,7 +370,7 @@ class LiveWorkbench:
         from mosaic.capture import CaptureOptions
 
         spec = KernelSpec(family=ref_spec.family, shape=dict(ref_spec.shape), dtype=ref_spec.dtype,
-                          language=CUBLAS, knobs={}, name="torch.matmul")
+                          language=YARDSTICK_LANGUAGE, knobs={}, name="torch.matmul")
         dest = self.bundles / f"{YARDSTICK}.bundle"
         opts = CaptureOptions(blocks=max(5, self.c.rounds), runs=self.c.runs_per_block,
                               timeout=self.timeouts.yardstick)
@@ -615,12 +615,10 @@ class LiveWorkbench:
 
 def prepare(spec: KernelSpec, gpu, workdir: Path, inputs: Mapping[str, Any]):
     """A Runnable for ``spec`` on the GPU: its language backend's ``prepare()``, or cuBLAS for ``cublas``."""
-    if spec.language == CUBLAS:
-        if spec.family != "gemm":
-            raise MosaicError(f"the cuBLAS yardstick covers gemm, not {spec.family}", "yardstick")
-        from mosaic.cublas import TorchMatmul
+    if spec.language == YARDSTICK_LANGUAGE:
+        from mosaic.families import yardstick_runnable
 
-        return TorchMatmul(inputs, spec.dtype)
+        return yardstick_runnable(spec, inputs)
     from mosaic.plugins import host
 
     lang = host().get("languages", spec.language)
@@ -681,7 +679,7 @@ def child_time(req: Mapping[str, Any], state=None) -> dict:
     """Interleaved timing of two kernels in this one process (see :class:`LiveWorkbench`.time). With a
     worker's ``state`` both runnables come from its cache (compiled once per worker), and one whose output
     bits differ from those it gave at its first timing in this worker fails the request."""
-    from mosaic.capture import make_inputs
+    from mosaic.families import make_inputs
     from mosaic.plugins import host
     from mosaic.timing.device import L2Flush, Serialized, TimingError
     from mosaic.timing.timer import make_timer

@@ -110,7 +110,7 @@ class WorkerState:
         return self.references[key]
 
     def seeded_inputs(self, spec, seed: int, values: str) -> tuple[dict, str]:
-        from mosaic.capture import make_inputs
+        from mosaic.families import make_inputs
 
         key = json.dumps([spec.family, dict(spec.shape), spec.dtype, seed, values], sort_keys=True)
         if key not in self.inputs:

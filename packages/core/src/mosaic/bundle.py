@@ -5,7 +5,8 @@ cubin, ptxas log, launch record, device timings, inputs and outputs). The manife
 version, the kernel spec, language, GPU, toolchain versions and the SHA-256 and size of every file, so
 lifting, diffing and re-deciding run from a bundle on a machine with no GPU, long after the hardware
 was given back. Reading a bundle never unpickles or executes anything: JSON through ``json``, arrays
-through ``numpy.load(..., allow_pickle=False)``.
+through ``numpy.load(..., allow_pickle=False)``, every read through the limits of :mod:`mosaic.limits`.
+Nothing outside the bundle is ever read: a symlink, device file or FIFO inside it is refused, not followed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -23,7 +25,8 @@ from typing import Any
 import attrs
 import numpy as np
 
-from mosaic.errors import BundleError, RecordError
+from mosaic import limits
+from mosaic.errors import BadInput, BundleError, RecordError
 from mosaic.records import KernelSpec, LaunchRecord
 
 FORMAT = "mosaic-bundle"
@@ -70,11 +73,16 @@ class Bundle:
         return self.manifest.get("gpu")
 
     @property
+    def toolchain(self) -> dict[str, str]:
+        """Tool name -> version; empty when the manifest records none (``null`` or absent)."""
+        return dict(self.manifest.get("toolchain") or {})
+
+    @property
     def files(self) -> list[BundleFile]:
         return [BundleFile(p, **meta) for p, meta in sorted(self.manifest["files"].items())]
 
     def find(self, role: str) -> list[Path]:
-        return [self.root / f.path for f in self.files if f.role == role]
+        return [inside(self.root, f.path) for f in self.files if f.role == role]
 
     def one(self, role: str) -> Path | None:
         found = self.find(role)
@@ -82,16 +90,16 @@ class Bundle:
 
     def read_text(self, role: str) -> str | None:
         path = self.one(role)
-        return path.read_text(errors="replace") if path else None
+        return _bundle_read(limits.read_text, path) if path else None
 
     def read_json(self, role: str) -> Any:
         path = self.one(role)
         if path is None:
             return None
         try:
-            return json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BundleError(f"{role} file is not valid JSON: {exc}", str(path)) from None
+            return limits.read_json(path)
+        except BadInput as exc:
+            raise BundleError(f"{role} file: {exc.what}", str(path)) from None
 
     def launch(self) -> LaunchRecord | None:
         data = self.read_json("launch")
@@ -107,11 +115,27 @@ class Bundle:
         path = self.one(role)
         if path is None:
             return {}
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                return {k: npz[k] for k in npz.files}
-        except (ValueError, OSError) as exc:
-            raise BundleError(f"{role} is not a readable .npz without pickle: {exc}", str(path)) from None
+        return _bundle_read(lambda p: limits.load_npz(p, role), path)
+
+
+def _bundle_read(reader, path: Path):
+    try:
+        return reader(path)
+    except BundleError:
+        raise
+    except BadInput as exc:
+        raise BundleError(exc.what, exc.where) from None
+
+
+def inside(root: Path, rel: str) -> Path:
+    """``root / rel`` after checking that no component is a symlink, so nothing outside the bundle is read."""
+    path = root
+    for part in PurePosixPath(rel).parts:
+        path = path / part
+        if path.is_symlink():
+            raise BundleError(f"{rel}: is a symlink; a bundle holds its files, it never points outside itself",
+                              str(root))
+    return path
 
 
 def save_bundle(
@@ -186,12 +210,14 @@ def read_manifest(root: str | os.PathLike) -> dict:
     if not root.is_dir():
         raise BundleError("not a bundle directory" if root.exists() else "no such bundle", str(root))
     path = root / MANIFEST
+    if path.is_symlink():
+        raise BundleError(f"{MANIFEST} is a symlink; a bundle never points outside itself", str(root))
     if not path.is_file():
         raise BundleError(f"bundle has no {MANIFEST}", str(root))
     try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{MANIFEST} is not valid JSON: {exc.__class__.__name__}: {exc}", str(path)) from None
+        manifest = limits.read_json(path)
+    except BadInput as exc:
+        raise BundleError(f"{MANIFEST}: {exc.what}", str(path)) from None
     problem = _schema_problem(manifest)
     if problem:
         raise BundleError(problem, str(path))
@@ -210,6 +236,10 @@ def _schema_problem(manifest: Any) -> str | None:
         return f"manifest schema_version is {manifest['schema_version']!r}; this mosaic reads {SCHEMA_VERSION}"
     if not isinstance(manifest["files"], dict):
         return "manifest 'files' is not an object"
+    for key, kinds, name in (("language", (str,), "a string"), ("gpu", (str, type(None)), "a string or null"),
+                             ("toolchain", (dict, type(None)), "an object or null"), ("kernel", (dict,), "an object")):
+        if not isinstance(manifest.get(key), kinds):
+            return f"manifest '{key}' must be {name}, not {type(manifest.get(key)).__name__}"
     for rel, meta in manifest["files"].items():
         try:
             _check_rel(rel)
@@ -219,6 +249,12 @@ def _schema_problem(manifest: Any) -> str | None:
             return f"manifest entry for '{rel}' must have exactly role, sha256, size"
         if meta["role"] not in ROLES:
             return f"manifest entry for '{rel}' has unknown role {meta['role']!r}"
+        sha = meta["sha256"]
+        if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+            return f"manifest entry for '{rel}' has sha256 {sha!r}, not 64 lower-case hex digits"
+        size = meta["size"]
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            return f"manifest entry for '{rel}' has size {size!r}, not a non-negative integer"
     try:
         KernelSpec.from_json(manifest["kernel"])
     except RecordError as exc:
@@ -243,16 +279,30 @@ def verify_bundle(bundle: Bundle | str | os.PathLike) -> list[str]:
         bundle = Bundle(Path(bundle), read_manifest(bundle))
     problems = []
     for f in bundle.files:
-        path = bundle.root / f.path
-        if not path.is_file():
+        try:
+            path = inside(bundle.root, f.path)
+        except BundleError as exc:
+            problems.append(exc.what)  # checked before any stat, so a link discloses nothing of its target
+            continue
+        if not path.exists():
             problems.append(f"{f.path}: missing")
-        elif path.stat().st_size != f.size:
-            problems.append(f"{f.path}: size {path.stat().st_size} != manifest {f.size}")
+            continue
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            problems.append(f"{f.path}: not a regular file")
+        elif st.st_size != f.size:
+            problems.append(f"{f.path}: size {st.st_size} != manifest {f.size}")
         elif sha256_file(path) != f.sha256:
             problems.append(f"{f.path}: SHA-256 mismatch")
     listed = {f.path for f in bundle.files} | {MANIFEST}
-    for path in sorted(bundle.root.rglob("*")):
-        rel = path.relative_to(bundle.root).as_posix()
-        if path.is_file() and rel not in listed:
-            problems.append(f"{rel}: not listed in the manifest")
+    for top, dirs, names in os.walk(bundle.root):  # never follows a symlinked directory
+        for name in sorted(dirs + names):
+            path = Path(top) / name
+            rel = path.relative_to(bundle.root).as_posix()
+            if path.is_symlink():
+                if rel not in listed:
+                    problems.append(f"{rel}: a symlink inside the bundle (refused, never followed)")
+            elif path.is_file() and rel not in listed:
+                problems.append(f"{rel}: not listed in the manifest")
+        dirs.sort()
     return problems

@@ -12,19 +12,9 @@ import click
 
 
 def _load_npz(path: str, what: str) -> dict:
-    import numpy as np
+    from mosaic.limits import load_npz
 
-    from mosaic.errors import BadInput
-
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            if not hasattr(npz, "files"):
-                raise BadInput(f"{what} is a single array, not an .npz archive of named arrays", path)
-            return {k: npz[k] for k in npz.files}
-    except (ValueError, OSError, EOFError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise BadInput(f"{what} is not a readable .npz without pickle: {exc}", path) from None
+    return load_npz(path, what)  # each array's header checked (dtype, element count) before any data is read
 
 
 @click.command("check")
@@ -47,12 +37,8 @@ def check(family: str, inputs_path: str, output_path: str, dtype: str, out_dtype
         click.echo(json.dumps(verdict.to_json(), indent=2))
     else:
         for o in verdict.outputs:
-            if o.max_abs_error is None:
-                stats = "no finite element"
-            else:
-                stats = (f"max |err| {o.max_abs_error:.3g} at {list(o.worst_index)}, mean |err| {o.mean_abs_error:.3g}, "
-                         f"worst err/band {o.max_error_over_band:.3g}, bit-exact elements {o.exact_checked}")
-            click.echo(f"{'PASS' if o.passed else 'FAIL'} {family} {verdict.dtype} {o.name} ({o.elements} elements): {stats}")
+            click.echo(f"{'PASS' if o.passed else 'FAIL'} {family} {verdict.dtype} {o.name} ({o.elements} elements): "
+                       f"{o.summary()}")
             if not o.passed:
                 click.echo(f"  reason: {o.reason}")
     if not verdict.passed:

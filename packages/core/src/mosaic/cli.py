@@ -130,7 +130,7 @@ def bundle_show(path: str, as_json: bool) -> None:
     click.echo(f"language {b.language}    gpu {b.gpu or '-'}    created {b.manifest.get('created', '-')}")
     if k.knobs:
         click.echo("knobs    " + ", ".join(f"{a}={v}" for a, v in sorted(k.knobs.items())))
-    for tool, ver in sorted(b.manifest.get("toolchain", {}).items()):
+    for tool, ver in sorted(b.toolchain.items()):
         click.echo(f"tool     {tool} {ver}")
     launch = b.launch()
     if launch:

@@ -2,7 +2,7 @@
 
 The type is decided by content (an ELF header, SASS address comments, PTX directives), never by running
 anything from the file. Cubins are disassembled with nvdisasm and their attributes read with cuobjdump
-(``disasm``). A bundle is lifted from its SASS (or its cubin) together with its launch record, ptxas log
+(:mod:`mosaic.toolchain`). A bundle is lifted from its SASS (or its cubin) together with its launch record, ptxas log
 and Nsight Compute metrics; a bundle with neither SASS nor a cubin is refused.
 """
 
@@ -11,16 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mosaic import limits
 from mosaic.errors import BadInput, BundleError
-from mosaic.lift.disasm import ELF_MAGIC, cubin_attributes, disassemble_cubin
 from mosaic.lift.fingerprint import Context, Fingerprint, lift_program
 from mosaic.lift.instruction import Program
 from mosaic.lift.ptx import looks_like_ptx, parse_ptx
 from mosaic.lift.resources import parse_ptxas_log, read_metrics
 from mosaic.lift.sass import looks_like_sass, parse_sass
-
-MAX_BYTES = 512 * 2**20
-
+from mosaic.toolchain.cubin import ELF_MAGIC, cubin_attributes
+from mosaic.toolchain.nvdisasm import disassemble as disassemble_cubin
 
 def choose_kernel(programs: dict[str, Program], kernel: str | None, where: str) -> Program:
     if kernel is not None:
@@ -62,12 +61,8 @@ def lift_path(path: str | os.PathLike, *, kernel: str | None = None, gpu=None) -
     where = str(p)
     if p.is_dir():
         return lift_bundle(p, kernel=kernel, gpu=gpu)
-    if not p.exists():
-        raise BadInput("no such file", where)
-    if p.stat().st_size > MAX_BYTES:
-        raise BadInput(f"file is larger than {MAX_BYTES // 2**20} MiB", where)
+    data = limits.read_bytes(p, "text_bytes", where)  # a regular file within the limit; never /dev/zero
     ctx = Context(gpu=gpu, origin=where)
-    data = p.read_bytes()
     if data[:4] == ELF_MAGIC:
         return lift_cubin(p, kernel, ctx)
     reader = _plugin_reader(p.suffix)
@@ -105,7 +100,7 @@ def lift_bundle(root: Path, *, kernel: str | None = None, gpu=None) -> Fingerpri
     if sass_path is None and cubin_path is None:
         raise BundleError("bundle has no SASS (and no cubin to disassemble); re-capture it with SASS", where)
     if sass_path is not None:
-        programs = parse_sass(sass_path.read_text(errors="replace"), where=str(sass_path))
+        programs = parse_sass(limits.read_text(sass_path), where=str(sass_path))
         prog = _pick_in_bundle(programs, kernel, ctx, where)
         if cubin_path is not None:
             ctx.cubin = cubin_attributes(cubin_path).get(prog.kernel)

@@ -13,12 +13,15 @@ from mosaic.errors import BadInput
 from mosaic.lift.instruction import Instruction, Program, split_operands
 from mosaic.lift.opclass import ptx_class
 
-_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+# an unclosed ``/*`` runs to the end of the text (matched once, not re-scanned from every later ``/*``)
+_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)", re.S)
 _ENTRY_RE = re.compile(r"\.entry\s+([\w$]+)\s*\(?")
 _LEAD_RE = re.compile(r"^\s*(?:[{}]|[\w$.]+\s*:(?!:))\s*")
 _PRED_RE = re.compile(r"^@(!?[%\w$]+)\s+")
 _OPCODE_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-_SHARED_RE = re.compile(r"\.shared\b[^;]*?\.(?:b|u|s|f)(8|16|32|64)\s+([\w$]+)\s*((?:\[\s*\d*\s*\])*)")
+# the element type follows ``.shared`` on its own line within a few qualifiers (``.align 16``): the bounded
+# gap keeps the scan linear on hostile text (an unbounded one re-scanned the rest of the module per match)
+_SHARED_RE = re.compile(r"\.shared\b[^;\n]{0,160}?\.(?:b|u|s|f)(8|16|32|64)\s+([\w$]+)\s*((?:\[\s*\d*\s*\])*)")
 _TARGET_RE = re.compile(r"\.target\s+(sm_\d+[af]?)")
 _DIRECTIVES = {"maxntid": 3, "reqntid": 3, "reqnctapercluster": 3, "maxnreg": 1, "minnctapersm": 1,
                "maxnctapersm": 1, "maxclusterrank": 1}

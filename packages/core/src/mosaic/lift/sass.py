@@ -200,7 +200,9 @@ def _finish(k: _Kernel, arch: str | None, where: str, unknown_ops: dict[str, int
     if len(addrs) > 1:
         steps = {b - a for a, b in zip(addrs, addrs[1:], strict=False)}
         if len(steps) != 1 or min(steps) <= 0:
-            bad = next(i for i, (a, b) in enumerate(zip(addrs, addrs[1:], strict=False)) if b - a != addrs[1] - addrs[0])
+            step = addrs[1] - addrs[0]
+            bad = next(i for i, (a, b) in enumerate(zip(addrs, addrs[1:], strict=False))
+                       if b - a != step or b - a <= 0)
             raise BadInput(f"SASS addresses are not contiguous in kernel {k.name} near /*{addrs[bad + 1]:04x}*/ "
                            "(damaged or spliced listing)", where)
     last_real = next((i for i in reversed(k.insns) if i.opcode != "NOP"), None)

@@ -40,10 +40,13 @@ def oracles() -> dict[str, Oracle]:
     return dict(sorted(found.items()))
 
 
-def _as_float(name: str, value: np.ndarray) -> np.ndarray:
+def _as_float(name: str, value: np.ndarray, kinds: str = "f") -> np.ndarray:
+    """The array, refused unless its dtype kind is in ``kinds``: a tensor must be floating point (an integer or
+    boolean array is not a kernel's values); an optional parameter (a causal flag, a scale) may be any number."""
     arr = np.asarray(value)
-    if arr.dtype.kind not in "fiub":
-        raise BadInput(f"array '{name}' has dtype {arr.dtype}; expected float32 values", "inputs")
+    if arr.dtype.kind not in kinds:
+        raise BadInput(f"array '{name}' has dtype {arr.dtype}; expected floating-point values (float16/32/64 "
+                       "holding the kernel's format)", "inputs")
     return arr
 
 
@@ -71,7 +74,7 @@ def check(family: str, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, n
     extra = sorted(set(inputs) - set(fam.inputs) - set(fam.optional))
     if extra:
         raise BadInput(f"{family} inputs have unknown array(s) {', '.join(extra)}", "inputs")
-    ins = {n: _as_float(n, v) for n, v in inputs.items()}
+    ins = {n: _as_float(n, v, "f" if n in fam.inputs else "fiub") for n, v in inputs.items()}
 
     def valid_inputs() -> None:
         for n in fam.inputs:

@@ -45,6 +45,16 @@ class OutputReport:
     exact_mismatches: int
     formula: str
 
+    def summary(self) -> str:
+        """One line of error statistics; every field may be missing (no finite element, a shape mismatch)."""
+        if self.max_abs_error is None:
+            return "no finite element" if self.worst_index is not None or self.nonfinite else self.reason
+        band = ("inf (an exact element differs)" if self.max_error_over_band is None
+                else f"{self.max_error_over_band:.3g}")
+        at = f" at {list(self.worst_index)}" if self.worst_index is not None else ""
+        return (f"max |err| {self.max_abs_error:.3g}{at}, mean |err| {self.mean_abs_error:.3g}, "
+                f"worst err/band {band}, bit-exact elements {self.exact_checked}")
+
     def to_json(self) -> dict:
         d = attrs.asdict(self)
         d["worst_index"] = list(self.worst_index) if self.worst_index is not None else None

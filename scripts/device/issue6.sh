@@ -54,7 +54,7 @@ cat "$OUT/offline.txt"
 echo "offline: exit $orc"
 
 [ -f "$DIR/journal.jsonl" ] && [ ! -f "$DIR/report.md" ] && python3 -c \
-  "from mosaic.report import write_report; write_report('$DIR')" 2>&1 | tail -1  # stopped by the wall cap
+  "from mosaic.run.report import write_report; write_report('$DIR')" 2>&1 | tail -1  # stopped by the wall cap
 for f in report.md report.json; do [ -f "$DIR/$f" ] && cp "$DIR/$f" "$OUT/$f"; done
 [ -f "$DIR/offline/report.json" ] && cp "$DIR/offline/report.json" "$OUT/offline-report.json"
 python3 - "$DIR" > "$OUT/summary.txt" <<'EOF'

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 from mosaic.records import KernelSpec, LaunchRecord
-from mosaic.workbench import REFERENCE, candidate_key, save_kernel_bundle
+from mosaic.run.workbench import REFERENCE, candidate_key, save_kernel_bundle
 
 CORPUS = Path(__file__).resolve().parent / "lift" / "corpus" / "artifacts"
 SHAPE = {"m": 4096, "n": 4096, "k": 4096}

@@ -121,7 +121,7 @@ def test_offline_re_decision_reproduces_and_detects_a_changed_measurement(conver
     # now the persistent candidate's recorded times say it was slower: the re-decision must differ -> exit 1
     knobs = {**rf.HOPPER, "cluster_mn": [2, 1], "persistent": True}
     from mosaic.records import KernelSpec
-    from mosaic.workbench import candidate_key, save_kernel_bundle
+    from mosaic.run.workbench import candidate_key, save_kernel_bundle
 
     spec = KernelSpec("gemm", rf.SHAPE, "bf16", "cute", knobs)
     key = candidate_key(spec)

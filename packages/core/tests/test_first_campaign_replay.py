@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from mosaic.bundle import verify_bundle
-from mosaic.campaign import Campaign
+from mosaic.run.campaign import Campaign
 from mosaic.catalog import catalog_from_host
 from mosaic.converge import proposer_history
 from mosaic.lift.diff import diff_fingerprints

@@ -2,7 +2,7 @@ import json
 
 import pytest
 from mosaic.errors import BadInput
-from mosaic.journal import FORMAT, NAME, Journal, JournalDiverged, read_journal
+from mosaic.run.journal import FORMAT, NAME, Journal, JournalDiverged, read_journal
 
 
 def _write(tmp_path, n=3):

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mosaic.campaign import Campaign
+from mosaic.run.campaign import Campaign
 from mosaic.live import (
     LiveWorkbench,
     add_session,
@@ -24,7 +24,7 @@ from mosaic.live import (
     update_bundle,
 )
 from mosaic.records import KernelSpec
-from mosaic.workbench import REFERENCE, Kernel, OfflineWorkbench, candidate_key, save_kernel_bundle
+from mosaic.run.workbench import REFERENCE, Kernel, OfflineWorkbench, candidate_key, save_kernel_bundle
 
 CORPUS = Path(__file__).resolve().parent / "lift" / "corpus" / "artifacts"
 SHAPE = {"m": 4096, "n": 4096, "k": 4096}
@@ -245,7 +245,7 @@ def test_gate_failing_at_run_time_is_never_passed_and_offline_agrees(tmp_path):
 def test_loop_prefetches_the_naive_translation_and_upcoming_proposals(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
     import run_fixture as rf
-    from mosaic.journal import Journal
+    from mosaic.run.journal import Journal
     from mosaic.run_command import _loop
 
     src = rf.build_campaign(tmp_path / "c")

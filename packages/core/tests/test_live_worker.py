@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 from mosaic.bundle import load_bundle
-from mosaic.campaign import Campaign
+from mosaic.run.campaign import Campaign
 from mosaic.live import LiveWorkbench
 from mosaic.live_worker import Workers, WorkerState
 from mosaic.records import KernelSpec
-from mosaic.workbench import REFERENCE, Kernel, OfflineWorkbench, candidate_key, save_kernel_bundle
+from mosaic.run.workbench import REFERENCE, Kernel, OfflineWorkbench, candidate_key, save_kernel_bundle
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = [sys.executable, str(HERE / "worker_script.py")]

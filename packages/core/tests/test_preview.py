@@ -1,4 +1,4 @@
-"""`mosaic run` on a machine without a GPU: the preview (mosaic.preview) runs what needs no device and lists
+"""`mosaic run` on a machine without a GPU: the preview (mosaic.run.preview) runs what needs no device and lists
 the rest. The full path (CuTe lowering + diff + proposals) is in packages/target-cute/tests/test_preview_cute.py
 (Python 3.12, CuTe DSL)."""
 
@@ -9,10 +9,10 @@ import shutil
 import sys
 
 import pytest
-from mosaic.campaign import Campaign
+from mosaic.run.campaign import Campaign
 from mosaic.errors import BundleError
 from mosaic.plugins import host
-from mosaic.preview import DEVICE_STEPS, find_reference, run_preview
+from mosaic.run.preview import DEVICE_STEPS, find_reference, run_preview
 from mosaic.records import KernelSpec
 
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mosaic.campaign import Campaign
+from mosaic.run.campaign import Campaign
 from mosaic.catalog import catalog_from_host
 from mosaic.plugins import host
 from mosaic.proposers import Request, proposers

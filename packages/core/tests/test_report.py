@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mosaic.report import build_report, write_report
+from mosaic.run.report import build_report, write_report
 
 sys.path.insert(0, str(Path(__file__).parent))
 import run_fixture as rf  # noqa: E402

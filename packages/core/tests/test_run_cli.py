@@ -64,7 +64,7 @@ def test_campaign_file_errors(tmp_path):
 
 
 def test_campaign_file_parses_like_flags():
-    from mosaic.campaign import Campaign, load_campaign
+    from mosaic.run.campaign import Campaign, load_campaign
 
     path = Path(__file__).parent / "_campaign.toml"
     try:

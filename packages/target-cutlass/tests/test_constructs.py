@@ -2,7 +2,7 @@
 cluster, stages and kernel schedule from diff rows through them (nothing built: proposals only)."""
 
 import attrs
-from mosaic.campaign import Campaign
+from mosaic.run.campaign import Campaign
 from mosaic.catalog import CONCEPT_NAMES, catalog_from_host, completeness
 from mosaic.plugins import host
 from mosaic.proposers import Request

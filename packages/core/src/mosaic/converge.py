@@ -29,14 +29,14 @@ from typing import Any
 
 import attrs
 
-from mosaic.campaign import Campaign
+from mosaic.run.campaign import Campaign
 from mosaic.errors import BadInput
 from mosaic.families import physical_floor_ns
-from mosaic.journal import FORMAT, VERSION, Journal
+from mosaic.run.journal import FORMAT, VERSION, Journal
 from mosaic.proposers import EditProposer, Proposal, Request
 from mosaic.records import GpuTarget, KernelSpec
 from mosaic.timing import Noise, Scored, accept, measure_noise
-from mosaic.workbench import (
+from mosaic.run.workbench import (
     REFERENCE,
     Built,
     Checked,

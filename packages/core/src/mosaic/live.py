@@ -1,7 +1,7 @@
 """The live workbench: the convergence loop's measurements taken on a GPU, in child processes.
 
-``mosaic run`` asks a :class:`~mosaic.workbench.Workbench`; this one answers on the device and leaves, for
-every kernel it touched, a bundle in ``DIR/bundles`` in exactly the layout :class:`~mosaic.workbench.
+``mosaic run`` asks a :class:`~mosaic.run.workbench.Workbench`; this one answers on the device and leaves, for
+every kernel it touched, a bundle in ``DIR/bundles`` in exactly the layout :class:`~mosaic.run.workbench.
 OfflineWorkbench` reads, so ``mosaic run --offline DIR`` re-decides the campaign from them.
 
 * **Reference** (``capture_reference``): :func:`mosaic.capture.capture` in its own process with a timeout;
@@ -73,7 +73,7 @@ import attrs
 from mosaic.errors import MosaicError
 from mosaic.families import YARDSTICK as YARDSTICK_LANGUAGE  # a library call, no lowering
 from mosaic.records import KernelSpec
-from mosaic.workbench import REFERENCE, YARDSTICK, Built, Checked, Kernel, ReferenceCapture, Timed, blocks_of
+from mosaic.run.workbench import REFERENCE, YARDSTICK, Built, Checked, Kernel, ReferenceCapture, Timed, blocks_of
 
 REQUEST_FORMAT = "mosaic-live-request"
 PREFETCH_LANGUAGES = frozenset({"cutlass", "cute"})  # their lower() compiles for an arch with no GPU
@@ -384,7 +384,7 @@ class LiveWorkbench:
             update_bundle(dest, extra=run_meta(YARDSTICK, "yardstick", cost_s=r.wall_s))
             blocks = blocks_of((load_bundle(dest).read_json("timings") or {}).get("blocks"))
             self.yard_blocks = tuple(tuple(b) for b in blocks) or None
-            from mosaic.workbench import time_of
+            from mosaic.run.workbench import time_of
 
             if self.yard_blocks:
                 self.progress(f"yardstick cuBLAS: {time_of(self.yard_blocks) / 1e3:.2f} us")

@@ -1,7 +1,7 @@
 """``mosaic run``: the convergence loop from flags, a TOML campaign, ``--resume DIR`` or ``--offline DIR``.
 
 * live (flags or ``campaign.toml``): needs a CUDA device. Without one it runs the preview
-  (:mod:`mosaic.preview`: shipped reference, naive translation lowered here, diff, the proposer's first edits),
+  (:mod:`mosaic.run.preview`: shipped reference, naive translation lowered here, diff, the proposer's first edits),
   says what it skipped and why, and exits 0; ``--resume`` of a live campaign still needs the device.
 * ``--offline DIR``: re-decides DIR's campaign from its bundles (no GPU); the journal and report go to
   ``--out`` (default ``DIR/offline``). When DIR holds a journal, its recorded proposals are replayed and
@@ -26,7 +26,7 @@ class NoGpu(MosaicError):
 
 def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer, command,
                          max_candidates=None, isolation=None):
-    from mosaic.campaign import Campaign
+    from mosaic.run.campaign import Campaign
 
     missing = [f"--{n}" for n, v in (("source", source), ("target", target), ("family", family),
                                       ("shape", shape), ("dtype", dtype)) if v is None]
@@ -74,7 +74,7 @@ def _loop(campaign, bench, journal, gpu_record=None, recorded=None, header=None,
 
 
 def _summary(out: Path, outcome) -> None:
-    from mosaic.report import write_report
+    from mosaic.run.report import write_report
 
     rep = write_report(out)
     f = rep["final"] or {}
@@ -85,10 +85,10 @@ def _summary(out: Path, outcome) -> None:
 
 
 def _offline(src: Path, out: Path | None, quiet: bool) -> int:
-    from mosaic.campaign import Campaign, load_campaign
+    from mosaic.run.campaign import Campaign, load_campaign
     from mosaic.converge import Recorded, compare_verdicts
-    from mosaic.journal import NAME, Journal, read_journal
-    from mosaic.workbench import OfflineWorkbench
+    from mosaic.run.journal import NAME, Journal, read_journal
+    from mosaic.run.workbench import OfflineWorkbench
 
     recorded_events, gpu_record = None, None
     if (src / NAME).is_file():
@@ -124,10 +124,10 @@ def _offline(src: Path, out: Path | None, quiet: bool) -> int:
 
 
 def _resume(directory: Path, quiet: bool) -> int:
-    from mosaic.campaign import Campaign
+    from mosaic.run.campaign import Campaign
     from mosaic.converge import Recorded
-    from mosaic.journal import Journal
-    from mosaic.workbench import OfflineWorkbench
+    from mosaic.run.journal import Journal
+    from mosaic.run.workbench import OfflineWorkbench
 
     journal, torn = Journal.resume(directory)
     if torn:  # always said, even with --quiet
@@ -135,7 +135,7 @@ def _resume(directory: Path, quiet: bool) -> int:
     head = journal.replay[0]
     if any(e["event"] == "stop" for e in journal.replay):
         click.echo("the campaign had finished; report rewritten")
-        from mosaic.report import write_report
+        from mosaic.run.report import write_report
 
         write_report(directory)
         return 0
@@ -147,7 +147,7 @@ def _resume(directory: Path, quiet: bool) -> int:
     header = {k: head[k] for k in ("source_dir", "replays_journal") if k in head}
     recorded = Recorded(journal.replay)
     if head.get("replays_journal") and head.get("source_dir"):
-        from mosaic.journal import NAME, read_journal
+        from mosaic.run.journal import NAME, read_journal
 
         src_events, _ = read_journal(Path(head["source_dir"]) / NAME)
         recorded.proposals = {**Recorded(src_events, measurements=False).proposals, **recorded.proposals}
@@ -157,9 +157,9 @@ def _resume(directory: Path, quiet: bool) -> int:
 
 
 def _preview(campaign, out: Path, why: str, quiet: bool) -> int:
-    """No GPU: the steps that need none (mosaic.preview), and a plain list of those skipped."""
+    """No GPU: the steps that need none (mosaic.run.preview), and a plain list of those skipped."""
     from mosaic.converge import stderr_progress
-    from mosaic.preview import run_preview
+    from mosaic.run.preview import run_preview
 
     click.echo(f"no GPU here ({why}): running what needs none; a full campaign needs a CUDA device", err=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -226,17 +226,17 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
     if resume is not None:
         return _resume(resume, quiet)
     if campaign_file is not None:
-        from mosaic.campaign import load_campaign
+        from mosaic.run.campaign import load_campaign
 
         campaign = load_campaign(campaign_file)
         if isolation is not None:  # the flag overrides the file's setting
-            from mosaic.campaign import Campaign
+            from mosaic.run.campaign import Campaign
 
             campaign = Campaign.from_json({**campaign.to_json(), "isolation": isolation}, "--isolation")
     else:
         campaign = _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer,
                                         command, max_candidates, isolation)
-    from mosaic.journal import Journal
+    from mosaic.run.journal import Journal
 
     out = out or Path(f"mosaic-run-{campaign.source}-{campaign.target}-{campaign.family}-{campaign.problem}")
     try:

@@ -107,7 +107,7 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
     from mosaic.plugins import host
     from mosaic.proposers import Request, make_proposer
     from mosaic.run_command import _tools
-    from mosaic.workbench import REFERENCE, candidate_key
+    from mosaic.run.workbench import REFERENCE, candidate_key
 
     c = campaign
     gpu, knob_cls, catalog = _tools(c)

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from mosaic.journal import read_journal
+from mosaic.run.journal import read_journal
 
 
 def _us(ns) -> str:

@@ -2,7 +2,7 @@
 preload") on the CPU: the config field's values, its build define and cache key, refusal with GEMV body 2, that it
 changes no schedule or encoding, that CudaVM builds the preload variant, that every allowed value builds for sm_90a
 without spills or stack, with the preload's weight loads placed before the task's signal and wait in the SASS (none
-in the default build), the bench's best-measured-preload candidate and amk_best.py's verdict line. The GPU checks
+in the default build), the bench's best-measured-preload candidate and benchmarks/amk_speed.py's verdict line. The GPU checks
 (bit-identical results, watchdog) are in test_cuda_gemv.py."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import attrs
 import numpy as np
 import pytest
 from mosaic.errors import BadInput
-from mosaic.lift.disasm import find_tool
 from mosaic.plugins import host
+from mosaic.toolchain.tools import find_tool
 from mosaic_amk.config import WEIGHT_PRELOADS, WEIGHT_STREAMS, WS_PIECE, ScheduleConfig
 from mosaic_amk.cuda import build as B
 from mosaic_amk.cuda import encode as E
@@ -214,15 +214,15 @@ def test_bench_has_best_measured_preload():
                                                       "balanced-preload-q1-stage-sa-auto-blocked"]
 
 
-def _amk_best():
-    spec = importlib.util.spec_from_file_location("amk_best", ROOT / "scripts" / "device" / "amk_best.py")
+def _amk_speed():
+    spec = importlib.util.spec_from_file_location("amk_speed", ROOT / "benchmarks" / "amk_speed.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def test_amk_best_measures_the_preload_twin_and_says_so():
-    m = _amk_best()
+def test_amk_speed_measures_the_preload_twin_and_says_so():
+    m = _amk_speed()
     assert {"rows32-lm", "best-measured", "best-measured-preload", "balanced", "balanced-preload"} <= set(m.CANDIDATES)
     res = {"candidates": [{"name": "best-measured"}, {"name": "best-measured-preload"}],
            "contenders": [{"name": "amk[best-measured]", "ms_per_token": 1.30},

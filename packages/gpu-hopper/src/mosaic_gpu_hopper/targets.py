@@ -11,7 +11,7 @@ Sources, cited per figure below:
              cudaFuncAttributeNonPortableClusterSizeAllowed (we record the non-portable maximum).
   [PROPS]    cudaGetDeviceProperties on the device: multiProcessorCount, l2CacheSize (52428800 on
              H100 SXM/PCIe), sharedMemPerMultiprocessor 233472, sharedMemPerBlockOptin 232448.
-  [H200-READ] cudaGetDeviceProperties read on the lent H200 on 2026-11-30 (scripts/device/probe.py):
+  [H200-READ] cudaGetDeviceProperties read on the lent H200 on 2026-11-30 (benchmarks/device_probe.py):
              name "NVIDIA H200", 132 SMs, l2CacheSize 62914560 (60 MiB, not the H100's 50 MiB),
              sharedMemPerMultiprocessor 233472, sharedMemPerBlockOptin 232448, regsPerMultiprocessor
              65536, maxThreadsPerMultiProcessor 2048, totalGlobalMem 150109880320, cooperativeLaunch 1.

@@ -127,7 +127,7 @@ def stage_table(tasks: Sequence[TaskTime]) -> tuple[list[StageRow], float]:
 
 
 def format_table(rows: Sequence[StageRow], step_us: float) -> list[str]:
-    """The table ``scripts/device/amk_trace.py`` prints: one line per kind, then the step."""
+    """The table ``benchmarks/amk_trace.py`` prints: one line per kind, then the step."""
     head = (f"  {'stage kind':<36}{'n':>4}{'tasks':>7}{'share us':>10}{'%':>6}{'per inst':>10}"
             f"{'hand-off':>10}{'body':>8}{'body avg':>10}{'body max':>10}")
     out = [head]

@@ -6,18 +6,17 @@ DEFINE`` (repeatable): also time the same config built with that extra define (e
 its tokens gated the same way. ``--defines A=1,B=2``: build every VM of the run (plain, traced, the --ab ones) with
 those defines.
 
-    python3 scripts/device/amk_trace.py [--shapes llama-3.2-1b,smollm2-135m] [--candidates balanced-preload-q1-stage-sa-auto-blocked]
-                                        [--ab AMK_SHORT_ROWS=0] [--defines AMK_ATT_NB1=0]
+    python3 benchmarks/amk_trace.py [--shapes llama-3.2-1b,smollm2-135m] [--candidates balanced-preload-q1-stage-sa-auto-blocked]
+                                    [--ab AMK_SHORT_ROWS=0] [--defines AMK_ATT_NB1=0] [--json PATH]
     # writes $OUT/amk_trace.json (the tables and every task's stamps)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
+
+from _device import add_json, json_path, write_json
 
 
 def main() -> int:
@@ -29,7 +28,7 @@ def main() -> int:
     p.add_argument("--ab", action="append", default=[], help="an extra build define to time against (same config; "
                                                              "repeatable: one VM per define)")
     p.add_argument("--defines", default="", help="extra build defines for every VM of the run (comma-separated)")
-    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    add_json(p, "amk_trace")
     a = p.parse_args()
     from mosaic.plugins import host
     from mosaic_amk.cuda import hf_gpu
@@ -75,8 +74,7 @@ def main() -> int:
                                     -1 if t.producers_done is None else t.producers_done] for t in tl]}
             del vms, traced
         del model, weights
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out) / "amk_trace.json").write_text(json.dumps(report))
+    write_json(json_path(a), report)
     return 0
 
 

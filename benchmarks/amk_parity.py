@@ -1,4 +1,4 @@
-"""Issue 8 parity analysis on the H200 (<= 4 minutes): where and why the AMK CUDA VM's greedy tokens differ
+"""AMK greedy-token parity on the H200 (<= 4 minutes): where and why the AMK CUDA VM's greedy tokens differ
 from transformers' eager bf16 greedy generation, for four random-init shapes x 8 prompts x 128 tokens.
 
 The reference is HF eager bf16 `generate`, batch 1 (what `mosaic amk generate --vm cuda --check-hf` uses).
@@ -19,8 +19,8 @@ near-ties too.
 
 Run on the device (repo root), after installing the project:
     pip install --no-deps --no-build-isolation -e packages/core -e packages/gpu-hopper -e packages/amk
-    python3 scripts/device/issue8_parity.py            # writes $OUT/issue8_parity.json, prints the table
-    python3 scripts/device/issue8_parity.py --shapes smollm2-135m --prompts 2 --tokens 32   # ~30 s
+    python3 benchmarks/amk_parity.py            # writes $OUT/amk_parity.json (or --json PATH), prints the table
+    python3 benchmarks/amk_parity.py --shapes smollm2-135m --prompts 2 --tokens 32   # ~30 s
 Every part runs in try/except (a failure is recorded and the run goes on); a time guard (--budget) scales
 the prompts down or skips controls, and says so in the JSON.
 """
@@ -28,32 +28,24 @@ the prompts down or skips controls, and says so in the JSON.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import numpy as np
+from _device import OneLineParser, add_json, json_path, write_json
 
 T0 = time.time()
 SHAPE_ORDER = ("smollm2-135m", "llama-3.2-1b", "tinyllama-1.1b", "smollm2-360m")
 CONTROLS = ("static", "batch8", "sdpa8", "self")
-# HF eager generate on the H200, ms per layer per decode step (issue8.json: batch-8 generate 1.2-1.4 incl. the
-# first call's warm-up, time_eager 0.8-0.95)
+# HF eager generate on the H200, ms per layer per decode step (results/2026-11-30/amk-device-run.json: batch-8
+# generate 1.2-1.4 incl. the first call's warm-up, time_eager 0.8-0.95)
 MS_PER_LAYER_STEP = 1.2
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (never the usage block)
-        print(f"issue8_parity.py: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def parse_args(argv=None) -> argparse.Namespace:
-    p = _Parser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=os.environ.get("OUT", "."), help="Folder for issue8_parity.json (default $OUT).")
+    p = OneLineParser(prog="amk_parity.py", description=__doc__.splitlines()[0])
+    add_json(p, "amk_parity")
     p.add_argument("--budget", type=float, default=225.0, help="Seconds after which nothing new starts (default 225).")
     p.add_argument("--tokens", type=int, default=128, help="Generated tokens per prompt.")
     p.add_argument("--prompts", type=int, default=8, help="Prompts per shape (the batch of the batch-8 control).")
@@ -137,8 +129,6 @@ def record(shape: str):
 
 
 def save() -> None:
-    out = Path(ARGS.out)
-    out.mkdir(parents=True, exist_ok=True)
     REPORT["elapsed_s"] = round(time.time() - T0, 1)
     shapes = {}
     for s in STATE:
@@ -149,11 +139,11 @@ def save() -> None:
         except Exception as exc:  # noqa: BLE001
             shapes[s] = {"record_error": f"{type(exc).__name__}: {exc}"}
     REPORT["shapes"] = shapes
-    (out / "issue8_parity.json").write_text(json.dumps(REPORT, indent=1, default=str) + "\n")
+    write_json(json_path(ARGS), REPORT, indent=1, default=str)
 
 
 def _prompts(vocab: int, n: int, length: int, seed: int = 1) -> list[list[int]]:
-    """The prompts of scripts/device/issue8.py (same generator and seed): the runs are comparable."""
+    """Random prompts (the generator and seed of every AMK device run's parity prompts): the runs are comparable."""
     rng = np.random.default_rng(seed)
     return [[int(v) for v in rng.integers(0, vocab, length)] for _ in range(n)]
 
@@ -342,7 +332,7 @@ def main(argv=None) -> int:
     print(format_table([record(s) for s in ARGS.shapes]), flush=True)
     for msg in REPORT["skipped"]:
         print(f"skipped: {msg}")
-    print(f"wrote {Path(ARGS.out) / 'issue8_parity.json'} ({REPORT['elapsed_s']} s)")
+    print(f"wrote {json_path(ARGS)} ({REPORT['elapsed_s']} s)")
     return 0
 
 

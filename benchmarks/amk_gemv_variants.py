@@ -3,20 +3,18 @@ per SM as ``gemv_split="balanced"`` cuts them: the default body (bursts of 8 16-
 preload (8 chunks per lane before the wait) and the weight stream (TMA into a shared-memory ring; slots, piece size
 and the proxy fence varied). Each variant's hf-bf16 output must be bit-identical to the default build's (else it
 is reported, not timed); us per step from 20-step launches (a grid sync per step: the skeleton of the same launch,
-every op skipped, is timed too), GB/s of weight bytes. One table and ``$OUT/amk_gemv_micro.json``.
+every op skipped, is timed too), GB/s of weight bytes. One table and ``$OUT/amk_gemv_variants.json``.
 
-    python3 scripts/device/amk_gemv_micro.py [--variants default,preload8,stream4] [--launches 5]
+    python3 benchmarks/amk_gemv_variants.py [--variants default,preload8,stream4] [--launches 5] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
 
 import numpy as np
+from _device import add_json, json_path, time_launch, write_json
 
 VARIANTS = {"default": (), "preload8": ("AMK_WEIGHT_PRELOAD=8",), "stream2": ("AMK_WSTREAM=2",),
             "stream4": ("AMK_WSTREAM=4",), "stream4-nofence": ("AMK_WSTREAM=4", "AMK_WS_FENCE=0"),
@@ -56,7 +54,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--launches", type=int, default=5)
-    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    add_json(p, "amk_gemv_variants")
     a = p.parse_args(argv)
     import cupy as cp
     from mosaic_amk.cuda import build as B
@@ -64,20 +62,11 @@ def main(argv=None) -> int:
     from mosaic_amk.cuda.launcher import SKIPPABLE, Launcher, gate
 
     def timed(lz, **kw) -> float:
-        lz.launch(n_steps=20, **kw)
-        lz.check()
-        s, e = cp.cuda.Event(), cp.cuda.Event()
-        s.record()
-        for _ in range(a.launches):
-            lz.launch(n_steps=20, **kw)
-        e.record()
-        e.synchronize()
-        lz.check()
-        return cp.cuda.get_elapsed_time(s, e) / (a.launches * 20) * 1e3
+        return time_launch(lz, n=a.launches, steps=20, **kw)
 
     names = [v for v in a.variants.split(",") if v]
     rng = np.random.default_rng(0)
-    rows, out = [], {}
+    out = {}
     for shape, (op, n, k) in SHAPES.items():
         s, weights, inputs, nbytes = case(op, n, k, 132, rng)
         assert gate(s).ok
@@ -101,12 +90,10 @@ def main(argv=None) -> int:
             except Exception as exc:  # noqa: BLE001 - one variant must not lose the others
                 r = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             out.setdefault(shape, {})[v] = r
-            rows.append((shape, v, r))
             print(f"{shape:22s} {v:16s} " + (f"{r['us']:8.2f} us {r['gbs']:7.0f} GB/s  skeleton {r['skeleton_us']:.2f} us"
                                               if r.get("us") else (r.get("error") or "bits differ from default")),
                   flush=True)
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out) / "amk_gemv_micro.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_json(json_path(a), out, indent=1)
     return 0
 
 

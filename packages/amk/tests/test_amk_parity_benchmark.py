@@ -1,6 +1,6 @@
-"""scripts/device/issue8_parity.py: argument errors (one line, exit 2), and its HF parts, bookkeeping, JSON
+"""benchmarks/amk_parity.py: argument errors (one line, exit 2), and its HF parts, bookkeeping, JSON
 and table on the CPU with a tiny float32 model (the model build and the CUDA VM need the GPU: the
-``gpu``-marked test runs the whole script at small scale on the device)."""
+``gpu``-marked test runs the whole benchmark at small scale on the device)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "scripts" / "device" / "issue8_parity.py"
+SCRIPT = ROOT / "benchmarks" / "amk_parity.py"
 
 
 def _run(*args):
@@ -24,7 +24,7 @@ def _run(*args):
 def test_help_lists_the_options():
     r = _run("--help")
     assert r.returncode == 0
-    for opt in ("--shapes", "--prompts", "--tokens", "--controls", "--k", "--budget", "--out"):
+    for opt in ("--shapes", "--prompts", "--tokens", "--controls", "--k", "--budget", "--json"):
         assert opt in r.stdout
 
 
@@ -44,7 +44,7 @@ def test_bad_arguments_one_line_exit_2(args, msg):
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("issue8_parity", SCRIPT)
+    spec = importlib.util.spec_from_file_location("amk_parity", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -54,7 +54,7 @@ def test_hf_parts_and_record_on_cpu(tmp_path, tiny_checkpoint):
     from transformers import AutoModelForCausalLM
 
     mod = _script()
-    mod.ARGS = mod.parse_args(["--out", str(tmp_path), "--prompts", "3", "--tokens", "6", "--prompt-len", "4",
+    mod.ARGS = mod.parse_args(["--json", str(tmp_path / "amk_parity.json"), "--prompts", "3", "--tokens", "6", "--prompt-len", "4",
                                "--shapes", "smollm2-135m", "--budget", "600"])
     model = AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint("llama")), dtype=torch.float32,
                                                  attn_implementation="eager").eval()
@@ -80,7 +80,7 @@ def test_hf_parts_and_record_on_cpu(tmp_path, tiny_checkpoint):
         assert by[name]["free"]["prompts"] == 3 and by[name]["forced"]["positions"] == 18
         assert by[name]["forced"]["decisive"] == 0  # float32 on the CPU: HF's variants agree
     mod.save()
-    data = json.loads((tmp_path / "issue8_parity.json").read_text())
+    data = json.loads((tmp_path / "amk_parity.json").read_text())
     shape = data["shapes"]["smollm2-135m"]
     assert set(shape["contenders"]) == set(names) and len(shape["reference_tokens"]) == 3
     from mosaic_amk.parity import format_table
@@ -90,7 +90,7 @@ def test_hf_parts_and_record_on_cpu(tmp_path, tiny_checkpoint):
 
 
 @pytest.mark.gpu
-def test_script_small_on_the_device(tmp_path):
+def test_benchmark_small_on_the_device(tmp_path):
     try:
         import cupy
 
@@ -98,9 +98,9 @@ def test_script_small_on_the_device(tmp_path):
             raise RuntimeError("no device")
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"needs cupy, torch with CUDA and a CUDA device ({type(exc).__name__}: {exc})")
-    r = _run("--out", str(tmp_path), "--shapes", "smollm2-135m", "--prompts", "2", "--tokens", "8")
+    r = _run("--json", str(tmp_path / "amk_parity.json"), "--shapes", "smollm2-135m", "--prompts", "2", "--tokens", "8")
     assert r.returncode == 0, r.stderr[-2000:]
-    shape = json.loads((tmp_path / "issue8_parity.json").read_text())["shapes"]["smollm2-135m"]
+    shape = json.loads((tmp_path / "amk_parity.json").read_text())["shapes"]["smollm2-135m"]
     vm = shape["contenders"]["amk-vm"]
     assert vm["forced"]["positions"] == 16 and vm["forced"]["argmax_inconsistent"] == 0
     assert shape["contenders"]["hf-eager-self"]["forced"]["bit_equal_fraction"] == 1.0

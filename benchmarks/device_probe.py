@@ -1,11 +1,12 @@
-"""Probe the GPU machine once: versions, the device, and whether each capture path works there.
+"""Probe the GPU machine once: versions, the device (cudaGetDeviceProperties), the CUPTI activity record's fields,
+and whether each capture path (CUTLASS headers, CuTe DSL, Pallas MOSAIC_GPU_DUMP_TO) works there.
 
 Run on the device after staging (see ../shared/device/stage-gpu-wheels.sh):
-    python3 scripts/device/probe.py   # writes $OUT/probe.json and prints it
+    python3 benchmarks/device_probe.py [--json PATH]   # prints each check and a table; writes $OUT/device_probe.json
 Each check is independent; a failure is recorded with its error, never fatal.
 """
 
-
+import argparse
 import json
 import os
 import subprocess
@@ -15,12 +16,22 @@ import time
 import traceback
 from pathlib import Path
 
-OUT = Path(os.environ.get("OUT", "."))
-report: dict = {}
+from _device import add_json, json_path, write_json
+
+CHECKS: dict = {}
 
 
 def check(name):
     def wrap(fn):
+        CHECKS[name] = fn
+        return fn
+
+    return wrap
+
+
+def run_checks() -> dict:
+    report: dict = {}
+    for name, fn in CHECKS.items():
         t0 = time.time()
         try:
             report[name] = {"ok": True, "value": fn()}
@@ -29,9 +40,7 @@ def check(name):
                             "trace": traceback.format_exc()[-1500:]}
         report[name]["seconds"] = round(time.time() - t0, 2)
         print(f"[{name}] {json.dumps(report[name], default=str)[:1500]}", flush=True)
-        return fn
-
-    return wrap
+    return report
 
 
 def sh(cmd: str) -> str:
@@ -146,6 +155,18 @@ def _():
             "dumped": sorted(os.listdir(d))[:20]}
 
 
-OUT.mkdir(parents=True, exist_ok=True)
-(OUT / "probe.json").write_text(json.dumps(report, indent=2, default=str))
-print("wrote", OUT / "probe.json")
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_json(p, "device_probe")
+    a = p.parse_args(argv)
+    report = run_checks()
+    print(f"\n{'check':18s} {'ok':5s} {'s':>6s}  value / error")
+    for name, r in report.items():
+        print(f"{name:18s} {str(r['ok']):5s} {r['seconds']:6.2f}  "
+              + (json.dumps(r.get("value"), default=str) if r["ok"] else r["error"])[:120])
+    print("wrote", write_json(json_path(a), report, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,18 +8,17 @@ ops`` (sync skeleton) on best-measured and balanced. Prints each shape's table a
 against best-measured (or, when best-measured is not among ``--candidates``, against the first one): ms/token and
 ratio.
 
-    python3 scripts/device/amk_best.py [--shapes llama-3.2-1b,smollm2-135m] [--rounds 3] [--candidates a,b]
-    # writes $OUT/amk_best.json
+    python3 benchmarks/amk_speed.py [--shapes llama-3.2-1b,smollm2-135m] [--rounds 3] [--candidates a,b] [--json PATH]
+    # writes $OUT/amk_speed.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
-from pathlib import Path
+
+from _device import add_json, json_path, write_json
 
 CANDIDATES = ("rows32-lm", "best-measured", "best-measured-preload", "balanced", "balanced-preload",
               "balanced-rope-stage-preload", "balanced-66sm-preload", "balanced-stream2", "balanced-stream4",
@@ -54,7 +53,7 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default="llama-3.2-1b,smollm2-135m")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=64)
-    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    add_json(p, "amk_speed")
     p.add_argument("--candidates", default=",".join(CANDIDATES), help="bench candidate names (bench.all_candidates)")
     p.add_argument("--probe", default=f"{BASE},balanced", help="candidates to probe (bench.probe_masks)")
     p.add_argument("--probe-all", action="store_true", help="every probe, not only the sync skeleton")
@@ -82,8 +81,7 @@ def main(argv=None) -> int:
         verdicts.extend(res["verdicts"])
         print(format_table(res), flush=True)
         del model
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    (Path(a.out) / "amk_best.json").write_text(json.dumps(out, indent=1, default=str) + "\n")
+    write_json(json_path(a), out, indent=1, default=str)
     print("\n".join(verdicts), flush=True)
     return 0
 

@@ -245,3 +245,29 @@ def test_check_refuses_integer_and_boolean_tensors(tmp_path, dtype):
     np.savez(tmp_path / "out.npz", c=np.full((4, 4), 4, dtype=np.float32))
     refused(mosaic("check", "--family", "gemm", "--inputs", str(tmp_path / "in.npz"), "--output",
                    str(tmp_path / "out.npz"), "--dtype", "bf16"), f"array 'a' has dtype {dtype}")
+
+
+# -- TOML: bounded size, depth and integers --------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, needle", [
+    ("a = " + "[" * 3000 + "1" + "]" * 3000 + "\n", "nested too deep to parse"),
+    ("a = " + "[" * 70 + "1" + "]" * 70 + "\n", "70 levels is over the limit of 64 levels"),
+    ("x = " + "9" * 5000 + "\n", "an integer has more digits than the limit of 40"),
+    ("x = " + "1" * 50 + "\n", "50 digits is over the limit of 40 digits"),
+    ("x = 'a'\n" + "#" * (5 * 2**20) + "\n", "bytes is over the limit of 4,194,304 bytes"),
+])
+def test_hostile_toml(tmp_path, text, needle):
+    from mosaic.tomlfile import read_toml
+
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(BadInput, match=needle):
+        read_toml(f)
+
+
+def test_campaign_toml_from_a_fifo_is_never_read(tmp_path):
+    from mosaic.tomlfile import read_toml
+
+    os.mkfifo(tmp_path / "c.toml")
+    with pytest.raises(BadInput, match="not a regular file"):
+        read_toml(tmp_path / "c.toml")

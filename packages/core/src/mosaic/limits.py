@@ -168,19 +168,19 @@ def read_json(path: str | os.PathLike, where: str | None = None) -> Any:
     return loads_json(text, where)
 
 
-def check_tree(value: Any, where: str, depth: int = 0) -> None:
+def check_tree(value: Any, where: str) -> None:
     """Refuse a parsed document (TOML) nested deeper than the limit or holding an over-long integer."""
-    if depth > limit("nesting_depth"):
-        raise refuse("nesting_depth", depth, where)
-    if isinstance(value, dict):
-        for v in value.values():
-            check_tree(v, where, depth + 1)
-    elif isinstance(value, list):
-        for v in value:
-            check_tree(v, where, depth + 1)
-    elif isinstance(value, int) and not isinstance(value, bool):
-        if abs(value) >= 10 ** limit("int_digits"):
-            raise refuse("int_digits", len(str(value)), where)
+    cap, digits = limit("nesting_depth"), limit("int_digits")
+    deepest, stack = 0, [(value, 0)]
+    while stack:  # iterative: a hostile depth cannot exhaust Python's stack here
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((c, depth + 1) for c in (v.values() if isinstance(v, dict) else v))
+        elif isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10 ** digits:
+            raise refuse("int_digits", len(str(abs(v))), where)
+    if deepest > cap:
+        raise refuse("nesting_depth", deepest, where)
 
 
 def _npy_header(fh) -> tuple[tuple[int, ...], Any]:

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from mosaic.converge import converged, decide
 from mosaic.families import physical_floor_ns
 from mosaic.plugins import host
+from mosaic.run.decide import converged, decide
 
 sys.path.insert(0, str(Path(__file__).parent))
 import run_fixture as rf  # noqa: E402

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 from mosaic.bundle import verify_bundle
-from mosaic.run.campaign import Campaign
 from mosaic.catalog import catalog_from_host
-from mosaic.converge import proposer_history
 from mosaic.lift.diff import diff_fingerprints
 from mosaic.lift.inputs import lift_bundle
 from mosaic.plugins import host
 from mosaic.proposers import Request
 from mosaic.proposers.knobs import KnobsProposer
+from mosaic.run.campaign import Campaign
+from mosaic.run.loop import proposer_history
 
 DATA = Path(__file__).parent / "data" / "h200-first-campaign"
 NAIVE, FINAL = "60070b15b65cfb56", "bd67d5c7f402f91e"

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from mosaic.run.campaign import Campaign
 from mosaic.live import (
     LiveWorkbench,
     add_session,
@@ -24,7 +23,9 @@ from mosaic.live import (
     update_bundle,
 )
 from mosaic.records import KernelSpec
-from mosaic.run.workbench import REFERENCE, Kernel, OfflineWorkbench, candidate_key, save_kernel_bundle
+from mosaic.run.campaign import Campaign
+from mosaic.run.offline import OfflineWorkbench
+from mosaic.run.workbench import REFERENCE, Kernel, candidate_key, save_kernel_bundle
 
 CORPUS = Path(__file__).resolve().parent / "lift" / "corpus" / "artifacts"
 SHAPE = {"m": 4096, "n": 4096, "k": 4096}
@@ -246,7 +247,7 @@ def test_loop_prefetches_the_naive_translation_and_upcoming_proposals(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
     import run_fixture as rf
     from mosaic.run.journal import Journal
-    from mosaic.run_command import _loop
+    from mosaic.run.loop import run_campaign
 
     src = rf.build_campaign(tmp_path / "c")
 
@@ -257,8 +258,8 @@ def test_loop_prefetches_the_naive_translation_and_upcoming_proposals(tmp_path):
             self.asked.append([k.key for k in kernels])
 
     bench = Recording(src, "gemm", "bf16")
-    outcome = _loop(Campaign.from_json(dict(__import__("tomllib").loads(rf.CAMPAIGN_TOML))), bench,
-                    Journal.create(tmp_path / "o"), quiet=True)
+    outcome = run_campaign(Campaign.from_json(dict(__import__("tomllib").loads(rf.CAMPAIGN_TOML))), bench,
+                           Journal.create(tmp_path / "o"), quiet=True)
     events = [json.loads(line) for line in (tmp_path / "o" / "journal.jsonl").read_text().splitlines()]
     naive = next(e["key"] for e in events if e["event"] == "proposal" and e["step"] == 0)
     assert bench.asked[0] == [naive]

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 from mosaic.bundle import load_bundle
-from mosaic.run.campaign import Campaign
 from mosaic.live import LiveWorkbench
 from mosaic.live_worker import Workers, WorkerState
 from mosaic.records import KernelSpec
-from mosaic.run.workbench import REFERENCE, Kernel, OfflineWorkbench, candidate_key, save_kernel_bundle
+from mosaic.run.campaign import Campaign
+from mosaic.run.offline import OfflineWorkbench
+from mosaic.run.workbench import REFERENCE, Kernel, candidate_key, save_kernel_bundle
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = [sys.executable, str(HERE / "worker_script.py")]

@@ -9,11 +9,11 @@ import shutil
 import sys
 
 import pytest
-from mosaic.run.campaign import Campaign
 from mosaic.errors import BundleError
 from mosaic.plugins import host
-from mosaic.run.preview import DEVICE_STEPS, find_reference, run_preview
 from mosaic.records import KernelSpec
+from mosaic.run.campaign import Campaign
+from mosaic.run.preview import DEVICE_STEPS, find_reference, run_preview
 
 
 def campaign(**more) -> Campaign:

@@ -6,13 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from mosaic.run.campaign import Campaign
 from mosaic.catalog import catalog_from_host
 from mosaic.plugins import host
 from mosaic.proposers import Request, proposers
 from mosaic.proposers.command import CommandProposer, parse_reply
 from mosaic.proposers.knobs import KnobsProposer, construct_knobs
 from mosaic.records import Discrepancy
+from mosaic.run.campaign import Campaign
 
 sys.path.insert(0, str(Path(__file__).parent))
 import run_fixture as rf  # noqa: E402

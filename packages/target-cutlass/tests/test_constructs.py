@@ -2,12 +2,12 @@
 cluster, stages and kernel schedule from diff rows through them (nothing built: proposals only)."""
 
 import attrs
-from mosaic.run.campaign import Campaign
 from mosaic.catalog import CONCEPT_NAMES, catalog_from_host, completeness
 from mosaic.plugins import host
 from mosaic.proposers import Request
 from mosaic.proposers.knobs import KnobsProposer, construct_knobs
 from mosaic.records import Discrepancy
+from mosaic.run.campaign import Campaign
 from mosaic_target_cutlass.constructs import CONSTRUCTS
 from mosaic_target_cutlass.gemm import GemmKnobs
 

@@ -41,38 +41,6 @@ def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget
     return Campaign.from_json(data, "mosaic run")
 
 
-def _tools(campaign, gpu_record=None):
-    """GPU record, the target's knob class (None when the language is not installed) and the catalog."""
-    from mosaic.catalog import catalog_from_host
-    from mosaic.plugins import host
-    from mosaic.records import GpuTarget
-
-    h = host()
-    gpu = GpuTarget.from_json(gpu_record) if gpu_record else h.get("gpus", campaign.gpu)
-    knob_cls = None
-    langs = h.items("languages")
-    if campaign.target in langs and langs[campaign.target].backend is not None:
-        knob_cls = langs[campaign.target].backend.knobs(campaign.family)
-    return gpu, knob_cls, catalog_from_host(h)
-
-
-def _loop(campaign, bench, journal, gpu_record=None, recorded=None, header=None, quiet=False):
-    from mosaic.converge import Loop, stderr_progress
-    from mosaic.proposers import make_proposer
-
-    gpu, knob_cls, catalog = _tools(campaign, gpu_record)
-    proposer = make_proposer(campaign.proposer, campaign, knob_cls, catalog)
-    loop = Loop(campaign, bench, proposer, journal, gpu, knob_cls, recorded=recorded, header=header,
-                progress=None if quiet else stderr_progress)
-    try:
-        return loop.run()
-    finally:
-        journal.close()
-        close = getattr(bench, "close", None)  # the live workbench ends its background lowerings
-        if close is not None:
-            close()
-
-
 def _summary(out: Path, outcome) -> None:
     from mosaic.run.report import write_report
 
@@ -85,49 +53,30 @@ def _summary(out: Path, outcome) -> None:
 
 
 def _offline(src: Path, out: Path | None, quiet: bool) -> int:
-    from mosaic.run.campaign import Campaign, load_campaign
-    from mosaic.converge import Recorded, compare_verdicts
-    from mosaic.run.journal import NAME, Journal, read_journal
-    from mosaic.run.workbench import OfflineWorkbench
+    from mosaic.run.offline import redecide
 
-    recorded_events, gpu_record = None, None
-    if (src / NAME).is_file():
-        recorded_events, _ = read_journal(src / NAME)
-        head = recorded_events[0]
-        campaign = Campaign.from_json(head["campaign"], str(src / NAME))
-        gpu_record = head.get("gpu")
-    elif (src / "campaign.toml").is_file():
-        campaign = load_campaign(src / "campaign.toml")
-    else:
-        raise BadInput("an offline run needs the campaign: journal.jsonl or campaign.toml", str(src))
-    out = out or (src / "offline")
-    journal = Journal.create(out)
-    bench = OfflineWorkbench(src, campaign.family, campaign.dtype)
-    recorded = Recorded(recorded_events, measurements=False) if recorded_events else None
-    outcome = _loop(campaign, bench, journal, gpu_record, recorded,
-                    header={"source_dir": str(src.resolve()), "replays_journal": recorded_events is not None}, quiet=quiet)
-    _summary(out, outcome)
-    if recorded_events is None:
+    r = redecide(src, out, quiet)
+    _summary(r.out, r.outcome)
+    if r.recorded_verdicts is None:
         click.echo("offline: no recorded journal in the source directory, so these are first decisions "
                    "from its bundles (nothing to compare)")
         return 0
-    redecided, _ = read_journal(out / NAME)
-    problems = compare_verdicts(recorded_events, redecided)
-    n = sum(1 for e in recorded_events if e["event"] == "verdict")
-    if problems:
-        for p in problems:
+    if r.problems:
+        for p in r.problems:
             click.echo(f"MISMATCH {p}", err=True)
-        click.echo(f"offline re-decision: {len(problems)} mismatch(es) against {n} recorded verdicts", err=True)
+        click.echo(f"offline re-decision: {len(r.problems)} mismatch(es) against {r.recorded_verdicts} recorded "
+                   "verdicts", err=True)
         return 1
-    click.echo(f"offline re-decision: all {n} recorded verdicts and the stop reproduced")
+    click.echo(f"offline re-decision: all {r.recorded_verdicts} recorded verdicts and the stop reproduced")
     return 0
 
 
 def _resume(directory: Path, quiet: bool) -> int:
     from mosaic.run.campaign import Campaign
-    from mosaic.converge import Recorded
     from mosaic.run.journal import Journal
-    from mosaic.run.workbench import OfflineWorkbench
+    from mosaic.run.loop import run_campaign
+    from mosaic.run.offline import OfflineWorkbench
+    from mosaic.run.replay import Recorded
 
     journal, torn = Journal.resume(directory)
     if torn:  # always said, even with --quiet
@@ -151,14 +100,14 @@ def _resume(directory: Path, quiet: bool) -> int:
 
         src_events, _ = read_journal(Path(head["source_dir"]) / NAME)
         recorded.proposals = {**Recorded(src_events, measurements=False).proposals, **recorded.proposals}
-    outcome = _loop(campaign, bench, journal, head.get("gpu"), recorded, header, quiet)
+    outcome = run_campaign(campaign, bench, journal, head.get("gpu"), recorded, header, quiet)
     _summary(directory, outcome)
     return 0
 
 
 def _preview(campaign, out: Path, why: str, quiet: bool) -> int:
     """No GPU: the steps that need none (mosaic.run.preview), and a plain list of those skipped."""
-    from mosaic.converge import stderr_progress
+    from mosaic.run.loop import stderr_progress
     from mosaic.run.preview import run_preview
 
     click.echo(f"no GPU here ({why}): running what needs none; a full campaign needs a CUDA device", err=True)
@@ -171,10 +120,10 @@ def _preview(campaign, out: Path, why: str, quiet: bool) -> int:
 
 
 def _live_bench(campaign, out: Path, quiet: bool = False):
-    from mosaic.converge import stderr_progress
     from mosaic.gpus import detect
     from mosaic.live import LiveWorkbench
     from mosaic.plugins import host
+    from mosaic.run.loop import stderr_progress
 
     detection = detect(host().items("gpus").values())
     if not detection.devices:
@@ -245,6 +194,8 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
         return _preview(campaign, out, getattr(exc, 'reason', exc.what), quiet)
     journal = Journal.create(out)
     (out / "campaign.json").write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
-    outcome = _loop(campaign, bench, journal, quiet=quiet)
+    from mosaic.run.loop import run_campaign
+
+    outcome = run_campaign(campaign, bench, journal, quiet=quiet)
     _summary(out, outcome)
     return 0

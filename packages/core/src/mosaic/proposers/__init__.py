@@ -54,7 +54,7 @@ class Request:
     """What a proposer sees: the campaign, the kernel to edit, its ranked rows and what was already tried.
 
     ``tried`` holds the keys of every candidate built so far; ``history`` every built edit of the campaign in
-    step order, ``{step, key, parent, edit, knobs, outcome, accepted}`` (``mosaic.converge.proposer_history``:
+    step order, ``{step, key, parent, edit, knobs, outcome, accepted}`` (``mosaic.run.loop.proposer_history``:
     ``outcome`` is the verdict's or the build's reason code, ``accepted`` whether it became the incumbent).
     """
 

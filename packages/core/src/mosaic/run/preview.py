@@ -100,17 +100,17 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
     """``languages``: name -> Language (default: the installed plugins')."""
     from mosaic.bundle import load_bundle
     from mosaic.capture import CaptureOptions, capture
-    from mosaic.converge import _full_knobs, total_distance
     from mosaic.errors import BadInput
     from mosaic.lift.diff import diff_fingerprints
     from mosaic.lift.inputs import lift_bundle
     from mosaic.plugins import host
     from mosaic.proposers import Request, make_proposer
-    from mosaic.run_command import _tools
+    from mosaic.run.decide import total_distance
+    from mosaic.run.loop import campaign_tools, full_knobs
     from mosaic.run.workbench import REFERENCE, candidate_key
 
     c = campaign
-    gpu, knob_cls, catalog = _tools(c)
+    gpu, knob_cls, catalog = campaign_tools(c)
     p = Preview(c, gpu, why_no_gpu)
     p.done.append(("campaign", f"{c.source} -> {c.target}, {c.family} {c.problem} {c.dtype}, GPU record {gpu.name} "
                                f"({gpu.arch}, {gpu.sm_count} SMs)"))
@@ -149,7 +149,7 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
                                                f"(installed: {installed})"))
     else:
         try:
-            naive_spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.target, _full_knobs(knob_cls, c.start_knobs))
+            naive_spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.target, full_knobs(knob_cls, c.start_knobs))
         except BadInput as exc:
             p.skipped.append(("naive translation", str(exc)))
     naive_dest = None
@@ -198,7 +198,7 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
                 p.edits.append({"ok": False, "reason": prop.reason})
                 continue
             try:
-                spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.target, _full_knobs(knob_cls, prop.knobs or {}))
+                spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.target, full_knobs(knob_cls, prop.knobs or {}))
             except BadInput:
                 continue
             k = candidate_key(spec, prop.source)

@@ -1,12 +1,13 @@
 """Where the convergence loop gets its measurements: a small protocol with two implementations.
 
-The loop's decisions are a pure function of recorded measurements (``mosaic.converge``). What produces
-them is a :class:`Workbench`:
+The loop's decisions are a pure function of recorded measurements (:mod:`mosaic.run.decide`). What
+produces them is a :class:`Workbench`:
 
-* the **live** workbench (``mosaic.live``) captures and times kernels on a GPU and writes one bundle per
-  kernel into ``DIR/bundles``;
-* the **offline** workbench (:class:`OfflineWorkbench`) reads those bundles back — on any machine, with no
-  GPU — so ``mosaic run --offline DIR`` re-decides a finished campaign and must reproduce every verdict.
+* the **live** workbench (:mod:`mosaic.run.live`) captures and times kernels on a GPU and writes one bundle
+  per kernel into ``DIR/bundles``;
+* the **offline** workbench (:class:`mosaic.run.offline.OfflineWorkbench`) reads those bundles back — on any
+  machine, with no GPU — so ``mosaic run --offline DIR`` re-decides a finished campaign and must reproduce
+  every verdict.
 
 Bundle layout for the loop (everything else in a bundle is the capture's own): the manifest's extra key
 ``mosaic_run`` = ``{"key", "role": "reference"|"candidate"|"yardstick", "build": {"ok", "reason"},
@@ -22,13 +23,11 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
 import numpy as np
 
-from mosaic.errors import BadInput, BundleError
 from mosaic.records import KernelSpec
 from mosaic.timing import measurement
 
@@ -174,127 +173,9 @@ def save_kernel_bundle(root: str | os.PathLike, *, spec: KernelSpec, key: str, r
                        extra=extra, overwrite=True)
 
 
-class OfflineWorkbench:
-    """Answers every question from the bundles of ``source_dir/bundles`` (no GPU, nothing is built or run)."""
-
-    kind = "offline"
-
-    def __init__(self, source_dir: str | os.PathLike, family: str, dtype: str, out_dtype: str | None = None):
-        from mosaic.bundle import load_bundle
-
-        self.dir = Path(source_dir)
-        self.family, self.dtype, self.out_dtype = family, dtype, out_dtype
-        root = self.dir / "bundles"
-        if not root.is_dir():
-            raise BadInput("no bundles/ directory: offline runs read a campaign's recorded bundles", str(self.dir))
-        self.by_key: dict[str, Any] = {}
-        self.yardstick_bundle = None
-        self.reference_bundle = None
-        for path in sorted(root.glob("*.bundle")):
-            b = load_bundle(path)
-            meta = b.manifest.get("mosaic_run")
-            if not isinstance(meta, Mapping) or "key" not in meta:
-                continue
-            b.manifest["mosaic_run"] = {**meta, "build": _build_of(b.manifest, meta)}
-            if meta.get("role") == "yardstick":
-                self.yardstick_bundle = b
-                continue
-            if meta.get("role") == "reference":
-                self.reference_bundle = b
-            self.by_key[meta["key"]] = b
-        if self.reference_bundle is None:
-            raise BadInput("no reference bundle (manifest mosaic_run.role = 'reference') among the bundles",
-                           str(root))
-        self._inputs = None
-
-    def _timings(self, b) -> dict:
-        data = b.read_json("timings") or {}
-        if not isinstance(data, Mapping):
-            raise BundleError("timings must be a JSON object", str(b.root))
-        return {**data, "blocks": blocks_of(data.get("blocks"))}
-
-    def bundle_path(self, key: str) -> str | None:
-        b = self.by_key.get(key)
-        return str(b.root) if b is not None else None
-
-    def capture_reference(self, spec: KernelSpec) -> ReferenceCapture:
-        b = self.reference_bundle
-        blocks = self._timings(b).get("blocks") or []
-        cost = float(b.manifest["mosaic_run"].get("cost_s", 0.0))
-        return ReferenceCapture(Kernel(REFERENCE, b.kernel, None, str(b.root)), blocks, cost)
-
-    def build(self, kernel: Kernel) -> Built:
-        b = self.by_key.get(kernel.key)
-        if b is None:
-            return Built(kernel.key, False, f"not recorded in {self.dir / 'bundles'} (offline: nothing is built)",
-                         "unrecorded")
-        meta = b.manifest["mosaic_run"]
-        build = meta.get("build") or {}
-        ok = bool(build.get("ok", True))
-        return Built(kernel.key, ok, str(build.get("reason", "")), "" if ok else "unbuildable", str(b.root),
-                     float(meta.get("cost_s", 0.0)))
-
-    def inputs(self) -> dict:
-        if self._inputs is None:
-            self._inputs = self.reference_bundle.arrays("inputs")
-        return self._inputs
-
-    def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked:
-        b = self.by_key[kernel.key]
-        outputs = b.arrays("outputs")
-        if not outputs or not self.inputs():
-            summary = (b.manifest.get("capture") or {}).get("summary") or {}
-            if "numerics_pass" in summary:  # outputs too large to keep: the capture's own verdict, said so
-                return Checked(kernel.key, bool(summary["numerics_pass"]),
-                               "recorded verdict of the capture (outputs kept by SHA-256 only)"
-                               + ("" if summary["numerics_pass"] else ": failed the oracle"))
-            return Checked(kernel.key, False, "no outputs recorded in the bundle")
-        return gate(self.family, self.inputs(), outputs, self.dtype, self.out_dtype, kernel.key)
-
-    def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:
-        b = self.by_key[kernel.key]
-        t = self._timings(b)
-        for s in t.get("sessions") or []:
-            if s.get("against") == incumbent.key:
-                return Timed(kernel.key, incumbent.key, s["incumbent_blocks"], s["candidate_blocks"],
-                             s.get("order", "ABAB"), "same-session", 0.0)
-        inc = self.by_key.get(incumbent.key)
-        a = self._timings(inc).get("blocks") if inc is not None else None
-        c = t.get("blocks")
-        if not a or not c:
-            raise BundleError(f"no recorded timing of {kernel.key} against {incumbent.key}", str(b.root))
-        n = min(rounds, len(a), len(c))
-        return Timed(kernel.key, incumbent.key, a[:n], c[:n], "ABAB", "recorded-blocks", 0.0)
-
-    def yardstick(self, spec: KernelSpec, rounds: int):
-        if self.yardstick_bundle is None:
-            return None
-        return tuple(self._timings(self.yardstick_bundle).get("blocks") or ()) or None
-
-
 def blocks_of(blocks) -> list:
     """Blocks as lists of per-run ns: plain lists, or the capture's TimedRuns objects (``times_ns``)."""
     out = []
     for b in blocks or []:
         out.append(list(b["times_ns"]) if isinstance(b, Mapping) else list(b))
     return out
-
-
-def _build_of(manifest: Mapping, meta: Mapping) -> dict:
-    if "build" in meta:
-        return dict(meta["build"])
-    cap = manifest.get("capture") or {}
-    status = cap.get("status", "ok")
-    ok = status not in ("unbuildable", "crashed", "timeout", "failed")
-    return {"ok": ok, "reason": "" if ok else f"{status}: {(cap.get('summary') or {}).get('error', '')}"}
-
-
-def gate(family: str, inputs: Mapping, outputs: Mapping, dtype: str, out_dtype: str | None, key: str) -> Checked:
-    """The numerics gate: the float64 oracle's verdict on one kernel's outputs."""
-    from mosaic.oracle import check, numerics_pass
-
-    try:
-        verdict = check(family, inputs, outputs, dtype, out_dtype)
-    except BadInput as exc:
-        return Checked(key, False, f"oracle refused the outputs: {exc.what}")
-    return Checked(key, numerics_pass(verdict), verdict.reason)

@@ -13,10 +13,10 @@
    reference), when the budget (device minutes, timed candidates) is spent, or when no edit is left; list
    every remaining difference by name.
 
-Every decision is a pure function of recorded measurements (:func:`decide`, :func:`converged`): the
-workbench answers, the journal records the answer, and the same answers give the same verdicts — which is
-what ``mosaic run --resume`` (answers replayed from the journal) and ``mosaic run --offline`` (answers read
-back from the bundles) rely on.
+Every decision is a pure function of recorded measurements (:mod:`mosaic.run.decide`): the workbench
+answers, the journal records the answer, and the same answers give the same verdicts — which is what
+``mosaic run --resume`` (:mod:`mosaic.run.replay`) and ``mosaic run --offline`` (:mod:`mosaic.run.offline`)
+rely on.
 """
 
 from __future__ import annotations
@@ -29,65 +29,19 @@ from typing import Any
 
 import attrs
 
-from mosaic.run.campaign import Campaign
 from mosaic.errors import BadInput
 from mosaic.families import physical_floor_ns
-from mosaic.run.journal import FORMAT, VERSION, Journal
 from mosaic.proposers import EditProposer, Proposal, Request
 from mosaic.records import GpuTarget, KernelSpec
-from mosaic.timing import Noise, Scored, accept, measure_noise
-from mosaic.run.workbench import (
-    REFERENCE,
-    Built,
-    Checked,
-    Kernel,
-    ReferenceCapture,
-    Timed,
-    Workbench,
-    candidate_key,
-    time_of,
-)
+from mosaic.run.campaign import Campaign
+from mosaic.run.decide import converged, decide, total_distance
+from mosaic.run.journal import FORMAT, VERSION, Journal
+from mosaic.run.replay import Recorded, ReplayBench
+from mosaic.run.workbench import REFERENCE, Built, Checked, Kernel, Timed, Workbench, candidate_key, time_of
+from mosaic.timing import Noise, measure_noise
 
 MAX_PROPOSER_FAILURES = 3  # consecutive rejected proposals before a beam member counts as exhausted
 PREFETCH_AHEAD = 6  # untried proposals handed to a workbench's prefetch (live: lowered in the background)
-
-
-# -- the pure decisions ------------------------------------------------------------------------------------------
-@attrs.frozen
-class Decision:
-    accepted: bool
-    reason_code: str  # faster | closer-within-noise | slower | null | below-floor
-    reason: str
-    closer_but_slower: bool = False
-
-
-def decide(t_c: float, t_i: float, d_c: float, d_i: float, noise: float, floor_ns: float) -> Decision:
-    """The verdict on one timed candidate against the incumbent (times in ns, distances D)."""
-    if t_c < floor_ns:
-        return Decision(False, "below-floor", f"{t_c / 1e3:.1f} us is below the physical floor "
-                        f"{floor_ns / 1e3:.1f} us of the problem on this GPU: the measurement is wrong, not fast")
-    ok = accept(Scored(True, t_c, d_c), Scored(True, t_i, d_i), noise)
-    delta = f"{t_c / 1e3:.2f} us vs incumbent {t_i / 1e3:.2f} us (noise {noise / 1e3:.2f} us)"
-    if ok:
-        if t_c < t_i - noise:
-            return Decision(True, "faster", f"faster by more than the noise: {delta}")
-        return Decision(True, "closer-within-noise", f"within the noise and structurally closer "
-                        f"(D {d_c:.3f} < {d_i:.3f}): {delta}")
-    closer = d_c < d_i
-    if t_c > t_i + noise:
-        return Decision(False, "slower", f"slower by more than the noise: {delta}"
-                        + (f"; structurally closer (D {d_c:.3f} < {d_i:.3f})" if closer else ""), closer)
-    return Decision(False, "null", f"null result: within the noise and not closer (D {d_c:.3f} >= {d_i:.3f}): "
-                    f"{delta}", False)
-
-
-def converged(t_inc: float, t_ref: float, noise: float) -> bool:
-    """The stop rule: the incumbent is within the reference's noise of it, or faster."""
-    return t_inc <= t_ref + noise
-
-
-def total_distance(layers) -> float:
-    return float(sum(d for _, d in layers))
 
 
 # -- state ---------------------------------------------------------------------------------------------------
@@ -104,64 +58,6 @@ class Member:
     def summary(self) -> dict:
         return {"key": self.kernel.key, "knobs": dict(self.kernel.spec.knobs), "time_ns": self.time,
                 "distance": self.distance}
-
-
-class Recorded:
-    """Answers already in a journal (resume): measurements by key, proposals by step."""
-
-    def __init__(self, events: list[dict], measurements: bool = True):
-        self.proposals = {e["step"]: e for e in events if e["event"] == "proposal"}
-        if not measurements:  # offline re-decision: proposals from the journal, measurements from the bundles
-            events = []
-        self.reference = next((e for e in events if e["event"] == "reference"), None)
-        self.yardstick = next((e for e in events if e["event"] == "yardstick"), None)
-        self.builds = {e["key"]: e for e in events if e["event"] == "build"}
-        self.checks = {e["key"]: e for e in events if e["event"] == "numerics"}
-        self.times = {(e["key"], e["against"]): e for e in events if e["event"] == "timed"}
-
-
-class ReplayBench:
-    """A workbench that answers from the journal where it can and asks the real one for the rest."""
-
-    def __init__(self, inner: Workbench, recorded: Recorded | None):
-        self.inner, self.rec = inner, recorded
-        self.kind = inner.kind
-
-    def capture_reference(self, spec: KernelSpec) -> ReferenceCapture:
-        e = self.rec.reference if self.rec else None
-        if e is not None:
-            return ReferenceCapture(Kernel(REFERENCE, spec, None, e["bundle"]), e["noise_blocks"], e["cost_s"])
-        return self.inner.capture_reference(spec)
-
-    def build(self, kernel: Kernel) -> Built:
-        e = self.rec.builds.get(kernel.key) if self.rec else None
-        if e is not None:
-            return Built(e["key"], e["ok"], e["reason"], e["reason_code"], e["bundle"], e["cost_s"])
-        return self.inner.build(kernel)
-
-    def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked:
-        e = self.rec.checks.get(kernel.key) if self.rec else None
-        if e is not None:
-            return Checked(e["key"], e["passed"], e["reason"], e["cost_s"])
-        return self.inner.check(kernel, built, reference)
-
-    def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:
-        e = self.rec.times.get((kernel.key, incumbent.key)) if self.rec else None
-        if e is not None:
-            return Timed.from_json(e)
-        return self.inner.time(incumbent, kernel, rounds)
-
-    def yardstick(self, spec: KernelSpec, rounds: int):
-        if self.rec and self.rec.yardstick is not None:
-            return self.rec.yardstick["blocks"]
-        return self.inner.yardstick(spec, rounds)
-
-    def prefetch(self, kernels) -> None:
-        """Hand kernels the loop will probably build soon to a workbench that can start early (optional)."""
-        fn = getattr(self.inner, "prefetch", None)
-        if fn is not None:
-            fn([k for k in kernels if not (self.rec and k.key in self.rec.builds)])
-
 
 @attrs.frozen
 class Outcome:
@@ -197,7 +93,7 @@ def proposer_history(events: Iterable[Mapping]) -> list[dict]:
     return [entries[s] for s in sorted(entries)]
 
 
-def _full_knobs(knob_cls: type | None, knobs: Mapping) -> dict:
+def full_knobs(knob_cls: type | None, knobs: Mapping) -> dict:
     """The complete knob set (defaults filled in by the target's knob class), as plain JSON values."""
     def plain(v):
         return [plain(x) for x in v] if isinstance(v, list | tuple) else v
@@ -289,11 +185,11 @@ class Loop:
         return self.finish(stop)
 
     def naive_kernel(self) -> Kernel:
-        spec = self.spec(self.c.target, _full_knobs(self.knob_cls, self.c.start_knobs))
+        spec = self.spec(self.c.target, full_knobs(self.knob_cls, self.c.start_knobs))
         return Kernel(candidate_key(spec), spec)
 
     def start(self) -> str | None:
-        knobs = _full_knobs(self.knob_cls, self.c.start_knobs)
+        knobs = full_knobs(self.knob_cls, self.c.start_knobs)
         kernel = self.naive_kernel()
         self.emit("proposal", step=0, key=kernel.key, ok=True, parent=None,
                   edit={"kind": "naive", "why": "the naive first translation"}, knobs=knobs, reason="")
@@ -389,7 +285,7 @@ class Loop:
                 break
             if p.ok:
                 try:
-                    spec = self.spec(self.c.target, _full_knobs(self.knob_cls, p.knobs or {}))
+                    spec = self.spec(self.c.target, full_knobs(self.knob_cls, p.knobs or {}))
                 except BadInput:
                     continue
                 key = candidate_key(spec, p.source)
@@ -399,7 +295,7 @@ class Loop:
         for p in proposals:
             if not p.ok:
                 return p
-            key = candidate_key(self.spec(self.c.target, _full_knobs(self.knob_cls, p.knobs)), p.source)
+            key = candidate_key(self.spec(self.c.target, full_knobs(self.knob_cls, p.knobs)), p.source)
             if key not in self.tried:
                 return p
         return Proposal(False, member.kernel.key, reason="no untried edit for this kernel", done=True)
@@ -413,7 +309,7 @@ class Loop:
         reason = p.reason
         if p.ok:
             try:
-                knobs = _full_knobs(self.knob_cls, p.knobs or {})
+                knobs = full_knobs(self.knob_cls, p.knobs or {})
             except BadInput as exc:
                 p, reason = attrs.evolve(p, ok=False), f"invalid knobs: {exc.what}"
             else:
@@ -483,36 +379,42 @@ class Loop:
                        self.noise.value, self.timed, self.step, tuple(remaining))
 
 
-def compare_verdicts(recorded: list[dict], redecided: list[dict]) -> list[str]:
-    """Every difference between two journals' verdicts and stop (offline re-decision must reproduce them)."""
-    def verdicts(events):
-        return [(e["key"], e["step"], e["decision"], e["reason_code"]) for e in events if e["event"] == "verdict"]
+def campaign_tools(campaign: Campaign, gpu_record: Mapping | None = None):
+    """GPU record, the target's knob class (None when the language is not installed) and the catalog."""
+    from mosaic.catalog import catalog_from_host
+    from mosaic.plugins import host
 
-    def stop(events):
-        return next((e["stop"] for e in events if e["event"] == "stop"), None)
-
-    a, b = verdicts(recorded), verdicts(redecided)
-    problems = []
-    for i in range(max(len(a), len(b))):
-        x = a[i] if i < len(a) else None
-        y = b[i] if i < len(b) else None
-        if x != y:
-            problems.append(f"verdict {i + 1}: recorded {_show(x)}, re-decided {_show(y)}")
-    if stop(recorded) != stop(redecided):
-        problems.append(f"stop: recorded {stop(recorded)!r}, re-decided {stop(redecided)!r}")
-    return problems
+    h = host()
+    gpu = GpuTarget.from_json(gpu_record) if gpu_record else h.get("gpus", campaign.gpu)
+    knob_cls = None
+    langs = h.items("languages")
+    if campaign.target in langs and langs[campaign.target].backend is not None:
+        knob_cls = langs[campaign.target].backend.knobs(campaign.family)
+    return gpu, knob_cls, catalog_from_host(h)
 
 
-def _show(v) -> str:
-    if v is None:
-        return "nothing"
-    key, step, decision, code = v
-    return f"step {step} {key} {decision} ({code})"
+def run_campaign(campaign: Campaign, bench: Workbench, journal: Journal, gpu_record: Mapping | None = None,
+                 recorded: Recorded | None = None, header: Mapping | None = None, quiet: bool = False) -> Outcome:
+    """Run the loop with the installed plugins' GPU record, knob class and proposer; then close the journal
+    and the workbench (the live one ends its background lowerings)."""
+    from mosaic.proposers import make_proposer
+
+    gpu, knob_cls, catalog = campaign_tools(campaign, gpu_record)
+    proposer = make_proposer(campaign.proposer, campaign, knob_cls, catalog)
+    loop = Loop(campaign, bench, proposer, journal, gpu, knob_cls, recorded=recorded, header=header,
+                progress=None if quiet else stderr_progress)
+    try:
+        return loop.run()
+    finally:
+        journal.close()
+        close = getattr(bench, "close", None)
+        if close is not None:
+            close()
 
 
 def stderr_progress(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
-__all__ = ["Decision", "decide", "converged", "physical_floor_ns", "Loop", "Recorded", "Outcome",
-           "compare_verdicts"]
+__all__ = ["Loop", "Member", "Outcome", "campaign_tools", "full_knobs", "proposer_history", "run_campaign",
+           "stderr_progress"]

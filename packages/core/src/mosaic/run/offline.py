@@ -1,0 +1,208 @@
+"""Offline re-decision (``mosaic run --offline DIR``): a finished campaign decided again from its bundles.
+
+:class:`OfflineWorkbench` answers every question of the loop from the bundles of ``DIR/bundles`` (written by
+the live workbench, in the layout :mod:`mosaic.run.workbench` describes) — on any machine, with no GPU,
+nothing built or run. When DIR holds a journal its recorded proposals are replayed
+(:class:`~mosaic.run.replay.Recorded` without measurements) and :func:`compare_verdicts` lists every verdict
+that did not come out the same.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mosaic.errors import BadInput, BundleError
+from mosaic.records import KernelSpec
+from mosaic.run.workbench import REFERENCE, Built, Checked, Kernel, ReferenceCapture, Timed, blocks_of
+
+
+class OfflineWorkbench:
+    """Answers every question from the bundles of ``source_dir/bundles`` (no GPU, nothing is built or run)."""
+
+    kind = "offline"
+
+    def __init__(self, source_dir: str | os.PathLike, family: str, dtype: str, out_dtype: str | None = None):
+        from mosaic.bundle import load_bundle
+
+        self.dir = Path(source_dir)
+        self.family, self.dtype, self.out_dtype = family, dtype, out_dtype
+        root = self.dir / "bundles"
+        if not root.is_dir():
+            raise BadInput("no bundles/ directory: offline runs read a campaign's recorded bundles", str(self.dir))
+        self.by_key: dict[str, Any] = {}
+        self.yardstick_bundle = None
+        self.reference_bundle = None
+        for path in sorted(root.glob("*.bundle")):
+            b = load_bundle(path)
+            meta = b.manifest.get("mosaic_run")
+            if not isinstance(meta, Mapping) or "key" not in meta:
+                continue
+            b.manifest["mosaic_run"] = {**meta, "build": _build_of(b.manifest, meta)}
+            if meta.get("role") == "yardstick":
+                self.yardstick_bundle = b
+                continue
+            if meta.get("role") == "reference":
+                self.reference_bundle = b
+            self.by_key[meta["key"]] = b
+        if self.reference_bundle is None:
+            raise BadInput("no reference bundle (manifest mosaic_run.role = 'reference') among the bundles",
+                           str(root))
+        self._inputs = None
+
+    def _timings(self, b) -> dict:
+        data = b.read_json("timings") or {}
+        if not isinstance(data, Mapping):
+            raise BundleError("timings must be a JSON object", str(b.root))
+        return {**data, "blocks": blocks_of(data.get("blocks"))}
+
+    def bundle_path(self, key: str) -> str | None:
+        b = self.by_key.get(key)
+        return str(b.root) if b is not None else None
+
+    def capture_reference(self, spec: KernelSpec) -> ReferenceCapture:
+        b = self.reference_bundle
+        blocks = self._timings(b).get("blocks") or []
+        cost = float(b.manifest["mosaic_run"].get("cost_s", 0.0))
+        return ReferenceCapture(Kernel(REFERENCE, b.kernel, None, str(b.root)), blocks, cost)
+
+    def build(self, kernel: Kernel) -> Built:
+        b = self.by_key.get(kernel.key)
+        if b is None:
+            return Built(kernel.key, False, f"not recorded in {self.dir / 'bundles'} (offline: nothing is built)",
+                         "unrecorded")
+        meta = b.manifest["mosaic_run"]
+        build = meta.get("build") or {}
+        ok = bool(build.get("ok", True))
+        return Built(kernel.key, ok, str(build.get("reason", "")), "" if ok else "unbuildable", str(b.root),
+                     float(meta.get("cost_s", 0.0)))
+
+    def inputs(self) -> dict:
+        if self._inputs is None:
+            self._inputs = self.reference_bundle.arrays("inputs")
+        return self._inputs
+
+    def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked:
+        b = self.by_key[kernel.key]
+        outputs = b.arrays("outputs")
+        if not outputs or not self.inputs():
+            summary = (b.manifest.get("capture") or {}).get("summary") or {}
+            if "numerics_pass" in summary:  # outputs too large to keep: the capture's own verdict, said so
+                return Checked(kernel.key, bool(summary["numerics_pass"]),
+                               "recorded verdict of the capture (outputs kept by SHA-256 only)"
+                               + ("" if summary["numerics_pass"] else ": failed the oracle"))
+            return Checked(kernel.key, False, "no outputs recorded in the bundle")
+        return gate(self.family, self.inputs(), outputs, self.dtype, self.out_dtype, kernel.key)
+
+    def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:
+        b = self.by_key[kernel.key]
+        t = self._timings(b)
+        for s in t.get("sessions") or []:
+            if s.get("against") == incumbent.key:
+                return Timed(kernel.key, incumbent.key, s["incumbent_blocks"], s["candidate_blocks"],
+                             s.get("order", "ABAB"), "same-session", 0.0)
+        inc = self.by_key.get(incumbent.key)
+        a = self._timings(inc).get("blocks") if inc is not None else None
+        c = t.get("blocks")
+        if not a or not c:
+            raise BundleError(f"no recorded timing of {kernel.key} against {incumbent.key}", str(b.root))
+        n = min(rounds, len(a), len(c))
+        return Timed(kernel.key, incumbent.key, a[:n], c[:n], "ABAB", "recorded-blocks", 0.0)
+
+    def yardstick(self, spec: KernelSpec, rounds: int):
+        if self.yardstick_bundle is None:
+            return None
+        return tuple(self._timings(self.yardstick_bundle).get("blocks") or ()) or None
+
+
+def _build_of(manifest: Mapping, meta: Mapping) -> dict:
+    if "build" in meta:
+        return dict(meta["build"])
+    cap = manifest.get("capture") or {}
+    status = cap.get("status", "ok")
+    ok = status not in ("unbuildable", "crashed", "timeout", "failed")
+    return {"ok": ok, "reason": "" if ok else f"{status}: {(cap.get('summary') or {}).get('error', '')}"}
+
+
+def gate(family: str, inputs: Mapping, outputs: Mapping, dtype: str, out_dtype: str | None, key: str) -> Checked:
+    """The numerics gate: the float64 oracle's verdict on one kernel's outputs."""
+    from mosaic.oracle import check, numerics_pass
+
+    try:
+        verdict = check(family, inputs, outputs, dtype, out_dtype)
+    except BadInput as exc:
+        return Checked(key, False, f"oracle refused the outputs: {exc.what}")
+    return Checked(key, numerics_pass(verdict), verdict.reason)
+
+
+def compare_verdicts(recorded: list[dict], redecided: list[dict]) -> list[str]:
+    """Every difference between two journals' verdicts and stop (offline re-decision must reproduce them)."""
+    def verdicts(events):
+        return [(e["key"], e["step"], e["decision"], e["reason_code"]) for e in events if e["event"] == "verdict"]
+
+    def stop(events):
+        return next((e["stop"] for e in events if e["event"] == "stop"), None)
+
+    a, b = verdicts(recorded), verdicts(redecided)
+    problems = []
+    for i in range(max(len(a), len(b))):
+        x = a[i] if i < len(a) else None
+        y = b[i] if i < len(b) else None
+        if x != y:
+            problems.append(f"verdict {i + 1}: recorded {_show(x)}, re-decided {_show(y)}")
+    if stop(recorded) != stop(redecided):
+        problems.append(f"stop: recorded {stop(recorded)!r}, re-decided {stop(redecided)!r}")
+    return problems
+
+
+def _show(v) -> str:
+    if v is None:
+        return "nothing"
+    key, step, decision, code = v
+    return f"step {step} {key} {decision} ({code})"
+
+
+@attrs.frozen
+class Redecision:
+    """What :func:`redecide` found: the re-decided campaign's directory and outcome, and, when the source held
+    a journal, how many verdicts it recorded and every difference (empty: all reproduced)."""
+
+    out: Path
+    outcome: Any
+    recorded_verdicts: int | None
+    problems: tuple = ()
+
+
+def redecide(src: Path, out: Path | None = None, quiet: bool = False) -> Redecision:
+    """Re-decide the campaign in ``src`` from its bundles; the journal goes to ``out`` (default ``src/offline``)."""
+    from mosaic.run.campaign import Campaign, load_campaign
+    from mosaic.run.journal import NAME, Journal, read_journal
+    from mosaic.run.loop import run_campaign
+    from mosaic.run.replay import Recorded
+
+    recorded_events, gpu_record = None, None
+    if (src / NAME).is_file():
+        recorded_events, _ = read_journal(src / NAME)
+        head = recorded_events[0]
+        campaign = Campaign.from_json(head["campaign"], str(src / NAME))
+        gpu_record = head.get("gpu")
+    elif (src / "campaign.toml").is_file():
+        campaign = load_campaign(src / "campaign.toml")
+    else:
+        raise BadInput("an offline run needs the campaign: journal.jsonl or campaign.toml", str(src))
+    out = out or (src / "offline")
+    journal = Journal.create(out)
+    bench = OfflineWorkbench(src, campaign.family, campaign.dtype)
+    recorded = Recorded(recorded_events, measurements=False) if recorded_events else None
+    outcome = run_campaign(campaign, bench, journal, gpu_record, recorded,
+                           header={"source_dir": str(src.resolve()), "replays_journal": recorded_events is not None},
+                           quiet=quiet)
+    if recorded_events is None:
+        return Redecision(out, outcome, None)
+    redecided, _ = read_journal(out / NAME)
+    n = sum(1 for e in recorded_events if e["event"] == "verdict")
+    return Redecision(out, outcome, n, tuple(compare_verdicts(recorded_events, redecided)))

@@ -1,0 +1,67 @@
+"""Answers already recorded: a journal's measurements and proposals, replayed before the real workbench is asked.
+
+``mosaic run --resume DIR`` replays DIR's journal (measurements and proposals); ``mosaic run --offline DIR``
+replays only the proposals of DIR's journal and reads the measurements back from the bundles.
+"""
+
+from __future__ import annotations
+
+from mosaic.records import KernelSpec
+from mosaic.run.workbench import REFERENCE, Built, Checked, Kernel, ReferenceCapture, Timed, Workbench
+
+
+class Recorded:
+    """Answers already in a journal (resume): measurements by key, proposals by step."""
+
+    def __init__(self, events: list[dict], measurements: bool = True):
+        self.proposals = {e["step"]: e for e in events if e["event"] == "proposal"}
+        if not measurements:  # offline re-decision: proposals from the journal, measurements from the bundles
+            events = []
+        self.reference = next((e for e in events if e["event"] == "reference"), None)
+        self.yardstick = next((e for e in events if e["event"] == "yardstick"), None)
+        self.builds = {e["key"]: e for e in events if e["event"] == "build"}
+        self.checks = {e["key"]: e for e in events if e["event"] == "numerics"}
+        self.times = {(e["key"], e["against"]): e for e in events if e["event"] == "timed"}
+
+
+class ReplayBench:
+    """A workbench that answers from the journal where it can and asks the real one for the rest."""
+
+    def __init__(self, inner: Workbench, recorded: Recorded | None):
+        self.inner, self.rec = inner, recorded
+        self.kind = inner.kind
+
+    def capture_reference(self, spec: KernelSpec) -> ReferenceCapture:
+        e = self.rec.reference if self.rec else None
+        if e is not None:
+            return ReferenceCapture(Kernel(REFERENCE, spec, None, e["bundle"]), e["noise_blocks"], e["cost_s"])
+        return self.inner.capture_reference(spec)
+
+    def build(self, kernel: Kernel) -> Built:
+        e = self.rec.builds.get(kernel.key) if self.rec else None
+        if e is not None:
+            return Built(e["key"], e["ok"], e["reason"], e["reason_code"], e["bundle"], e["cost_s"])
+        return self.inner.build(kernel)
+
+    def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked:
+        e = self.rec.checks.get(kernel.key) if self.rec else None
+        if e is not None:
+            return Checked(e["key"], e["passed"], e["reason"], e["cost_s"])
+        return self.inner.check(kernel, built, reference)
+
+    def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:
+        e = self.rec.times.get((kernel.key, incumbent.key)) if self.rec else None
+        if e is not None:
+            return Timed.from_json(e)
+        return self.inner.time(incumbent, kernel, rounds)
+
+    def yardstick(self, spec: KernelSpec, rounds: int):
+        if self.rec and self.rec.yardstick is not None:
+            return self.rec.yardstick["blocks"]
+        return self.inner.yardstick(spec, rounds)
+
+    def prefetch(self, kernels) -> None:
+        """Hand kernels the loop will probably build soon to a workbench that can start early (optional)."""
+        fn = getattr(self.inner, "prefetch", None)
+        if fn is not None:
+            fn([k for k in kernels if not (self.rec and k.key in self.rec.builds)])

@@ -7,8 +7,8 @@ import random
 
 import pytest
 from mosaic.cli import main
-from mosaic_amk.audit import CONTROL, MUTATORS, random_dag, real_lowerings, run_audit, table
-from mosaic_amk.validator import validate
+from mosaic_amk.validate import validate
+from mosaic_amk.validate.audit import CONTROL, MUTATORS, random_dag, real_lowerings, run_audit, table
 
 
 @pytest.fixture(scope="module")

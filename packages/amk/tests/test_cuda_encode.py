@@ -135,7 +135,7 @@ def test_synchronisation_is_not_the_encoders_business():
 
 def test_micro_schedules_validate_and_encode():
     """The device script's one-op schedules pass the gate (a rejected one would cost a GPU stage)."""
-    from mosaic_amk.validator import validate
+    from mosaic_amk.validate import validate
 
     n = 64
     bufs = [Buffer("x", "f32", (n,), "input"), Buffer("w", "f32", (n,), "weight"), Buffer("y", "f32", (n,), "output")]
@@ -198,7 +198,7 @@ def test_vm_fusions_lower_validate_and_encode(family):
     """With rmsnorm_gemv + gemv_rope_append on, the lowering has no rmsnorm/rope/append stage left, the validator
     accepts it at two positions of one structure, and the encoding carries the new flags and the RoPE table."""
     from mosaic_amk.lowering import layer_stages
-    from mosaic_amk.validator import validate
+    from mosaic_amk.validate import validate
 
     cfg = CFGS["vm-fused"]
     m = tiny_model(family)
@@ -327,7 +327,7 @@ def test_fused_gemv_micro_cases(case):
     """The device script's fused-vs-unfused micro schedules pass the gate and the encoder, and in float32 numpy
     both compute the reference (so on the device any difference is the micro-kernels')."""
     from mosaic_amk.cuda.microbench import fused_gemv_case
-    from mosaic_amk.validator import validate
+    from mosaic_amk.validate import validate
 
     c = fused_gemv_case(case, np.random.default_rng(1), hidden=64, rows=48, heads=4, head_dim=16, num_sms=5,
                         position=21, page=8, pages=4)

@@ -16,12 +16,13 @@ import pytest
 from mosaic.plugins import host
 from mosaic_amk import columns, ops
 from mosaic_amk.config import CPU_FUSIONS, DEFAULT_FUSIONS, FUSIONS, ScheduleConfig
-from mosaic_amk.executor import _PROBED, explore, probe_footprint
 from mosaic_amk.lowering import layer_stages, lower
 from mosaic_amk.model import INV_FREQ, ModelSpec
 from mosaic_amk.schedule import Buffer
 from mosaic_amk.tiny_models import TINY_FAMILIES, tiny_model
-from mosaic_amk.validator import _screen, validate, validate_rules
+from mosaic_amk.validate import validate, validate_rules
+from mosaic_amk.validate.oracle import _PROBED, explore, probe_footprint
+from mosaic_amk.validate.screen import screen as _screen
 
 F32 = np.float32
 

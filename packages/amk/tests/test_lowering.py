@@ -18,7 +18,7 @@ from mosaic_amk.lowering import LOGITS, NEXT_TOKEN, k_cache, lower
 from mosaic_amk.reference_vm import ReferenceVM
 from mosaic_amk.schedule import Schedule, load_schedule
 from mosaic_amk.tiny_models import TINY_FAMILIES, tiny_model
-from mosaic_amk.validator import validate
+from mosaic_amk.validate import validate
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import torch
 from mosaic.plugins import host
 from mosaic_amk import ops
 from mosaic_amk.config import ScheduleConfig
-from mosaic_amk.executor import STRATEGIES, interleaving
 from mosaic_amk.lowering import LOGITS, lower
 from mosaic_amk.reference_vm import ReferenceVM, VMError
 from mosaic_amk.tiny_models import tiny_model
+from mosaic_amk.validate.oracle import STRATEGIES, interleaving
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb, rotate_half
 
 RNG = np.random.default_rng(0)

@@ -14,7 +14,7 @@ from mosaic_amk.config import CUDA_DEFAULT, VM_FUSIONS, ScheduleConfig
 from mosaic_amk.lowering import apart, lower, qkv_sms
 from mosaic_amk.reference_vm import ReferenceVM
 from mosaic_amk.tiny_models import tiny_model
-from mosaic_amk.validator import validate
+from mosaic_amk.validate import validate
 
 BLOCKED = attrs.evolve(CUDA_DEFAULT, rope_order="blocked")
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mosaic.cli import main
-from mosaic_amk.executor import explore
 from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
-from mosaic_amk.validator import CODES, validate
+from mosaic_amk.validate import CODES, RULES, validate, validate_rules
+from mosaic_amk.validate.oracle import explore
 
 ATTN = {"position": 3, "num_heads": 2, "num_kv_heads": 2, "head_dim": 4, "row_start": 0, "row_end": 8,
         "window": 0, "scale": 0.5, "page_tokens": 2}
@@ -322,3 +322,22 @@ def test_kv_append_must_write_a_kv_cache():
     bufs = list(base().buffers)
     bufs[6] = Buffer("kc", "f32", (4, 2, 8), "scratch")
     assert "malformed" in codes(attrs.evolve(base(), buffers=tuple(bufs)))
+
+
+def test_the_rule_table_has_one_rule_per_code():
+    """Rules as data: one rule function per diagnostic code, each code documented, none shared."""
+    assert [r.code for r in RULES] == list(CODES)
+    assert len({r.run for r in RULES}) == len(RULES) == len(CODES) == 11
+    assert all(r.run.__doc__ and r.doc == CODES[r.code] for r in RULES)
+
+
+def test_every_rule_runs_and_reports_in_schedule_order():
+    """Several codes at once: every rule runs (none stops the others) and the report keeps schedule
+    order (every structural problem before any wait problem, whichever task it is on)."""
+    s = task(task(base(), 6, sm=7), 5, waits=(Wait(counter=0, threshold=9),))
+    r = validate_rules(s)
+    assert {"malformed", "unsatisfiable-wait"} <= r.codes(), r.lines()
+    assert validate(s).diagnostics == r.diagnostics
+    first = [d.code for d in r.diagnostics]
+    assert first.index("malformed") < first.index("unsatisfiable-wait")
+

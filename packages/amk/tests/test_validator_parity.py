@@ -1,4 +1,4 @@
-"""The fast validator against the rule table alone (mosaic_amk.validator.validate_rules): the same
+"""The fast validator against the rule table alone (mosaic_amk.validate.validate_rules): the same
 diagnostics, in the same order, on audit mutants of real lowerings, random DAGs, the raw-JSON path and
 damaged JSON; and the fast screen really is what accepts real lowerings."""
 
@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mosaic_amk import columns
-from mosaic_amk.audit import MUTATORS, random_dag, real_lowerings
-from mosaic_amk.validator import _screen, validate
-from mosaic_amk.validator import validate_rules as validate_reference
+from mosaic_amk.validate import validate
+from mosaic_amk.validate import validate_rules as validate_reference
+from mosaic_amk.validate.audit import MUTATORS, random_dag, real_lowerings
+from mosaic_amk.validate.screen import screen as _screen
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ def lower_cmd(model_dir: str, config_path: str | None, gpu_name: str, position: 
 
     from mosaic_amk.importer import import_checkpoint
     from mosaic_amk.lowering import lower
-    from mosaic_amk.validator import validate
+    from mosaic_amk.validate import validate
 
     gpu, config = _gpu_and_config(gpu_name, config_path)
     schedule = lower(import_checkpoint(model_dir), config, gpu, position)
@@ -80,7 +80,7 @@ def generate_cmd(model_dir: str, prompt: str, n_tokens: int, vm: str, check_hf: 
         raise BadInput(f"--prompt needs token ids in 0 .. {spec.vocab_size - 1}, got {prompt!r}")
     executor = None
     if interleave != "list":
-        from mosaic_amk.executor import interleaving
+        from mosaic_amk.validate.oracle import interleaving
 
         executor = interleaving(seed, interleave)
     tokens, logits = ReferenceVM(spec, config, gpu).generate(ids, n_tokens, executor=executor)
@@ -115,7 +115,7 @@ def validate_cmd(schedule_path: str, as_json: bool) -> None:
     import json
 
     from mosaic_amk.schedule import read_schedule_json
-    from mosaic_amk.validator import validate
+    from mosaic_amk.validate import validate
 
     result = validate(read_schedule_json(schedule_path))
     if as_json:
@@ -142,7 +142,7 @@ def audit_cmd(n: int, seed: int, workers: int, runs: int, as_json: bool) -> None
     """Audit the validator against the dynamic oracle; exit 1 on any false accept or rejected real lowering."""
     import json
 
-    from mosaic_amk.audit import run_audit, table
+    from mosaic_amk.validate.audit import run_audit, table
 
     report = run_audit(n, seed=seed, workers=workers or None, runs=runs)
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else table(report))

@@ -1,6 +1,6 @@
 """The columnar form of a schedule: one list (or numpy array) per task field, built once per validation.
 
-The validator's fast screen (``mosaic_amk.validator._screen``) reads a schedule through these columns
+The validator's fast screen (``mosaic_amk.validate.screen.screen``) reads a schedule through these columns
 instead of walking :class:`~mosaic_amk.schedule.Task` records one by one: every column is extracted with
 a C-level ``map`` over the task tuple, and the checks run as numpy operations over whole columns.
 

@@ -25,7 +25,7 @@ from mosaic.errors import CheckFailed, MosaicError
 from mosaic_amk import rope_order
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.schedule import Schedule
-from mosaic_amk.validator import ValidationResult, validate
+from mosaic_amk.validate import ValidationResult, validate
 
 CTRL_HEAD, DUMP_WORDS = 16, 8
 C_ABORT, C_ERROR, C_ABORTED = 0, 1, 2

@@ -4,7 +4,7 @@ Each schedule is either a *real lowering* (tiny random-init checkpoints of every
 lowered by ``mosaic_amk.lowering.lower`` under several ScheduleConfigs, SM counts and positions), a
 *single-injection mutant* of one (one class per unsafe pattern, below), or a *random DAG* (random
 ops, buffers, waits, thresholds and SM placement, half of them built disciplined then perturbed once).
-The oracle (:func:`mosaic_amk.executor.explore`, several adversarial interleavings with a deadlock
+The oracle (:func:`mosaic_amk.validate.oracle.explore`, several adversarial interleavings with a deadlock
 watchdog and shadow memory) labels each one; the validator gives its verdict. A *false accept* is a
 schedule the oracle shows unsafe and the validator accepts: the audit's goal is zero. A schedule the
 validator rejects while the oracle saw nothing wrong is counted as *stricter* (the oracle explores a
@@ -21,9 +21,9 @@ from multiprocessing import get_context
 
 import attrs
 
-from mosaic_amk.executor import explore
 from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
-from mosaic_amk.validator import validate
+from mosaic_amk.validate import validate
+from mosaic_amk.validate.oracle import explore
 
 ORACLE_RUNS = 8
 # Control classes: mutations that are safe by construction (moving a task to another SM keeps the list

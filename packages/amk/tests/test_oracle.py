@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from mosaic.plugins import host
 from mosaic_amk.config import ScheduleConfig
-from mosaic_amk.executor import STRATEGIES, ScheduleUnsafe, execute, explore, interleaving
 from mosaic_amk.lowering import lower
 from mosaic_amk.reference_vm import ReferenceVM
 from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
 from mosaic_amk.tiny_models import tiny_model
+from mosaic_amk.validate.oracle import STRATEGIES, ScheduleUnsafe, execute, explore, interleaving
 
 G = {"bias": False, "residual": False}
 

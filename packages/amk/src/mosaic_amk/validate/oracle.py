@@ -1,6 +1,6 @@
 """The scheduling semantics, executed: an independent dynamic oracle for schedules.
 
-This module deliberately shares no analysis code with :mod:`mosaic_amk.validator`: it runs the SM
+This module deliberately shares no analysis code with :mod:`mosaic_amk.validate`: it runs the SM
 queues under seeded interleavings and watches what happens, where the validator reasons statically.
 The audit uses it to label mutants (a false accept is a schedule this oracle shows unsafe and the
 validator accepts).

@@ -1,5 +1,5 @@
 """The cuBLAS yardstick's Runnable contract, exercised on the CPU through torch (the GPU path is the same
-object with device="cuda"; it ran on the H200 in scripts/device/issue4.sh and issue5.py)."""
+object with device="cuda"; it ran on the H200 in benchmarks/gemm_capture.py and timing_aa.py)."""
 
 import numpy as np
 import pytest

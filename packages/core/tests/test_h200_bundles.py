@@ -1,4 +1,4 @@
-"""Bundles captured on the lent H200 (2026-11-30, scripts/device/issue4.sh and issue5.py), re-read on a
+"""Bundles captured on the lent H200 (2026-11-30, benchmarks/gemm_capture.py), re-read on a
 machine with no GPU: integrity, the oracle re-decided from stored arrays, the noise re-derived from the
 stored per-run times, and lift/diff of real CUTLASS GEMM pairs."""
 

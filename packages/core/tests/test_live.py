@@ -2,7 +2,7 @@
 timeouts with the whole process group killed), the bundle bookkeeping read back by the offline workbench,
 PTX assembled into SASS for lifting, unbuildable candidates (rules, prefetched and not), a gate that fails at
 run time (no GPU here) recorded so the offline re-decision reads the same verdict, the loop's prefetch hook.
-Nothing here runs a kernel: GPU runs are in scripts/device/issue6.sh."""
+Nothing here runs a kernel: GPU runs are in benchmarks/gemm_campaign.py."""
 
 from __future__ import annotations
 
@@ -14,18 +14,19 @@ import time
 from pathlib import Path
 
 import pytest
-from mosaic.live import (
-    LiveWorkbench,
-    add_session,
-    run_child,
-    run_meta,
-    sass_from_ptx,
-    update_bundle,
-)
 from mosaic.records import KernelSpec
 from mosaic.run.campaign import Campaign
+from mosaic.run.live.parent import LiveWorkbench, run_child, sass_from_ptx
 from mosaic.run.offline import OfflineWorkbench
-from mosaic.run.workbench import REFERENCE, Kernel, candidate_key, save_kernel_bundle
+from mosaic.run.workbench import (
+    REFERENCE,
+    Kernel,
+    add_session,
+    candidate_key,
+    run_meta,
+    save_kernel_bundle,
+    update_bundle,
+)
 
 CORPUS = Path(__file__).resolve().parent / "lift" / "corpus" / "artifacts"
 SHAPE = {"m": 4096, "n": 4096, "k": 4096}
@@ -83,7 +84,7 @@ def test_child_result_must_be_a_status_object(tmp_path):
 def test_child_refuses_a_request_that_is_not_one(tmp_path):
     bad = tmp_path / "req.json"
     bad.write_text(json.dumps({"mode": "check"}))
-    done = subprocess.run([sys.executable, "-m", "mosaic.live", str(bad)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "mosaic.run.live.child", str(bad)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not a mosaic-live-request" in done.stderr
 
@@ -273,7 +274,7 @@ def test_a_failed_reference_capture_stops_the_campaign_with_its_bundle_kept(tmp_
     """The reference capture (its own process, through mosaic.capture) fails for real; the bundle
     it leaves carries the loop's mosaic_run entry passed through capture's manifest extras."""
     from mosaic.bundle import load_bundle
-    from mosaic.live import LiveError
+    from mosaic.run.live.parent import LiveError
 
     lines: list[str] = []
     bench = LiveWorkbench(campaign(yardstick=False), tmp_path, progress=lines.append)
@@ -285,21 +286,30 @@ def test_a_failed_reference_capture_stops_the_campaign_with_its_bundle_kept(tmp_
     assert b.manifest["mosaic_run"]["role"] == "reference" and b.manifest["capture"]["status"] == "unbuildable"
 
 
-def test_device_script_parses_and_its_summary_reads_a_journal(tmp_path):
+def test_campaign_benchmark_parses_and_its_summary_reads_a_journal(tmp_path):
+    import tarfile
+
     sys.path.insert(0, str(Path(__file__).parent))
     import run_fixture as rf
 
-    script = Path(__file__).resolve().parents[3] / "scripts" / "device" / "issue6.sh"
-    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
-    text = script.read_text()
-    assert "--source pallas --target \"$TARGET\"" in text and "TARGET=${TARGET:-cute}" in text
-    assert "--shape \"$SHAPE\"" in text and "SHAPE=${SHAPE:-4096x4096x4096}" in text
-    assert "--offline" in text and "--exclude=.work" in text
-    summary = text.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "gemm_campaign.py"
+    assert subprocess.run([sys.executable, str(script), "--help"], capture_output=True).returncode == 0
+    import gemm_campaign as gc  # benchmarks/ is on pytest's pythonpath
+
+    a = gc.parse_args([])
+    assert a.target == "cute" and a.shape == "4096x4096x4096"
+    cmd = " ".join(gc.campaign_command(a.target, a.shape, 3, 5, "worker", tmp_path / "d"))
+    assert "--source pallas --target cute" in cmd and "--shape 4096x4096x4096" in cmd
+    assert "--offline" in gc.offline_command(tmp_path / "d")
+    (tmp_path / "d" / ".work").mkdir(parents=True)
+    (tmp_path / "d" / ".work" / "scratch").write_text("x")
+    (tmp_path / "d" / "report.md").write_text("r")
+    assert gc.tar_campaign(tmp_path / "d", tmp_path / "d.tar.gz") == ""
+    with tarfile.open(tmp_path / "d.tar.gz") as tar:
+        assert tar.getnames() == ["d", "d/report.md"]  # the .work/ scratch is excluded
     src = rf.build_campaign(tmp_path / "c")
     mosaic = str(Path(sys.executable).parent / "mosaic")
     subprocess.run([mosaic, "run", "--offline", str(src), "--out", str(tmp_path / "o"), "--quiet"], check=True,
                    capture_output=True, timeout=300)
-    done = subprocess.run([sys.executable, "-c", summary, str(tmp_path / "o")], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0 and "stop: converged" in done.stdout and "cuBLAS (same run): 168." in done.stdout
+    done = "\n".join(gc.summary_lines(tmp_path / "o"))
+    assert "stop: converged" in done and "cuBLAS (same run): 168." in done

@@ -1,4 +1,4 @@
-"""The CPU-testable part of scripts/device/issue5.py: --lower-only lowers every Pallas and CuTe
+"""The CPU-testable part of benchmarks/gemm_capture.py: --lower-only lowers every Pallas and CuTe
 configuration through core's capture (child processes), records the unbuildable one, and writes the JSON
 summary and the bundle tarball that the H200 run also writes."""
 
@@ -16,34 +16,35 @@ pytest.importorskip("jax", minversion="0.11.2",
 pytest.importorskip("cutlass.cute",
                     reason="needs nvidia-cutlass-dsl (Python >= 3.12): run in .venv312 (make test does)")
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "device" / "issue5.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "gemm_capture.py"
 
 
 @pytest.mark.slow
-def test_issue5_lower_only_on_cpu(tmp_path):
-    env = {**os.environ, "ISSUE5_WORK": str(tmp_path / "work")}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--lower-only", "--out", str(tmp_path / "out")],
+def test_lower_only_on_cpu(tmp_path):
+    env = {**os.environ, "GEMM_CAPTURE_WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out")}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--lower-only"],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summary = json.loads((tmp_path / "out" / "issue5-all-lowered.json").read_text())
+    summary = json.loads((tmp_path / "out" / "gemm_capture-all-lowered.json").read_text())
     statuses = {name: c["status"] for name, c in summary["captures"].items()}
     assert statuses.pop("pallas-jax-128x256x64-s4") == "unbuildable"
     assert set(statuses.values()) == {"lowered"}, statuses
     assert len(statuses) == 10
     regs = summary["captures"]["cute-128x128-s4"]["summary"]["resources"]["registers"]
     assert 0 < regs <= 255
-    with tarfile.open(tmp_path / "out" / "issue5-all-lowered.tar.gz") as tar:
+    with tarfile.open(tmp_path / "out" / "gemm_capture-all-lowered.tar.gz") as tar:
         names = tar.getnames()
     assert "cute-128x128-s4.bundle/kernel.ptx" in names and "cute-naive.bundle/kernel.cubin" in names
     assert any(n.startswith("pallas-jax-128x128x64-s4.bundle/source/") for n in names)
 
 
-def test_issue5_quick_recheck_lowers_its_subset(tmp_path):
-    env = {**os.environ, "ISSUE5_WORK": str(tmp_path / "work")}
+def test_quick_recheck_lowers_its_subset(tmp_path):
+    env = {**os.environ, "GEMM_CAPTURE_WORK": str(tmp_path / "work")}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--part", "all", "--quick", "--lower-only",
-                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600, env=env)
+                           "--json", str(tmp_path / "out" / "quick.json")], capture_output=True, text=True,
+                          timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summary = json.loads((tmp_path / "out" / "issue5-all-quick-lowered.json").read_text())
+    summary = json.loads((tmp_path / "out" / "quick.json").read_text())
     assert {n: c["status"] for n, c in summary["captures"].items()} == {
         "pallas-jax-128x128x64-s4": "lowered", "cute-128x128-s4": "lowered",
         "cute-128x256-s4-persistent-c2x1-sw8": "lowered"}

@@ -1,8 +1,7 @@
-"""The CPU-testable parts of scripts/device/issue4.py: its configurations are buildable by the rules, the
-cuBLAS runnable's contract (on torch CPU), the A/A harness on synthetic samples, the summary table."""
+"""The CPU-testable parts of benchmarks/gemm_capture.py (--part cutlass) and benchmarks/timing_aa.py: the CUTLASS
+configurations are buildable by the rules, the A/A harness on synthetic samples, the summary table."""
 
-import importlib.util
-from pathlib import Path
+import importlib
 
 import numpy as np
 import pytest
@@ -10,33 +9,33 @@ from mosaic.records import KernelSpec
 from mosaic_target_cutlass import gemm
 from mosaic_target_cutlass.backend import CutlassBackend
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "device" / "issue4.py"
+
+@pytest.fixture(scope="module")
+def capture():
+    return importlib.import_module("gemm_capture")  # benchmarks/ is on pytest's pythonpath
 
 
 @pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("issue4_script", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def aa():
+    return importlib.import_module("timing_aa")
 
 
-def test_configurations_pass_the_rules(script):
+def test_configurations_pass_the_rules(capture, aa):
     from mosaic_gpu_hopper.targets import H200
 
-    assert len(script.CONFIGS) == 3
+    assert len(capture.CONFIGS) == 3 and aa.CONFIGS is capture.CONFIGS
     labels = set()
-    for knobs in script.CONFIGS.values():
-        for shape in (script.BIG, script.SMALL, {**script.BIG, "k": script.PLANTED_K["slower"]},
-                      {**script.BIG, "k": script.PLANTED_K["faster"]}):
+    for knobs in capture.CONFIGS.values():
+        for shape in (capture.BIG, capture.SMALL, {**capture.BIG, "k": aa.PLANTED_K["slower"]},
+                      {**capture.BIG, "k": aa.PLANTED_K["faster"]}):
             s = KernelSpec(family="gemm", shape=shape, dtype="bf16", language="cutlass", knobs=knobs)
             assert CutlassBackend().source(s, H200)  # no Unbuildable
         labels.add(gemm.GemmKnobs(**knobs).label)
     assert len(labels) == 3
-    assert script.PLANTED_K["slower"] / script.BIG["k"] == pytest.approx(1.031, abs=0.001)
+    assert aa.PLANTED_K["slower"] / capture.BIG["k"] == pytest.approx(1.031, abs=0.001)
 
 
-def test_decision_harness_on_synthetic_samples(script):
+def test_decision_harness_on_synthetic_samples(aa):
     rng = np.random.default_rng(1)
     ref, slow, fast = 170_000.0, 170_000.0 * 1.031, 170_000.0 * 0.969
 
@@ -44,22 +43,22 @@ def test_decision_harness_on_synthetic_samples(script):
         clock = 1 + 0.02 * rng.standard_normal()
         return tuple(list(m * clock * (1 + 0.003 * rng.standard_normal(30))) for m in (a, b))
 
-    res = script.run_decisions(ref, slow, fast, measure_pair, noise_pairs=20, decisions=100, planted=10)
+    res = aa.run_decisions(ref, slow, fast, measure_pair, noise_pairs=20, decisions=100, planted=10)
     assert res["aa"]["decisions"] == 100 and res["aa"]["accept_rate"] <= 0.01
     assert res["planted_slower"]["accepted"] == 0 and res["planted_slower"]["classified_slower"] == 10
     assert res["planted_faster"]["accepted"] == 10
     res.update(kernel="x", timer="cupti", runs_per_block=30)
-    lines = script.aa_lines(res)
+    lines = aa.aa_lines(res)
     assert "false wins in 100 decisions" in lines[1] and "K=4224" in lines[2]
 
 
-def test_summary_table(script):
+def test_summary_table(capture):
     caps = {"coop 4096": {"status": "ok", "shape": "4096x4096x4096", "summary": {
         "time_ns": 170_000.0, "noise_ns": 800.0, "launch": {"grid": [132, 1, 1], "block": [384, 1, 1],
                                                            "cluster": [1, 2, 1], "registers_per_thread": 168},
         "oracle": {"c": {"max_abs_error": 0.5, "mean_abs_error": 0.01, "max_error_over_band": 0.9,
                          "exact_checked": 0}}}},
         "cublas 4096": {"status": "timeout", "shape": "4096x4096x4096", "summary": {}}}
-    t = script.table(caps).splitlines()
+    t = capture.table(caps).splitlines()
     assert len(t) == 3 and "170.00" in t[1] and "808" in t[1] and "(132, 1, 1)/384/(1, 2, 1)" in t[1]
     assert "timeout" in t[2]

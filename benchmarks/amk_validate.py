@@ -34,8 +34,8 @@ _SCHEDULES: list = []
 
 
 def _rate(schedules: list, seconds: float, reference: bool = False) -> tuple[float, int]:
-    from mosaic_amk.validator import validate
-    from mosaic_amk.validator import validate_rules as validate_reference
+    from mosaic_amk.validate import validate
+    from mosaic_amk.validate import validate_rules as validate_reference
 
     if reference:
         validate = validate_reference  # noqa: F811 - the "before" figure
@@ -65,8 +65,8 @@ def main() -> None:
     from mosaic_amk.lowering import lower
     from mosaic_amk.schedule import Schedule
     from mosaic_amk.tiny_models import SMOLLM2_135M, make_checkpoint
-    from mosaic_amk.validator import validate
-    from mosaic_amk.validator import validate_rules as validate_reference
+    from mosaic_amk.validate import validate
+    from mosaic_amk.validate import validate_rules as validate_reference
 
     gpu = host().get("gpus", "h200")
     t0 = time.perf_counter()

@@ -28,7 +28,7 @@ _BASES: list = []
 
 def _plan(n: int) -> list[tuple[str, int]]:
     """run_audit's plan when no classes are given: a quarter random DAGs, the rest split over MUTATORS."""
-    from mosaic_amk.audit import MUTATORS
+    from mosaic_amk.validate.audit import MUTATORS
 
     names = list(MUTATORS)
     n_dag = n // 4
@@ -39,9 +39,10 @@ def _plan(n: int) -> list[tuple[str, int]]:
 
 def _job(args: tuple) -> dict:
     from mosaic_amk import columns
-    from mosaic_amk.audit import MUTATORS, random_dag
-    from mosaic_amk.validator import _screen, validate
-    from mosaic_amk.validator import validate_rules as validate_reference
+    from mosaic_amk.validate import validate
+    from mosaic_amk.validate import validate_rules as validate_reference
+    from mosaic_amk.validate.audit import MUTATORS, random_dag
+    from mosaic_amk.validate.screen import screen as _screen
 
     name, start, count, seed = args
     row = {"class": name, "schedules": 0, "rejected": 0, "screen_accepted": 0, "differences": [],
@@ -80,9 +81,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
 
-    from mosaic_amk.audit import real_lowerings
-    from mosaic_amk.validator import validate
-    from mosaic_amk.validator import validate_rules as validate_reference
+    from mosaic_amk.validate import validate
+    from mosaic_amk.validate import validate_rules as validate_reference
+    from mosaic_amk.validate.audit import real_lowerings
 
     t0 = time.perf_counter()
     bases = real_lowerings(quick=args.n < 5000)

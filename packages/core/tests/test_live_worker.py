@@ -1,4 +1,4 @@
-"""The live workbench's persistent worker, with real child processes (``mosaic.live_worker`` itself, and
+"""The live workbench's persistent worker, with real child processes (``mosaic.run.live.worker`` itself, and
 ``worker_script.py``: the same worker with test modes): several requests served by one pid, a crash, a
 timeout (whole process group killed), a protocol error and a failed request each recorded and followed by a
 fresh worker; a failure in a reused worker confirmed in a fresh one; a kernel prepared once per worker; the
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from mosaic.bundle import load_bundle
-from mosaic.live import LiveWorkbench
-from mosaic.live_worker import Workers, WorkerState
 from mosaic.records import KernelSpec
 from mosaic.run.campaign import Campaign
+from mosaic.run.live.parent import LiveWorkbench
+from mosaic.run.live.worker import Workers, WorkerState
 from mosaic.run.offline import OfflineWorkbench
 from mosaic.run.workbench import REFERENCE, Kernel, candidate_key, save_kernel_bundle
 
@@ -45,7 +45,7 @@ def workers(tmp_path):
 
 
 def test_one_worker_serves_several_requests(tmp_path):
-    w = Workers(tmp_path / "w")  # the real module: python -m mosaic.live_worker
+    w = Workers(tmp_path / "w")  # the real module: python -m mosaic.run.live.worker
     try:
         got = [w.serve({"mode": "ping"}, 120) for _ in range(3)]
         assert [r.status for r in got] == ["ok"] * 3

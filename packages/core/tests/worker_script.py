@@ -1,4 +1,4 @@
-"""A real live worker (``mosaic.live_worker.main``) with extra modes for the CPU tests: a kernel stand-in on
+"""A real live worker (``mosaic.run.live.worker.main``) with extra modes for the CPU tests: a kernel stand-in on
 the CPU gated by capture's float64 oracle, and requests that crash, hang, break the protocol or fail only in
 a reused worker. Run as ``python worker_script.py --fd N`` by ``Workers(argv=[python, this file])``."""
 
@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from mosaic.live_worker import main
 from mosaic.oracle.formats import FORMATS
+from mosaic.run.live.worker import main
 
 
 class NumpyGemm:

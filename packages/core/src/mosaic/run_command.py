@@ -17,11 +17,7 @@ from pathlib import Path
 
 import click
 
-from mosaic.errors import BadInput, MosaicError
-
-
-class NoGpu(MosaicError):
-    exit_code = 2
+from mosaic.errors import BadInput
 
 
 def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer, command,
@@ -120,28 +116,10 @@ def _preview(campaign, out: Path, why: str, quiet: bool) -> int:
 
 
 def _live_bench(campaign, out: Path, quiet: bool = False):
-    from mosaic.gpus import detect
-    from mosaic.live import LiveWorkbench
-    from mosaic.plugins import host
+    from mosaic.run.live.parent import open_live_workbench
     from mosaic.run.loop import stderr_progress
 
-    detection = detect(host().items("gpus").values())
-    if not detection.devices:
-        err = NoGpu(f"no GPU here ({detection.reason}); a live run captures and times kernels on a CUDA device. "
-                    "Re-decide recorded bundles with: mosaic run --offline DIR", "mosaic run")
-        err.reason = detection.reason
-        raise err
-    matched = [d.target.name for d in detection.devices if d.target is not None]
-    if campaign.gpu not in matched:
-        seen = ", ".join(f"{d.name} (record {d.target.name if d.target else 'none'})" for d in detection.devices)
-        raise BadInput(f"the campaign names GPU record '{campaign.gpu}' but this machine has {seen}", "--gpu")
-    langs = host().items("languages")
-    for flag, name in (("--source", campaign.source), ("--target", campaign.target)):
-        if name not in langs or langs[name].backend is None:
-            raise BadInput(f"language '{name}' is not installed with a backend here; installed: "
-                           f"{', '.join(n for n, v in sorted(langs.items()) if v.backend is not None) or 'none'}",
-                           flag)
-    return LiveWorkbench(campaign, out, progress=None if quiet else stderr_progress)
+    return open_live_workbench(campaign, out, None if quiet else stderr_progress)
 
 
 @click.command("run")
@@ -188,6 +166,8 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
     from mosaic.run.journal import Journal
 
     out = out or Path(f"mosaic-run-{campaign.source}-{campaign.target}-{campaign.family}-{campaign.problem}")
+    from mosaic.run.live.parent import NoGpu
+
     try:
         bench = _live_bench(campaign, out, quiet)
     except NoGpu as exc:

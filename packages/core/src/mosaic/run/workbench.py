@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -33,6 +33,8 @@ from mosaic.timing import measurement
 
 REFERENCE = "reference"
 YARDSTICK = "cublas"
+#: manifest keys that are the bundle's own (everything else is an extra the loop or capture wrote)
+RESERVED = ("format", "schema_version", "created", "kernel", "language", "gpu", "toolchain", "files")
 
 
 def _plain(v: Any) -> Any:
@@ -179,3 +181,41 @@ def blocks_of(blocks) -> list:
     for b in blocks or []:
         out.append(list(b["times_ns"]) if isinstance(b, Mapping) else list(b))
     return out
+
+
+# -- bookkeeping the live workbench writes and the offline one reads ----------------------------------------------
+def update_bundle(root: str | os.PathLike, *, files: Mapping[str, tuple[str, Any]] | None = None,
+                  drop: Iterable[str] = (), extra: Mapping[str, Any] | None = None):
+    """Rewrite a bundle with files added/replaced/dropped and manifest extras updated (SHA-256s recomputed)."""
+    from mosaic.bundle import load_bundle, save_bundle
+
+    b = load_bundle(root)
+    keep = {f.path: (f.role, b.root / f.path) for f in b.files if f.path not in set(drop)}
+    keep.update(dict(files or {}))
+    extras = {k: v for k, v in b.manifest.items() if k not in RESERVED}
+    extras.update(dict(extra or {}))
+    return save_bundle(root, kernel=b.kernel, language=b.language, files=keep, gpu=b.gpu,
+                       toolchain=b.manifest.get("toolchain") or {}, extra=extras, overwrite=True)
+
+
+def run_meta(key: str, role: str, ok: bool = True, reason: str = "", cost_s: float = 0.0, **more) -> dict:
+    """The manifest's ``mosaic_run`` entry the offline workbench reads."""
+    return {"mosaic_run": {"key": key, "role": role, "build": {"ok": bool(ok), "reason": reason},
+                           "cost_s": round(float(cost_s), 3), **more}}
+
+
+def add_session(root: str | os.PathLike, session: Mapping[str, Any], cost_s: float):
+    """Append one interleaved session to the bundle's ``timings.json`` (replacing one against the same key)
+    and add its cost to ``mosaic_run.cost_s``."""
+    from mosaic.bundle import load_bundle
+
+    b = load_bundle(root)
+    timings = b.read_json("timings") or {"unit": "ns", "blocks": []}
+    sessions = [s for s in timings.get("sessions") or [] if s.get("against") != session["against"]]
+    timings["sessions"] = [*sessions, dict(session)]
+    meta = dict(b.manifest["mosaic_run"])
+    meta["cost_s"] = round(float(meta.get("cost_s", 0.0)) + cost_s, 3)
+    old = b.one("timings")
+    drop = [old.relative_to(b.root).as_posix()] if old is not None else []
+    return update_bundle(root, files={"timings.json": ("timings", json.dumps(timings, indent=1))}, drop=drop,
+                         extra={"mosaic_run": meta})

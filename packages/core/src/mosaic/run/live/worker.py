@@ -23,7 +23,7 @@ Protocol: the parent writes one JSON object per line to the worker's stdin (``{"
 "mosaic-live-request", "id": N, "mode": ..., ...}``); the worker answers one JSON line on a dedicated pipe
 (``--fd``): first ``{"ready": true, "pid": ...}``, then per request ``{"id": N, "status": "ok" | "failed",
 ..., "worker": {...}}``. The worker's stdout and stderr (libraries print there) go to a log file, whose
-part written during a request is the request's output. Modes are :data:`mosaic.live.MODES` plus ``ping``.
+part written during a request is the request's output. Modes are :data:`mosaic.run.live.child.MODES` plus ``ping``.
 """
 
 from __future__ import annotations
@@ -43,8 +43,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mosaic.run.live.child import MODES
+from mosaic.run.live.child import answer as answer_request
+from mosaic.run.live.child import prepare as prepare_kernel
+from mosaic.run.live.protocol import REQUEST_FORMAT, ChildResult, knob_label, result_problem
+
 CAPACITY = 12  # prepared runnables kept per worker (4096^3 bf16 GEMM: ~100 MB of device memory each)
 READY_TIMEOUT = 300.0
+WORKER_MODULE = "mosaic.run.live.worker"  # python -m WORKER_MODULE --fd N
 
 
 # -- the worker's side ------------------------------------------------------------------------------------------
@@ -124,19 +130,16 @@ class WorkerState:
     def runnable(self, spec, gpu, inputs: Mapping[str, Any], digest: str | None = None,
                  prepare: Callable | None = None):
         """A prepared runnable for ``spec`` on these inputs, compiled at most once per worker."""
-        from mosaic.live import _knob_label
-        from mosaic.live import prepare as default_prepare
-
         digest = digest or inputs_digest(inputs)
         key = json.dumps({"spec": spec.to_json(), "gpu": gpu.name, "inputs": digest}, sort_keys=True)
-        label = f"{spec.language}({_knob_label(spec)})"
+        label = f"{spec.language}({knob_label(spec)})"
         if key in self.runnables:
             self.runnables.move_to_end(key)
             self.prepared[label] = "cached"
             return Borrowed(self.runnables[key][0]), key
         work = Path(tempfile.mkdtemp(prefix="kernel-", dir=self.root))
         try:
-            r = (prepare or default_prepare)(spec, gpu, work, dict(inputs))
+            r = (prepare or prepare_kernel)(spec, gpu, work, dict(inputs))
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
@@ -170,8 +173,6 @@ def ping(req: Mapping[str, Any], state: WorkerState) -> dict:
 def serve(fd: int, modes: Mapping[str, Callable] | None = None, preload: tuple[str, ...] = ()) -> int:
     """The worker's loop: answer each request line on stdin with one JSON line on ``fd``, until stdin closes."""
     from mosaic.errors import MosaicError
-    from mosaic.live import MODES, REQUEST_FORMAT
-    from mosaic.live import answer as run_request
 
     os.set_inheritable(fd, False)
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -200,7 +201,7 @@ def serve(fd: int, modes: Mapping[str, Callable] | None = None, preload: tuple[s
                 result = {"status": "failed", "error": MosaicError(f"protocol: not a {REQUEST_FORMAT} request",
                                                                    "worker").line()}
             else:
-                result = run_request(req, known, state)
+                result = answer_request(req, known, state)
             sys.stdout.flush()
             sys.stderr.flush()
             answer({**result, "id": rid, "worker": state.record()})
@@ -227,7 +228,7 @@ def _warm(preload: tuple[str, ...]) -> list[str]:
 def main(argv: list[str] | None = None, modes: Mapping[str, Callable] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] != "--fd":
-        print("usage: python -m mosaic.live_worker --fd N [--preload MODULE ...]", file=sys.stderr)
+        print("usage: python -m mosaic.run.live.worker --fd N [--preload MODULE ...]", file=sys.stderr)
         return 2
     preload = tuple(a for a in args[2:] if a != "--preload")
     return serve(int(args[1]), modes, preload)
@@ -249,12 +250,12 @@ class _Proc:
 
 class Workers:
     """One persistent worker at a time, replaced after any failure (the parent's side; see the module
-    docstring). ``argv`` replaces ``[python, -m, mosaic.live_worker]`` (tests run real test workers)."""
+    docstring). ``argv`` replaces ``[python, -m, mosaic.run.live.worker]`` (tests run real test workers)."""
 
     def __init__(self, work: str | os.PathLike, python: str | None = None, argv: list[str] | None = None,
                  env: Mapping[str, str] | None = None, preload: tuple[str, ...] = ()):
         self.work = Path(work)
-        self.argv = list(argv or [python or sys.executable, "-m", "mosaic.live_worker"])
+        self.argv = list(argv or [python or sys.executable, "-m", WORKER_MODULE])
         self.env = dict(env or {})
         self.preload = tuple(preload)
         self.current: _Proc | None = None
@@ -308,10 +309,8 @@ class Workers:
     # -- requests ---------------------------------------------------------------------------------------------
     def serve(self, request: Mapping[str, Any], timeout: float):
         """Send one request and wait for its answer (at most ``timeout`` seconds, including the wait for a
-        worker that is still starting). Returns a :class:`mosaic.live.ChildResult` whose ``isolation`` names
+        worker that is still starting). Returns a :class:`~mosaic.run.live.protocol.ChildResult` whose ``isolation`` names
         the worker; after any failure the worker is already retired."""
-        from mosaic.live import REQUEST_FORMAT, ChildResult, result_problem
-
         t0 = time.monotonic()
         deadline = t0 + timeout
         w = self.start()

@@ -1,60 +1,9 @@
-"""The live workbench: the convergence loop's measurements taken on a GPU, in child processes.
-
-``mosaic run`` asks a :class:`~mosaic.run.workbench.Workbench`; this one answers on the device and leaves, for
-every kernel it touched, a bundle in ``DIR/bundles`` in exactly the layout :class:`~mosaic.run.workbench.
-OfflineWorkbench` reads, so ``mosaic run --offline DIR`` re-decides the campaign from them.
-
-* **Reference** (``capture_reference``): :func:`mosaic.capture.capture` in its own process with a timeout;
-  noise from ``noise_blocks / 2`` interleaved self-pairs of blocks (what capture records). When the
-  language dumped PTX but no SASS or cubin (jax's Mosaic GPU), the PTX is assembled with ``ptxas`` for the
-  GPU record's arch so the reference can be lifted (said in the manifest: ``sass_from_ptx``). cuBLAS (a
-  ``torch.matmul`` Runnable, reduced-precision reductions off) is captured next, in its own process, by
-  the same capture code and timer: the yardstick. Both costs are the reference's.
-* **Build** (``build``): the target backend's ``lower()`` through a lower-only capture (own process); an
-  :class:`~mosaic.backend.Unbuildable` setting is recorded (``build.ok = false``) and stepped over. Then,
-  still in the build step and in another process (the worker, or a fresh child), the numerics gate: ``backend.prepare()`` -> poison ->
-  one run -> capture's float64 oracle (``capture_in_process``); a passing kernel also gets a launch record
-  from CUPTI. The gate runs inside the build step so that the bundle the loop lifts is final (the launch
-  record is part of the fingerprint; the offline re-decision lifts the same files). A kernel that fails
-  the gate or crashes is never timed. ``check`` answers the gate's recorded verdict. The float64 reference
-  is computed once per campaign (:mod:`mosaic.oracle.cache`, ``DIR/.work/oracle``; the yardstick's capture
-  usually computes it) and read by later gates after its key (the inputs' SHA-256 among it) is verified;
-  the gate's ``capture.summary.oracle_reference`` says computed or read.
-* **Time** (``time``): one process (the worker, reusing the kernels it compiled, or a fresh child) prepares
-  the incumbent and the candidate with their backends' ``prepare()`` on the same seeded inputs and runs ``timer.time_interleaved([incumbent, candidate], runs)``
-  ``rounds`` times with an L2 flush (:class:`mosaic.timing.device.L2Flush`) before every run; each run is
-  bracketed by device synchronisations so kernels on different streams (jax's, the default stream) never
-  overlap. The session is appended to the candidate bundle's ``timings.json`` ``sessions``.
-* **Prefetch** (``prefetch``): languages whose lowering never touches the GPU (:data:`PREFETCH_LANGUAGES`)
-  are lowered ahead in background processes (``CUDA_VISIBLE_DEVICES=""``), up to ``parallel`` at a time:
-  the loop names the naive translation before the reference capture and the next few proposals after each
-  diff. ``build`` then waits for the prefetched capture instead of starting one.
-
-Isolation (campaign ``isolation``): ``"worker"`` (default) sends gates and timing sessions to one
-persistent child (:mod:`mosaic.live_worker`, its own process group) that keeps compiled kernels and the
-reference between requests and is replaced after any failure (crash, timeout, failed request, failed gate,
-protocol error); a failure in a worker that had served earlier requests is asked once more of a fresh
-worker before it is recorded (not for timeouts). ``"step"``: a fresh child per gate and per session.
-Either way each gate (``capture.isolation``) and each session (``isolation``) records the mode, the pid and
-the request number within that process (and, for the worker, which kernels were compiled or cached).
-
-Costs (``mosaic_run.cost_s`` of each bundle, the loop's budget): wall seconds the loop waited for that
-kernel's steps on the device machine (lowering wait + gate + every timing session it was the candidate
-of, a worker's start or a confirming retry included). Compile time that overlapped other steps is not
-counted twice.
-
-The child protocol (``"step"``, the reference's cuBLAS yardstick): ``python -m mosaic.live REQUEST.json``;
-the request is a JSON object ``{"format": "mosaic-live-request", "mode": "check" | "time", ..., "result":
-PATH}`` and the child writes ``{"status": "ok" | "failed", ...}`` to ``result``. A child that writes no
-result crashed (a signal) or failed; one past its timeout is killed with its whole process group. Nothing
-of a child's failure reaches the parent's process except that record. The worker speaks the same requests
-as JSON lines (:mod:`mosaic.live_worker`).
-"""
+"""The live workbench's parent side: :class:`LiveWorkbench`, run in the loop's own process (see
+:mod:`mosaic.run.live` for what each step does), and :func:`run_child`, which starts a one-request child."""
 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import os
 import shutil
@@ -63,21 +12,33 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from mosaic.errors import MosaicError
+from mosaic.errors import BadInput, MosaicError
 from mosaic.families import YARDSTICK as YARDSTICK_LANGUAGE  # a library call, no lowering
 from mosaic.records import KernelSpec
-from mosaic.run.workbench import REFERENCE, YARDSTICK, Built, Checked, Kernel, ReferenceCapture, Timed, blocks_of
+from mosaic.run.live.protocol import REQUEST_FORMAT, ChildResult, knob_label, result_problem, tail
+from mosaic.run.live.worker import Workers
+from mosaic.run.workbench import (
+    REFERENCE,
+    YARDSTICK,
+    Built,
+    Checked,
+    Kernel,
+    ReferenceCapture,
+    Timed,
+    add_session,
+    blocks_of,
+    run_meta,
+    update_bundle,
+)
 
-REQUEST_FORMAT = "mosaic-live-request"
+CHILD_MODULE = "mosaic.run.live.child"  # python -m CHILD_MODULE REQUEST.json: one request, one process
 PREFETCH_LANGUAGES = frozenset({"cutlass", "cute"})  # their lower() compiles for an arch with no GPU
-RESERVED = ("format", "schema_version", "created", "kernel", "language", "gpu", "toolchain", "files")
 
 
 class LiveError(MosaicError):
@@ -95,34 +56,23 @@ class Timeouts:
     time: float = 300.0
 
 
-# -- child processes ------------------------------------------------------------------------------------------
-@attrs.frozen
-class ChildResult:
-    status: str  # ok | failed | crashed | timeout
-    data: dict
-    message: str
-    output: str
-    wall_s: float
-    isolation: dict = attrs.field(factory=dict)  # {mode: step | worker, pid, request, ...}
+class NoGpu(MosaicError):
+    """No CUDA device here: ``mosaic run`` runs the preview instead (``reason`` says why)."""
+
+    exit_code = 2
 
 
-def result_problem(data: Any) -> str:
-    """Why a child's answer is not a result (empty when it is one)."""
-    if not isinstance(data, dict) or data.get("status") not in ("ok", "failed"):
-        return "the child's result has no status ok|failed"
-    return ""
-
-
+# -- one-request children -------------------------------------------------------------------------------------
 def run_child(request: Mapping[str, Any], timeout: float, *, argv: list[str] | None = None,
               env: Mapping[str, str] | None = None) -> ChildResult:
-    """Run ``python -m mosaic.live REQUEST.json`` (or ``argv + [REQUEST.json]``) in its own process group.
+    """Run ``python -m mosaic.run.live.child REQUEST.json`` (or ``argv + [REQUEST.json]``) in its own process group.
 
     The child writes its answer to ``request["result"]`` (set here). Timeout: the whole group is killed.
     """
     with tempfile.TemporaryDirectory(prefix="mosaic-live-") as tmp:
         req_path, res_path = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req_path.write_text(json.dumps({"format": REQUEST_FORMAT, **dict(request), "result": str(res_path)}))
-        cmd = [*(argv or [sys.executable, "-m", "mosaic.live"]), str(req_path)]
+        cmd = [*(argv or [sys.executable, "-m", CHILD_MODULE]), str(req_path)]
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True, env={**os.environ, **dict(env or {})})
@@ -156,49 +106,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _tail(text: str, n: int = 600) -> str:
-    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
-    return " | ".join(lines[-4:])[-n:]
-
-
-# -- bundle bookkeeping ---------------------------------------------------------------------------------------
-def update_bundle(root: str | os.PathLike, *, files: Mapping[str, tuple[str, Any]] | None = None,
-                  drop: Iterable[str] = (), extra: Mapping[str, Any] | None = None):
-    """Rewrite a bundle with files added/replaced/dropped and manifest extras updated (SHA-256s recomputed)."""
-    from mosaic.bundle import load_bundle, save_bundle
-
-    b = load_bundle(root)
-    keep = {f.path: (f.role, b.root / f.path) for f in b.files if f.path not in set(drop)}
-    keep.update(dict(files or {}))
-    extras = {k: v for k, v in b.manifest.items() if k not in RESERVED}
-    extras.update(dict(extra or {}))
-    return save_bundle(root, kernel=b.kernel, language=b.language, files=keep, gpu=b.gpu,
-                       toolchain=b.manifest.get("toolchain") or {}, extra=extras, overwrite=True)
-
-
-def run_meta(key: str, role: str, ok: bool = True, reason: str = "", cost_s: float = 0.0, **more) -> dict:
-    """The manifest's ``mosaic_run`` entry the offline workbench reads."""
-    return {"mosaic_run": {"key": key, "role": role, "build": {"ok": bool(ok), "reason": reason},
-                           "cost_s": round(float(cost_s), 3), **more}}
-
-
-def add_session(root: str | os.PathLike, session: Mapping[str, Any], cost_s: float):
-    """Append one interleaved session to the bundle's ``timings.json`` (replacing one against the same key)
-    and add its cost to ``mosaic_run.cost_s``."""
-    from mosaic.bundle import load_bundle
-
-    b = load_bundle(root)
-    timings = b.read_json("timings") or {"unit": "ns", "blocks": []}
-    sessions = [s for s in timings.get("sessions") or [] if s.get("against") != session["against"]]
-    timings["sessions"] = [*sessions, dict(session)]
-    meta = dict(b.manifest["mosaic_run"])
-    meta["cost_s"] = round(float(meta.get("cost_s", 0.0)) + cost_s, 3)
-    old = b.one("timings")
-    drop = [old.relative_to(b.root).as_posix()] if old is not None else []
-    return update_bundle(root, files={"timings.json": ("timings", json.dumps(timings, indent=1))}, drop=drop,
-                         extra={"mosaic_run": meta})
-
-
+# -- the reference bundle's SASS -----------------------------------------------------------------------------
 def sass_from_ptx(root: str | os.PathLike, arch: str) -> str | None:
     """Give a bundle that holds PTX but neither SASS nor a cubin both, assembled by ``ptxas -arch=arch``.
 
@@ -219,7 +127,7 @@ def sass_from_ptx(root: str | os.PathLike, arch: str) -> str | None:
         done = subprocess.run([exe, f"-arch={arch}", "-v", str(ptx), "-o", str(cubin)], capture_output=True,
                               text=True, timeout=300)
         if done.returncode != 0:
-            raise LiveError(f"ptxas could not assemble the reference's PTX: {_tail(done.stderr)}", str(ptx))
+            raise LiveError(f"ptxas could not assemble the reference's PTX: {tail(done.stderr)}", str(ptx))
         version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
         sass = disassemble_cubin(cubin)
         note = {"ptxas": version.strip().splitlines()[-1] if version.strip() else "?", "arch": arch,
@@ -232,20 +140,14 @@ def sass_from_ptx(root: str | os.PathLike, arch: str) -> str | None:
 
 
 # -- the workbench --------------------------------------------------------------------------------------------
-def _knob_label(spec: KernelSpec) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(spec.knobs.items())) or "defaults"
-
-
 class LiveWorkbench:
-    """Answers the loop on the GPU (see the module docstring). ``out`` is the campaign directory."""
+    """Answers the loop on the GPU (see :mod:`mosaic.run.live`). ``out`` is the campaign directory."""
 
     kind = "live"
 
     def __init__(self, campaign, out: str | os.PathLike, *, progress: Callable[[str], None] | None = None,
                  timeouts: Timeouts | None = None, parallel: int | None = None, python: str | None = None,
                  worker_argv: list[str] | None = None):
-        from mosaic.live_worker import Workers
-
         self.c = campaign
         self.dir = Path(out)
         self.bundles = self.dir / "bundles"
@@ -305,7 +207,7 @@ class LiveWorkbench:
         an earlier one left behind); a gate that failed first is never turned into a pass by the retry
         (``_gate``): a kernel whose verdict depends on what ran before it is rejected, the retry is evidence."""
         if self.isolation == "step":
-            return run_child(request, timeout, argv=[self.python, "-m", "mosaic.live"])
+            return run_child(request, timeout, argv=[self.python, "-m", CHILD_MODULE])
         r = self.workers.serve(request, timeout)
         why = problem(r)
         if not why:
@@ -341,7 +243,7 @@ class LiveWorkbench:
 
         dest = self.dest(REFERENCE)
         pairs = self.c.noise_blocks // 2
-        self.progress(f"reference {spec.language} ({_knob_label(spec)}): capture in its own process "
+        self.progress(f"reference {spec.language} ({knob_label(spec)}): capture in its own process "
                       f"({pairs} interleaved self-pairs x {self.c.runs_per_block} runs)")
         if self.isolation == "worker":  # it imports while the reference is captured; it touches no GPU yet
             self.workers.start()
@@ -378,7 +280,7 @@ class LiveWorkbench:
         r = run_child({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(dest.resolve()),
                        "options": attrs.asdict(opts), "extra": run_meta(YARDSTICK, "yardstick"),
                        "oracle_cache": str(self.oracle_cache.resolve())},
-                      opts.timeout, argv=[self.python, "-m", "mosaic.live"])
+                      opts.timeout, argv=[self.python, "-m", CHILD_MODULE])
         status = r.data.get("capture", {}).get("status") if r.status == "ok" else r.status
         if status == "ok" and dest.is_dir():
             update_bundle(dest, extra=run_meta(YARDSTICK, "yardstick", cost_s=r.wall_s))
@@ -389,7 +291,7 @@ class LiveWorkbench:
             if self.yard_blocks:
                 self.progress(f"yardstick cuBLAS: {time_of(self.yard_blocks) / 1e3:.2f} us")
         else:
-            why = r.data.get("capture", {}).get("message") or r.message or _tail(r.output)
+            why = r.data.get("capture", {}).get("message") or r.message or tail(r.output)
             self.progress(f"yardstick cuBLAS not measured ({status}): {why}")
             shutil.rmtree(dest, ignore_errors=True)  # offline then has no yardstick either
         return r.wall_s
@@ -425,7 +327,7 @@ class LiveWorkbench:
                                 stderr=subprocess.DEVNULL, start_new_session=True,
                                 env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
         self.prefetching[k.key] = (proc, out, res, time.monotonic())
-        self.progress(f"prefetch: lowering {k.key} ({_knob_label(k.spec)}) in the background")
+        self.progress(f"prefetch: lowering {k.key} ({knob_label(k.spec)}) in the background")
 
     def _lower(self, k: Kernel) -> tuple[str, str, dict]:
         """Lower ``k`` into its bundle; (status, message, capture record)."""
@@ -468,7 +370,7 @@ class LiveWorkbench:
                         gpu=self.c.gpu, overwrite=True,
                         extra=run_meta(kernel.key, "candidate", False, reason, time.monotonic() - t0))
             return Built(kernel.key, False, reason, "unbuildable", str(dest), self.cost(kernel.key))
-        self.progress(f"build {kernel.key} ({kernel.spec.language}: {_knob_label(kernel.spec)})"
+        self.progress(f"build {kernel.key} ({kernel.spec.language}: {knob_label(kernel.spec)})"
                       + (" (prefetched)" if kernel.key in self.prefetching else ""))
         status, message, record = self._lower(kernel)
         t_lower = time.monotonic() - t0
@@ -506,7 +408,7 @@ class LiveWorkbench:
 
         def problem(r: ChildResult) -> str:
             if r.status != "ok":
-                return f"{r.status}: {r.message or _tail(r.output)}"
+                return f"{r.status}: {r.message or tail(r.output)}"
             cap = r.data.get("capture") or {}
             if cap.get("status") != "ok" or not (cap.get("summary") or {}).get("numerics_pass"):
                 return f"the gate ended '{cap.get('status')}': {cap.get('message') or 'numerics'}"
@@ -526,7 +428,7 @@ class LiveWorkbench:
             reason = ("failed the float64 oracle" if not summary.get("numerics_pass", True)
                       else "output changed between runs (not deterministic)")
         else:
-            reason = f"{status} at run time: {cap.get('message') or r.message or _tail(r.output)}"
+            reason = f"{status} at run time: {cap.get('message') or r.message or tail(r.output)}"
         first = r.isolation.get("first_attempt")
         if passed and first:  # never overturned: a verdict that depends on what ran before is not a pass
             passed = False
@@ -584,11 +486,11 @@ class LiveWorkbench:
         r = self._serve({"mode": "time", "gpu": self.c.gpu, "specs": [ref_spec.to_json(), kernel.spec.to_json()],
                          "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
                          "values": "normal", "flush": True, "timer": "cupti"}, self.timeouts.time,
-                        lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or _tail(r.output)}",
+                        lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or tail(r.output)}",
                         f"time {kernel.key}")
         if r.status != "ok":
             raise LiveError(f"timing {kernel.key} against {incumbent.key} {r.status}: "
-                            f"{r.message or _tail(r.output)}; the journal holds every step before it "
+                            f"{r.message or tail(r.output)}; the journal holds every step before it "
                             f"(mosaic run --resume {self.dir} retries)", "mosaic run")
         d = r.data
         session = {"against": incumbent.key, "order": "ABAB", "incumbent_blocks": d["blocks"][0],
@@ -613,166 +515,26 @@ class LiveWorkbench:
         return t
 
 
-def prepare(spec: KernelSpec, gpu, workdir: Path, inputs: Mapping[str, Any]):
-    """A Runnable for ``spec`` on the GPU: its language backend's ``prepare()``, or cuBLAS for ``cublas``."""
-    if spec.language == YARDSTICK_LANGUAGE:
-        from mosaic.families import yardstick_runnable
-
-        return yardstick_runnable(spec, inputs)
+def open_live_workbench(campaign, out: Path, progress: Callable[[str], None] | None = None) -> LiveWorkbench:
+    """The live workbench for ``campaign`` on this machine's GPU; :class:`NoGpu` when there is none, one
+    clear :class:`~mosaic.errors.BadInput` when the device or a language does not match the campaign."""
+    from mosaic.gpus import detect
     from mosaic.plugins import host
 
-    lang = host().get("languages", spec.language)
-    if lang.backend is None:
-        raise MosaicError(f"language '{spec.language}' has no backend", spec.language)
-    return lang.backend.prepare(spec, gpu, Path(workdir), dict(inputs))
-
-
-def answer(req: Mapping[str, Any], modes: Mapping[str, Callable], state) -> dict:
-    """Run one request in its mode; every failure becomes a recorded ``{"status": "failed"}`` (never lost)."""
-    try:
-        mode = modes.get(req.get("mode"))
-        if mode is None:
-            raise MosaicError(f"unknown mode {req.get('mode')!r}; known: {', '.join(modes)}", "mode")
-        return mode(req, state)
-    except MosaicError as exc:
-        return {"status": "failed", "error": exc.line()}
-    except Exception as exc:  # noqa: BLE001 - recorded for the parent, never lost
-        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                "traceback": "".join(traceback.format_exception(exc))[-4000:]}
-
-
-# -- the child's modes ---------------------------------------------------------------------------------------------
-def child_check(req: Mapping[str, Any], state=None) -> dict:
-    """Capture's oracle (and short timing) on a prepared Runnable, bundle written to ``out``; no lowering.
-
-    ``req["oracle_cache"]``: the campaign's float64 reference cache directory (None: computed here).
-    ``state``: the persistent worker's (:class:`mosaic.live_worker.WorkerState`): the runnable then comes
-    from, and stays in, its cache; None in a one-request child."""
-    from mosaic.capture import CaptureOptions, capture_in_process
-    from mosaic.oracle.cache import ReferenceCache
-
-    spec = KernelSpec.from_json(req["spec"])
-    opts = CaptureOptions(**req["options"])
-    root = req.get("oracle_cache")
-    if state is not None:
-        r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
-                               runnable_factory=lambda s, g, inputs: state.runnable(s, g, inputs)[0],
-                               extra=req.get("extra"), reference_cache=state.reference_cache(root))
-        return {"status": "ok", "capture": r.to_json()}
-    work = Path(tempfile.mkdtemp(prefix="mosaic-live-check-"))
-    try:
-        r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
-                               runnable_factory=lambda s, g, inputs: prepare(s, g, work, inputs),
-                               extra=req.get("extra"), reference_cache=ReferenceCache(root) if root else None)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return {"status": "ok", "capture": r.to_json()}
-
-
-def _sha(arrays: Mapping[str, Any]) -> dict:
-    import numpy as np
-
-    return {k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest() for k, v in arrays.items()}
-
-
-def child_time(req: Mapping[str, Any], state=None) -> dict:
-    """Interleaved timing of two kernels in this one process (see :class:`LiveWorkbench`.time). With a
-    worker's ``state`` both runnables come from its cache (compiled once per worker), and one whose output
-    bits differ from those it gave at its first timing in this worker fails the request."""
-    from mosaic.families import make_inputs
-    from mosaic.plugins import host
-    from mosaic.timing.device import L2Flush, Serialized, TimingError
-    from mosaic.timing.timer import make_timer
-
-    specs = [KernelSpec.from_json(s) for s in req["specs"]]
-    if len(specs) != 2:
-        raise MosaicError("a timing session takes exactly two kernels (incumbent, candidate)", "specs")
-    if dict(specs[0].shape) != dict(specs[1].shape) or specs[0].dtype != specs[1].dtype:
-        raise MosaicError("both kernels of a timing session must solve the same problem", "specs")
-    rounds, runs, warmup = int(req["rounds"]), int(req["runs"]), int(req.get("warmup", 10))
-    gpu = host().get("gpus", req["gpu"])
-    timer = make_timer(req.get("timer", "cupti"))  # before any CUDA context
-    seed, values = int(req.get("seed", 0)), req.get("values", "normal")
-    if state is not None:
-        inputs, digest = state.seeded_inputs(specs[0], seed, values)
-    else:
-        inputs, digest = make_inputs(specs[0], seed, values), None
-    work = Path(tempfile.mkdtemp(prefix="mosaic-live-time-"))
-    runnables, keys, flush = [], [], None
-    try:
-        for i, s in enumerate(specs):
-            if state is not None:
-                r, key = state.runnable(s, gpu, inputs, digest)
-                runnables.append(r)
-                keys.append(key)
-            else:
-                runnables.append(prepare(s, gpu, work / str(i), inputs))
-        hashes = []
-        for r in runnables:  # the bits each kernel produces here (compare with its gate's outputs-meta)
-            r.poison()
-            r.launch()
-            hashes.append(_sha(r.output()))
-        for key, spec, h in zip(keys, specs, hashes, strict=False):
-            seen = state.output_sha.setdefault(key, h)
-            if seen != h:
-                raise MosaicError(f"the worker's cached {spec.language} kernel ({_knob_label(spec)}) now gives "
-                                  "other output bits than at its first timing here (a corrupted buffer?)", "worker")
-        flush = L2Flush(gpu.l2_bytes) if req.get("flush", True) else None
-        serial = [Serialized(r) for r in runnables]
-        per_run = []
-        for s in serial:  # the interleaved records are split by kernels per run: both must launch alike
-            one = timer.time_interleaved([s], 2, warmup=1, flush=flush, clocks=False)[0]
-            per_run.append(one.kernels_per_run)
-        if per_run[0] != per_run[1]:
-            raise TimingError(f"cannot interleave: the incumbent launches {per_run[0]} kernel(s) per run and the "
-                              f"candidate {per_run[1]}")
-        blocks: list[list] = [[], []]
-        launch, names, clocks = [None, None], [[], []], []
-        for i in range(rounds):
-            got = timer.time_interleaved(serial, runs, warmup=warmup if i == 0 else 2, flush=flush,
-                                         flush_name=flush.description if flush else "none",
-                                         clocks=i in (0, rounds - 1))
-            for j, t in enumerate(got):
-                blocks[j].append([int(x) for x in t.times_ns])
-                launch[j] = launch[j] or (t.launch.to_json() if t.launch else None)
-                names[j] = list(t.kernel_names)
-            if got[0].clocks_before:
-                clocks.append({"before": got[0].clocks_before, "after": got[0].clocks_after})
-        return {"status": "ok", "blocks": blocks, "timer": timer.source,
-                "fallback_reason": getattr(timer, "reason", ""), "launch": launch, "kernel_names": names,
-                "kernels_per_run": per_run, "clocks": clocks, "outputs_sha256": hashes,
-                "flush": flush.description if flush else "none",
-                "serialized": "device synchronise before and after every launch"}
-    finally:
-        if flush is not None:
-            flush.close()
-        for r in runnables:
-            try:
-                r.close()
-            except Exception:  # noqa: BLE001 - closing after an error must not hide it
-                pass
-        shutil.rmtree(work, ignore_errors=True)
-
-
-MODES: dict[str, Callable[..., dict]] = {"check": child_check, "time": child_time}
-
-
-def _child(request_path: str) -> int:  # one request per process (isolation = "step")
-    """The child's entry: read the request, run its mode, write the result (failures included)."""
-    try:
-        req = json.loads(Path(request_path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"error: unreadable request {request_path}: {exc}", file=sys.stderr)
-        return 2
-    if not isinstance(req, dict) or req.get("format") != REQUEST_FORMAT or "result" not in req:
-        print(f"error: {request_path} is not a {REQUEST_FORMAT} request", file=sys.stderr)
-        return 2
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    result = answer(req, MODES, None)
-    Path(req["result"]).write_text(json.dumps(result, default=lambda o: o.tolist() if hasattr(o, "tolist")
-                                              else str(o)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1]))
+    detection = detect(host().items("gpus").values())
+    if not detection.devices:
+        err = NoGpu(f"no GPU here ({detection.reason}); a live run captures and times kernels on a CUDA device. "
+                    "Re-decide recorded bundles with: mosaic run --offline DIR", "mosaic run")
+        err.reason = detection.reason
+        raise err
+    matched = [d.target.name for d in detection.devices if d.target is not None]
+    if campaign.gpu not in matched:
+        seen = ", ".join(f"{d.name} (record {d.target.name if d.target else 'none'})" for d in detection.devices)
+        raise BadInput(f"the campaign names GPU record '{campaign.gpu}' but this machine has {seen}", "--gpu")
+    langs = host().items("languages")
+    for flag, name in (("--source", campaign.source), ("--target", campaign.target)):
+        if name not in langs or langs[name].backend is None:
+            raise BadInput(f"language '{name}' is not installed with a backend here; installed: "
+                           f"{', '.join(n for n, v in sorted(langs.items()) if v.backend is not None) or 'none'}",
+                           flag)
+    return LiveWorkbench(campaign, out, progress=progress)

@@ -1,0 +1,189 @@
+"""The child request handler: the process that prepares kernels and answers one gate or timing request.
+
+``python -m mosaic.run.live.child REQUEST.json`` answers one request (isolation ``"step"``, and the
+reference's cuBLAS yardstick) and writes the result to ``request["result"]``; the persistent worker
+(:mod:`mosaic.run.live.worker`) runs the same :data:`MODES` through :func:`answer` for every request line it
+reads. Nothing here is imported by the loop's own process except through those two entry points.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mosaic.errors import MosaicError
+from mosaic.families import YARDSTICK as YARDSTICK_LANGUAGE  # a library call, no lowering
+from mosaic.records import KernelSpec
+from mosaic.run.live.protocol import REQUEST_FORMAT, knob_label
+
+
+def prepare(spec: KernelSpec, gpu, workdir: Path, inputs: Mapping[str, Any]):
+    """A Runnable for ``spec`` on the GPU: its language backend's ``prepare()``, or cuBLAS for ``cublas``."""
+    if spec.language == YARDSTICK_LANGUAGE:
+        from mosaic.families import yardstick_runnable
+
+        return yardstick_runnable(spec, inputs)
+    from mosaic.plugins import host
+
+    lang = host().get("languages", spec.language)
+    if lang.backend is None:
+        raise MosaicError(f"language '{spec.language}' has no backend", spec.language)
+    return lang.backend.prepare(spec, gpu, Path(workdir), dict(inputs))
+
+
+def answer(req: Mapping[str, Any], modes: Mapping[str, Callable], state) -> dict:
+    """Run one request in its mode; every failure becomes a recorded ``{"status": "failed"}`` (never lost)."""
+    try:
+        mode = modes.get(req.get("mode"))
+        if mode is None:
+            raise MosaicError(f"unknown mode {req.get('mode')!r}; known: {', '.join(modes)}", "mode")
+        return mode(req, state)
+    except MosaicError as exc:
+        return {"status": "failed", "error": exc.line()}
+    except Exception as exc:  # noqa: BLE001 - recorded for the parent, never lost
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+
+
+def child_check(req: Mapping[str, Any], state=None) -> dict:
+    """Capture's oracle (and short timing) on a prepared Runnable, bundle written to ``out``; no lowering.
+
+    ``req["oracle_cache"]``: the campaign's float64 reference cache directory (None: computed here).
+    ``state``: the persistent worker's (:class:`mosaic.run.live.worker.WorkerState`): the runnable then comes
+    from, and stays in, its cache; None in a one-request child."""
+    from mosaic.capture import CaptureOptions, capture_in_process
+    from mosaic.oracle.cache import ReferenceCache
+
+    spec = KernelSpec.from_json(req["spec"])
+    opts = CaptureOptions(**req["options"])
+    root = req.get("oracle_cache")
+    if state is not None:
+        r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
+                               runnable_factory=lambda s, g, inputs: state.runnable(s, g, inputs)[0],
+                               extra=req.get("extra"), reference_cache=state.reference_cache(root))
+        return {"status": "ok", "capture": r.to_json()}
+    work = Path(tempfile.mkdtemp(prefix="mosaic-live-check-"))
+    try:
+        r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
+                               runnable_factory=lambda s, g, inputs: prepare(s, g, work, inputs),
+                               extra=req.get("extra"), reference_cache=ReferenceCache(root) if root else None)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"status": "ok", "capture": r.to_json()}
+
+
+def _sha(arrays: Mapping[str, Any]) -> dict:
+    import numpy as np
+
+    return {k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest() for k, v in arrays.items()}
+
+
+def child_time(req: Mapping[str, Any], state=None) -> dict:
+    """Interleaved timing of two kernels in this one process (see :meth:`mosaic.run.live.parent.LiveWorkbench.time`). With a
+    worker's ``state`` both runnables come from its cache (compiled once per worker), and one whose output
+    bits differ from those it gave at its first timing in this worker fails the request."""
+    from mosaic.families import make_inputs
+    from mosaic.plugins import host
+    from mosaic.timing.device import L2Flush, Serialized, TimingError
+    from mosaic.timing.timer import make_timer
+
+    specs = [KernelSpec.from_json(s) for s in req["specs"]]
+    if len(specs) != 2:
+        raise MosaicError("a timing session takes exactly two kernels (incumbent, candidate)", "specs")
+    if dict(specs[0].shape) != dict(specs[1].shape) or specs[0].dtype != specs[1].dtype:
+        raise MosaicError("both kernels of a timing session must solve the same problem", "specs")
+    rounds, runs, warmup = int(req["rounds"]), int(req["runs"]), int(req.get("warmup", 10))
+    gpu = host().get("gpus", req["gpu"])
+    timer = make_timer(req.get("timer", "cupti"))  # before any CUDA context
+    seed, values = int(req.get("seed", 0)), req.get("values", "normal")
+    if state is not None:
+        inputs, digest = state.seeded_inputs(specs[0], seed, values)
+    else:
+        inputs, digest = make_inputs(specs[0], seed, values), None
+    work = Path(tempfile.mkdtemp(prefix="mosaic-live-time-"))
+    runnables, keys, flush = [], [], None
+    try:
+        for i, s in enumerate(specs):
+            if state is not None:
+                r, key = state.runnable(s, gpu, inputs, digest)
+                runnables.append(r)
+                keys.append(key)
+            else:
+                runnables.append(prepare(s, gpu, work / str(i), inputs))
+        hashes = []
+        for r in runnables:  # the bits each kernel produces here (compare with its gate's outputs-meta)
+            r.poison()
+            r.launch()
+            hashes.append(_sha(r.output()))
+        for key, spec, h in zip(keys, specs, hashes, strict=False):
+            seen = state.output_sha.setdefault(key, h)
+            if seen != h:
+                raise MosaicError(f"the worker's cached {spec.language} kernel ({knob_label(spec)}) now gives "
+                                  "other output bits than at its first timing here (a corrupted buffer?)", "worker")
+        flush = L2Flush(gpu.l2_bytes) if req.get("flush", True) else None
+        serial = [Serialized(r) for r in runnables]
+        per_run = []
+        for s in serial:  # the interleaved records are split by kernels per run: both must launch alike
+            one = timer.time_interleaved([s], 2, warmup=1, flush=flush, clocks=False)[0]
+            per_run.append(one.kernels_per_run)
+        if per_run[0] != per_run[1]:
+            raise TimingError(f"cannot interleave: the incumbent launches {per_run[0]} kernel(s) per run and the "
+                              f"candidate {per_run[1]}")
+        blocks: list[list] = [[], []]
+        launch, names, clocks = [None, None], [[], []], []
+        for i in range(rounds):
+            got = timer.time_interleaved(serial, runs, warmup=warmup if i == 0 else 2, flush=flush,
+                                         flush_name=flush.description if flush else "none",
+                                         clocks=i in (0, rounds - 1))
+            for j, t in enumerate(got):
+                blocks[j].append([int(x) for x in t.times_ns])
+                launch[j] = launch[j] or (t.launch.to_json() if t.launch else None)
+                names[j] = list(t.kernel_names)
+            if got[0].clocks_before:
+                clocks.append({"before": got[0].clocks_before, "after": got[0].clocks_after})
+        return {"status": "ok", "blocks": blocks, "timer": timer.source,
+                "fallback_reason": getattr(timer, "reason", ""), "launch": launch, "kernel_names": names,
+                "kernels_per_run": per_run, "clocks": clocks, "outputs_sha256": hashes,
+                "flush": flush.description if flush else "none",
+                "serialized": "device synchronise before and after every launch"}
+    finally:
+        if flush is not None:
+            flush.close()
+        for r in runnables:
+            try:
+                r.close()
+            except Exception:  # noqa: BLE001 - closing after an error must not hide it
+                pass
+        shutil.rmtree(work, ignore_errors=True)
+
+
+MODES: dict[str, Callable[..., dict]] = {"check": child_check, "time": child_time}
+
+
+def main(request_path: str) -> int:  # one request per process (isolation = "step")
+    """The child's entry: read the request, run its mode, write the result (failures included)."""
+    try:
+        req = json.loads(Path(request_path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"error: unreadable request {request_path}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(req, dict) or req.get("format") != REQUEST_FORMAT or "result" not in req:
+        print(f"error: {request_path} is not a {REQUEST_FORMAT} request", file=sys.stderr)
+        return 2
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    result = answer(req, MODES, None)
+    Path(req["result"]).write_text(json.dumps(result, default=lambda o: o.tolist() if hasattr(o, "tolist")
+                                              else str(o)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -47,7 +47,7 @@ def build(name: str, flags: list[str], n: int) -> Path:
         return sass
     if shutil.which("ptxas") is None:
         raise SystemExit("error: ptxas is not on PATH and no cached SASS exists under " + str(CACHE))
-    from mosaic.lift.disasm import disassemble_cubin
+    from mosaic.toolchain.nvdisasm import disassemble as disassemble_cubin
 
     CACHE.mkdir(parents=True, exist_ok=True)
     ptx = CACHE / f"big_{n}.ptx"

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 
 import pytest
-from mosaic.lift.disasm import find_tool
+from mosaic.toolchain.tools import find_tool
 from mosaic_amk.cuda import build as B
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (the VM build needs it)")

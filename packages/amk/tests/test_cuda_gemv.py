@@ -22,7 +22,7 @@ import subprocess
 import attrs
 import numpy as np
 import pytest
-from mosaic.lift.disasm import find_tool
+from mosaic.toolchain.tools import find_tool
 from mosaic_amk.config import WEIGHT_PRELOADS, WEIGHT_STREAMS
 from mosaic_amk.cuda import build as B
 
@@ -81,7 +81,7 @@ def _run(schedule, weights, inputs, out, mode, defines=(), n_steps=1):
 
 def _gemv_case(rng, n, k, bias, resid, parts):
     from mosaic_amk.cuda.launcher import bf16_round
-    from mosaic_amk.cuda.microbench import op_schedule, split_rows
+    from mosaic_amk.bench.microbench import op_schedule, split_rows
     from mosaic_amk.schedule import Buffer
 
     x = bf16_round(rng.standard_normal(k).astype(np.float32))
@@ -131,7 +131,7 @@ def test_body2_gemv_is_body1_bits_and_ops_py(case, cuda_device):
 def test_body2_fused_gemvs_are_body1_bits_and_the_unfused_chain(case, cuda_device):
     """Body 2 keeps the fused ops' contract: f32 is ops.KERNELS, hf-bf16 is bit-identical to body 2's unfused chain
     (which includes gemv_silu_mul for the silu case) and to body 1."""
-    from mosaic_amk.cuda.microbench import fused_gemv_case
+    from mosaic_amk.bench.microbench import fused_gemv_case
 
     c = fused_gemv_case(case, np.random.default_rng(3), hidden=1024, rows=1000, heads=16, head_dim=64, position=37)
     pick = (lambda a: a.reshape(-1, a.shape[-1])[37]) if c["out"] == "cache" else (lambda a: a)
@@ -179,7 +179,7 @@ def test_preload_gemv_is_default_bits(case, early, cuda_device):
 def test_preload_fused_gemvs_and_chains_are_default_bits(case, early, cuda_device):
     """The fused op and its unfused chain (whose GEMV / gemv_silu_mul tasks wait for the rmsnorm stage: the preload
     is issued before a real wait), both precision modes, 1 and 3 steps per launch."""
-    from mosaic_amk.cuda.microbench import fused_gemv_case
+    from mosaic_amk.bench.microbench import fused_gemv_case
 
     c = fused_gemv_case(case, np.random.default_rng(3), hidden=1024, rows=1000, heads=16, head_dim=64, position=37)
     for which in ("fused", "unfused"):
@@ -229,7 +229,7 @@ def test_short_rows_are_the_row_loop_bits(case, defines, cuda_device):
 def test_short_rows_fused_smollm2_shapes(case, cuda_device):
     """The SmolLM2-135M q/k/v and norm+GEMV shapes (K = 576, 9 heads of 64): preload 8 with short rows gives the
     bits of the default build without them, in chains of 1 and 3 steps."""
-    from mosaic_amk.cuda.microbench import fused_gemv_case
+    from mosaic_amk.bench.microbench import fused_gemv_case
 
     c = fused_gemv_case(case, np.random.default_rng(5), hidden=576, rows=576, heads=9, head_dim=64, position=20)
     for mode in ("f32", "hf-bf16"):
@@ -317,7 +317,7 @@ def lm_head_chain(rng, hidden=2048, vocab=5000, num_sms=132):
     """rmsnorm -> LM-head gemv (row tasks over the SMs, each waiting for the norm) -> argmax (waits for them all):
     (schedule, weights, inputs); the logits and next_token are outputs."""
     from mosaic_amk.cuda.launcher import bf16_round
-    from mosaic_amk.cuda.microbench import chain_schedule, split_rows
+    from mosaic_amk.bench.microbench import chain_schedule, split_rows
     from mosaic_amk.schedule import Buffer
 
     x = bf16_round((3.0 * rng.standard_normal(hidden)).astype(np.float32))
@@ -355,7 +355,7 @@ def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works(early, 
     import cupy as cp
     from mosaic_amk.cuda.encode import encode
     from mosaic_amk.cuda.launcher import Launcher, WatchdogAbort, gate
-    from mosaic_amk.cuda.microbench import fused_gemv_case, raise_threshold
+    from mosaic_amk.bench.microbench import fused_gemv_case, raise_threshold
 
     c = fused_gemv_case("rmsnorm_gemv", np.random.default_rng(3), hidden=1024, rows=1000, position=37)
     ok = c["unfused"]

@@ -9,8 +9,8 @@ import shutil
 import subprocess
 
 import pytest
-from mosaic.lift.disasm import find_tool
-from mosaic_amk.cuda import handoff as H
+from mosaic.toolchain.tools import find_tool
+from mosaic_amk.bench import handoff as H
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 

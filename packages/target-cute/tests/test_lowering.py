@@ -6,8 +6,8 @@ import pytest
 from mosaic.backend import Unbuildable
 from mosaic.plugins import PluginHost
 from mosaic.records import KernelSpec
+from mosaic.toolchain.tools import find_tool
 from mosaic_target_cute.backend import CuteBackend
-from mosaic_target_cute.lowering import find_tool
 
 pytest.importorskip("cutlass.cute",
                     reason="needs nvidia-cutlass-dsl (Python >= 3.12): run in .venv312 (make test does)")

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from mosaic.lift.disasm import find_tool
 from mosaic.plugins import PluginHost
+from mosaic.toolchain.tools import find_tool
 
 DATA = Path(__file__).resolve().parents[2] / "core" / "tests" / "data" / "h200" / "pallas-jax-128x128x64-s4.bundle"
 FALLBACK = Path("/work/.device/7/x/pallas-jax-128x128x64-s4.bundle")

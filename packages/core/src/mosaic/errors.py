@@ -28,6 +28,10 @@ class BadInput(MosaicError):
     """Malformed user input: a file, a schedule, an argument."""
 
 
+class ToolMissing(BadInput):
+    """A CUDA tool (nvcc, ptxas, nvdisasm, cuobjdump) or header set that a step needs is not installed."""
+
+
 class BundleError(BadInput):
     """A bundle that cannot be read: missing manifest, wrong schema, missing file."""
 

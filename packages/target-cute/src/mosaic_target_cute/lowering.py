@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import attrs
 from mosaic.backend import Unbuildable
+from mosaic.errors import BadInput, ToolMissing
+from mosaic.toolchain import nvdisasm, ptxas
+from mosaic.toolchain.cubin import read_cubin
+from mosaic.toolchain.tools import version_line
 
 from mosaic_target_cute.knobs import GemmKnobs
 
@@ -65,8 +68,6 @@ def compile_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype: str, arch: str
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream
 
-    from mosaic_target_cute.cubin import read_cubin
-
     if dtype not in CUTE_DTYPES:
         raise Unbuildable(f"cute gemm supports dtypes {', '.join(CUTE_DTYPES)}, not {dtype}", "dtype")
     dump_dir = Path(dump_dir)
@@ -105,42 +106,20 @@ def compile_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype: str, arch: str
     return compiled, build
 
 
-def find_tool(name: str) -> str | None:
-    """A CUDA tool from PATH or from the pip wheels (nvidia-cuda-nvdisasm/-cuobjdump: nvidia/cu13/bin)."""
-    found = shutil.which(name)
-    if found:
-        return found
-    try:
-        import nvidia  # namespace package of the pip CUDA wheels
-    except ImportError:
-        return None
-    for root in getattr(nvidia, "__path__", []):
-        for sub in ("cu13/bin", "cu12/bin", "cuda_nvdisasm/bin", "cuda_cuobjdump/bin"):
-            cand = Path(root) / sub / name
-            if cand.exists():
-                return str(cand)
-    return None
-
-
 def disassemble(cubin: Path, out: Path) -> Path | None:
-    tool = find_tool("nvdisasm")
-    if tool is None:
+    """The cubin's SASS (``nvdisasm -c -g``) written to ``out``; None without nvdisasm or when it fails."""
+    try:
+        out.write_text(nvdisasm.disassemble(cubin, ("-c", "-g")))
+    except BadInput:
         return None
-    text = subprocess.run([tool, "-c", "-g", str(cubin)], capture_output=True, text=True, timeout=120)
-    if text.returncode != 0:
-        return None
-    out.write_text(text.stdout)
     return out
 
 
 def ptxas_log(ptx: Path, arch: str, out: Path) -> Path | None:
     """Re-assemble the kept PTX with ptxas -v (the assembler's resource report); None without ptxas."""
-    tool = find_tool("ptxas")
-    if tool is None:
+    try:
+        asm = ptxas.assemble(ptx, arch, None)
+    except ToolMissing:
         return None
-    res = subprocess.run([tool, f"-arch={arch}", "-v", str(ptx), "-o", "/dev/null"], capture_output=True,
-                         text=True, timeout=300)
-    version = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    out.write_text(f"# {tool} -arch={arch} -v {ptx.name}  ({version[-1] if version else '?'})\n"
-                   + res.stdout + res.stderr)
+    out.write_text(f"# {asm.exe} -arch={arch} -v {ptx.name}  ({version_line(asm.exe)})\n" + asm.log)
     return out

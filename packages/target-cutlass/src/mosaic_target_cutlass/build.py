@@ -10,36 +10,25 @@ failed build is cached too (``failed.json``), so an unbuildable configuration is
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import json
 import os
 import re
 import shutil
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import attrs
 from mosaic.backend import Unbuildable
-from mosaic.errors import MosaicError
+from mosaic.errors import BadInput, ToolMissing
 from mosaic.records import ResourceUsage
+from mosaic.toolchain import nvcc as _nvcc
+from mosaic.toolchain.nvdisasm import dump_sass
+from mosaic.toolchain.ptxas import kernel_resources
 
-CACHE_ENV = "MOSAIC_CACHE_DIR"
+CACHE_ENV = _nvcc.CACHE_ENV
 INCLUDE_ENV = "MOSAIC_CUTLASS_INCLUDE"
 TIMEOUT_ENV = "MOSAIC_NVCC_TIMEOUT"
 FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "--expt-relaxed-constexpr", "-shared", "-Xcompiler", "-fPIC",
          "-Xptxas", "-v", "-lineinfo")
-
-
-class ToolMissing(MosaicError):
-    """nvcc or the CUTLASS headers are not available."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "mosaic")
 
 
 def cutlass_include() -> tuple[Path, Path]:
@@ -70,29 +59,6 @@ def cutlass_version(inc: Path) -> str:
     return ".".join(m.group(1) if m else "?" for m in parts)
 
 
-def nvcc() -> str:
-    exe = shutil.which("nvcc")
-    if not exe:
-        raise ToolMissing("nvcc is not on PATH (CUDA toolkit 12.3+ needed for sm_90a)")
-    return exe
-
-
-def nvcc_version(exe: str) -> str:
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
-    m = re.search(r"release ([\d.]+), V([\d.]+)", out)
-    return m.group(2) if m else out.strip().splitlines()[-1]
-
-
-def disassembler() -> list[str] | None:
-    """cuobjdump -sass (PATH, or the pip package nvidia-cuda-cuobjdump), else nvdisasm."""
-    here = Path(sys.prefix) / "lib"
-    for name, args in (("cuobjdump", ["-sass"]), ("nvdisasm", ["-c"])):
-        exe = shutil.which(name) or next(iter(glob.glob(str(here / "python3*/site-packages/nvidia/cu*/bin" / name))), None)
-        if exe:
-            return [exe, *args]
-    return None
-
-
 @attrs.frozen
 class Build:
     key: str
@@ -110,25 +76,12 @@ class Build:
     cached: bool
 
 
-_REGS = re.compile(r"Used (\d+) registers")
-_SMEM = re.compile(r"(\d+) bytes smem")
-_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
-
-
 def parse_ptxas(log: str) -> ResourceUsage:
     """Figures of the (last, i.e. the GEMM's) entry function in a ``ptxas -v`` log."""
-    entries = log.split("Compiling entry function")
-    last = entries[-1] if len(entries) > 1 else log
-    regs = _REGS.search(last)
-    if not regs:
+    found = kernel_resources(log)
+    if found is None or found.registers is None:
         raise Unbuildable("ptxas log has no 'Used N registers' line for the kernel")
-    smem, stack, cmem = _SMEM.search(last), _STACK.search(last), _CMEM.search(last)
-    return ResourceUsage(registers=int(regs.group(1)), static_smem=int(smem.group(1)) if smem else 0,
-                         stack_frame=int(stack.group(1)) if stack else 0,
-                         spill_stores=int(stack.group(2)) if stack else 0,
-                         spill_loads=int(stack.group(3)) if stack else 0,
-                         constant_bytes=int(cmem.group(1)) if cmem else 0)
+    return found.usage()
 
 
 def kernel_name(ptx: str) -> str:
@@ -140,43 +93,35 @@ def kernel_name(ptx: str) -> str:
 
 def build(source: str, arch: str = "sm_90a", name: str = "kernel") -> Build:
     """Compile (or fetch from the cache) one translation unit. Raises Unbuildable on a compile error."""
-    exe = nvcc()
+    exe = _nvcc.require_nvcc("nvcc is not on PATH (CUDA toolkit 12.3+ needed for sm_90a)")
     inc, util = cutlass_include()
     gencode = f"-gencode=arch=compute_{arch[3:]},code={arch}"
     flags = (*FLAGS, gencode)
-    toolchain = {"nvcc": nvcc_version(exe), "cutlass": cutlass_version(inc)}
-    key = hashlib.sha256(json.dumps([source, flags, toolchain], sort_keys=True).encode()).hexdigest()[:24]
-    out = cache_root() / "cutlass" / key
+    toolchain = {"nvcc": _nvcc.nvcc_version(exe), "cutlass": cutlass_version(inc)}
+    key = _nvcc.cache_key(json.dumps([source, flags, toolchain], sort_keys=True))[:24]
+    out = _nvcc.cache_root() / "cutlass" / key
     failed = out / "failed.json"
     if failed.is_file():
         info = json.loads(failed.read_text())
         raise Unbuildable(f"nvcc failed (cached): {info['error']}", str(out))
-    if (out / "done.json").is_file():
-        return _load(out, key, toolchain, cached=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=out.parent))
-    try:
+
+    def compile_into(tmp: Path) -> None:
         src = tmp / f"{name}.cu"
         src.write_text(source)
         cmd = [exe, *flags, f"-I{inc}", f"-I{util}", "--keep", f"--keep-dir={tmp / 'keep'}",
                "-o", str(tmp / f"lib{name}.so"), str(src)]
         (tmp / "keep").mkdir()
-        start = time.monotonic()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=float(os.environ.get(TIMEOUT_ENV, "1200")), cwd=tmp)
-        except subprocess.TimeoutExpired:
-            raise Unbuildable(f"nvcc timed out after {os.environ.get(TIMEOUT_ENV, '1200')} s", str(src)) from None
-        seconds = time.monotonic() - start
-        log = proc.stdout + proc.stderr
-        (tmp / "ptxas.log").write_text(log)
-        if proc.returncode != 0:
-            errors = [ln for ln in log.splitlines() if "error" in ln.lower()][:3]
-            summary = " | ".join(e.strip()[:300] for e in errors) or log.strip()[-300:]
+            run = _nvcc.run_nvcc(exe, cmd[1:], timeout=float(os.environ.get(TIMEOUT_ENV, "1200")), cwd=tmp)
+        except BadInput as exc:
+            raise Unbuildable(exc.what, str(src)) from None
+        (tmp / "ptxas.log").write_text(run.log)
+        if not run.ok:
+            summary = run.errors()
             out.mkdir(parents=True, exist_ok=True)
-            (out / "failed.json").write_text(json.dumps({"error": summary, "returncode": proc.returncode,
-                                                         "cmd": cmd, "seconds": seconds}, indent=1))
-            (out / "build.log").write_text(log)
+            (out / "failed.json").write_text(json.dumps({"error": summary, "returncode": run.returncode,
+                                                         "cmd": cmd, "seconds": run.seconds}, indent=1))
+            (out / "build.log").write_text(run.log)
             raise Unbuildable(f"nvcc failed: {summary}", str(out))
         keep = tmp / "keep"
         ptx = next(iter(sorted(keep.glob(f"{name}*.ptx"))), None)
@@ -186,21 +131,17 @@ def build(source: str, arch: str = "sm_90a", name: str = "kernel") -> Build:
         shutil.copyfile(ptx, tmp / "kernel.ptx")
         shutil.copyfile(cubins[0], tmp / "kernel.cubin")
         shutil.rmtree(keep)
-        dis = disassembler()
         sass_note = "none"
-        if dis:
-            sp = subprocess.run([*dis, str(tmp / "kernel.cubin")], capture_output=True, text=True, timeout=300)
-            if sp.returncode == 0:
-                (tmp / "kernel.sass").write_text(sp.stdout)
-                sass_note = " ".join([Path(dis[0]).name, *dis[1:]])
-        meta = {"key": key, "seconds": round(seconds, 1), "cmd": cmd, "toolchain": toolchain, "sass": sass_note}
+        try:
+            text, sass_note = dump_sass(tmp / "kernel.cubin")
+            (tmp / "kernel.sass").write_text(text)
+        except BadInput:  # no disassembler, or it could not read the cubin: a build without SASS
+            sass_note = "none"
+        meta = {"key": key, "seconds": round(run.seconds, 1), "cmd": cmd, "toolchain": toolchain, "sass": sass_note}
         (tmp / "done.json").write_text(json.dumps(meta, indent=1))
-        if not (out / "done.json").is_file():  # another process may have finished the same build first
-            shutil.rmtree(out, ignore_errors=True)
-            os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return _load(out, key, toolchain, cached=False)
+
+    cached = _nvcc.build_cached(out, compile_into, complete=lambda d: (d / "done.json").is_file())
+    return _load(out, key, toolchain, cached=cached)
 
 
 def _load(out: Path, key: str, toolchain: dict, cached: bool) -> Build:

@@ -26,14 +26,12 @@ import numpy as np
 from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, Diagnostic, RecordError
 from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
+from mosaic.toolchain import ptxas as _ptxas
 
 from mosaic_target_pallas.knobs import FAMILY_KNOBS, GemmKnobs
 
 JAX_DTYPES = {"bf16": "bfloat16", "f16": "float16"}
 SMEM_RE = re.compile(r"smem_bytes=(\d+)")
-PTXAS_REGS_RE = re.compile(r"Used (\d+) registers")
-PTXAS_SPILL_RE = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
-PTXAS_VERSION_RE = re.compile(r"V(\d+\.\d+\.\d+)")
 
 
 def _jax_dtype(spec: KernelSpec):
@@ -228,51 +226,47 @@ def assemble_ptx(ptx: Path, arch: str, out_dir: Path, runtime_log: Path | None =
     with jax's own ptxas log when there is one. A missing or failing tool gives a note, never an error:
     the capture keeps its PTX.
     """
-    import subprocess
-
-    from mosaic.errors import BadInput
-    from mosaic.lift.disasm import disassemble_cubin, find_tool
+    from mosaic.toolchain.nvdisasm import disassemble
+    from mosaic.toolchain.tools import find_tool
 
     ptx = Path(ptx)
     out_dir = Path(out_dir)
-    exe = find_tool("ptxas")
-    if exe is None:
+    if find_tool("ptxas") is None:
         return Assembled(None, None, None, None, None,
                          ("no SASS: jax dumped PTX only and ptxas is not on PATH to assemble it",))
     out_dir.mkdir(parents=True, exist_ok=True)
     cubin = out_dir / f"{ptx.stem}.cubin"
-    version_text = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
-    found = PTXAS_VERSION_RE.search(version_text)
-    version = found.group(1) if found else "unknown version"
-    cmd = [exe, f"-arch={arch}", "-v", "-o", str(cubin), str(ptx)]
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, errors="replace")
-    except subprocess.TimeoutExpired:
+    res = _ptxas.assemble(ptx, arch, cubin)
+    version = res.version or "unknown version"
+    if res.returncode is None:
         return Assembled(None, None, None, version, None, (f"no SASS: ptxas {version} did not finish in 300 s",))
     log = out_dir / f"{ptx.stem}.ptxas-reassembly.log"
-    log.write_text(f"# {' '.join(cmd[:-3])} -o {cubin.name} {ptx.name}  (ptxas {version})\n" + res.stdout + res.stderr)
-    if res.returncode != 0 or not cubin.is_file():
-        last = (res.stderr or res.stdout).strip().splitlines()
+    log.write_text(f"# {' '.join(res.cmd[:-3])} -o {cubin.name} {ptx.name}  (ptxas {version})\n" + res.log)
+    if res.cubin is None:
         return Assembled(None, None, log, version, None,
-                         (f"no SASS: ptxas {version} -arch={arch} failed on the captured PTX: "
-                          f"{last[-1] if last else f'exit {res.returncode}'}",))
-    regs = PTXAS_REGS_RE.findall(res.stdout + res.stderr)
-    registers = max(int(r) for r in regs) if regs else None
+                         (f"no SASS: ptxas {version} -arch={arch} failed on the captured PTX: {res.message()}",))
+    registers = _max_registers(res.log)
     notes = [f"SASS and cubin assembled from the captured PTX by ptxas {version} (-arch={arch}), not taken "
              "from jax's runtime (its MOSAIC_GPU_DUMP_TO dump held PTX and a ptxas log only)"]
     if runtime_log is not None and Path(runtime_log).is_file():
-        jax_regs = PTXAS_REGS_RE.findall(Path(runtime_log).read_text(errors="replace"))
-        if jax_regs and registers is not None:
-            same = max(int(r) for r in jax_regs) == registers
-            notes.append(f"registers: reassembly {registers}, jax's runtime ptxas log {max(int(r) for r in jax_regs)}"
+        jax_regs = _max_registers(Path(runtime_log).read_text(errors="replace"))
+        if jax_regs is not None and registers is not None:
+            same = jax_regs == registers
+            notes.append(f"registers: reassembly {registers}, jax's runtime ptxas log {jax_regs}"
                          + ("" if same else " -- DIFFERENT: the runtime used other ptxas options or version"))
     sass = out_dir / f"{ptx.stem}.sass"
     try:
-        sass.write_text(disassemble_cubin(cubin))
+        sass.write_text(disassemble(cubin))
     except BadInput as exc:
         notes.append(f"no SASS: {exc.what}")
         sass = None
     return Assembled(cubin, sass, log, version, registers, tuple(notes))
+
+
+def _max_registers(log: str) -> int | None:
+    """The largest register count of any function in a ptxas -v log (None when it states none)."""
+    regs = [f.registers for f in _ptxas.parse_log(log) if f.registers is not None]
+    return max(regs) if regs else None
 
 
 def collect_dump(dump: Path):
@@ -287,11 +281,9 @@ def collect_dump(dump: Path):
     ptxas = newest(lambda n: "ptxas" in n)
     resources = None
     if ptxas is not None:
-        text = ptxas.read_text(errors="replace")
-        regs = PTXAS_REGS_RE.findall(text)
-        spills = PTXAS_SPILL_RE.findall(text)
+        functions = _ptxas.parse_log(ptxas.read_text(errors="replace"))
+        regs = [f.registers for f in functions if f.registers is not None]
         if regs:
-            resources = ResourceUsage(registers=max(int(r) for r in regs),
-                                      spill_stores=sum(int(s) for s, _ in spills),
-                                      spill_loads=sum(int(s) for _, s in spills))
+            resources = ResourceUsage(registers=max(regs), spill_stores=sum(f.spill_stores or 0 for f in functions),
+                                      spill_loads=sum(f.spill_loads or 0 for f in functions))
     return ptx, sass, ptxas, resources

@@ -4,19 +4,19 @@
 spill stores/loads, stack frame, static shared memory). The cache key is the SHA-256 of the three source
 files, the nvcc version line and the flags, so an edited source or another toolchain rebuilds; the cache
 lives in ``$MOSAIC_CACHE_DIR/amk-cuda`` (``MOSAIC_CACHE_DIR`` defaults to ``~/.cache/mosaic``; the CUTLASS plugin shares it). No GPU is needed to build.
+nvcc, the cache and the ptxas-log parser are :mod:`mosaic.toolchain`'s; this module holds what is the VM's.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import attrs
-from mosaic.errors import MosaicError
+from mosaic.errors import BadInput, MosaicError
+from mosaic.toolchain import nvcc as _nvcc
+from mosaic.toolchain.ptxas import kernel_resources
 
 SOURCE_DIR = Path(__file__).parent
 SOURCES = ("vm.cu", "microkernels.cuh", "abi.h")
@@ -48,15 +48,12 @@ class VmBuild:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MOSAIC_CACHE_DIR") or Path.home() / ".cache" / "mosaic") / "amk-cuda"
+    return _nvcc.cache_root() / "amk-cuda"
 
 
 def nvcc_path() -> str:
-    nvcc = shutil.which("nvcc")
+    nvcc = _nvcc.find_nvcc()
     if nvcc is None:
-        for cand in ("/usr/local/cuda/bin/nvcc",):
-            if Path(cand).is_file():
-                return cand
         raise BuildError("nvcc not found on PATH (needed to build the AMK CUDA VM)")
     return nvcc
 
@@ -99,46 +96,30 @@ def flags(threads: int, defines: tuple[str, ...] = ()) -> list[str]:
 
 
 def source_key(threads: int, nvcc_version: str, defines: tuple[str, ...] = ()) -> str:
-    h = hashlib.sha256()
+    parts: list[str | bytes] = []
     for name in SOURCES:
-        h.update(name.encode() + b"\0" + (SOURCE_DIR / name).read_bytes() + b"\0")
-    h.update(nvcc_version.encode() + b"\0" + " ".join(flags(threads, defines)).encode())
-    return h.hexdigest()
-
-
-_PTXAS = {
-    "registers": re.compile(r"Used (\d+) registers"),
-    "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
-    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
-    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
-    "smem_bytes": re.compile(r"(\d+) bytes smem"),
-}
+        parts += [name, b"\0", (SOURCE_DIR / name).read_bytes(), b"\0"]
+    return _nvcc.cache_key(*parts, nvcc_version, b"\0", " ".join(flags(threads, defines)))
 
 
 def parse_ptxas(log: str, kernel: str = KERNEL) -> dict[str, int]:
-    """The resource figures ptxas -v reported for ``kernel`` (the section after its 'Compiling entry')."""
-    start = log.find(f"Compiling entry function '{kernel}'")
-    if start < 0:
+    """The resource figures ptxas -v reported for ``kernel`` (its 'Compiling entry function' block)."""
+    found = kernel_resources(log, kernel)
+    if found is None:
         raise BuildError(f"ptxas output has no entry for {kernel}")
-    section = log[start:]
-    nxt = section.find("Compiling entry function", 10)
-    section = section[:nxt] if nxt > 0 else section
-    out = {}
-    for name, rx in _PTXAS.items():
-        m = rx.search(section)
-        out[name] = int(m.group(1)) if m else 0
-    if not _PTXAS["registers"].search(section):
+    if found.registers is None:
         raise BuildError(f"ptxas output for {kernel} has no register count")
-    return out
+    return {"registers": found.registers, "stack_bytes": found.stack_frame or 0,
+            "spill_stores": found.spill_stores or 0, "spill_loads": found.spill_loads or 0,
+            "smem_bytes": found.static_smem or 0}
 
 
 def nvcc_version(nvcc: str) -> str:
     """nvcc's release line (part of every cache key)."""
     try:
-        version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildError(f"could not run nvcc --version: {exc}") from None
-    return next((ln for ln in version.splitlines() if "release" in ln), version.strip()[-80:])
+        return _nvcc.nvcc_release(nvcc)
+    except BadInput as exc:
+        raise BuildError(exc.what) from None
 
 
 def nvcc_cubin(nvcc: str, source: Path, cubin: Path, log_path: Path, flag_list: list[str]) -> None:
@@ -146,14 +127,14 @@ def nvcc_cubin(nvcc: str, source: Path, cubin: Path, log_path: Path, flag_list: 
     (ptxas -v) in ``log_path``; raises BuildError with nvcc's last error line."""
     cubin.parent.mkdir(parents=True, exist_ok=True)
     tmp = cubin.with_name(f"{cubin.stem}.{os.getpid()}.cubin")
-    cmd = [nvcc, *flag_list, "-I", str(SOURCE_DIR), "-o", str(tmp), str(source)]
+    args = [*flag_list, "-I", str(SOURCE_DIR), "-o", str(tmp), str(source)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildError(f"nvcc failed to run: {exc}") from None
-    if proc.returncode != 0:
-        raise BuildError("nvcc failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1][:400], " ".join(cmd))
-    log_path.write_text(proc.stdout + proc.stderr)
+        run = _nvcc.run_nvcc(nvcc, args, timeout=600)
+    except BadInput as exc:
+        raise BuildError(f"nvcc failed to run: {exc.what}") from None
+    if not run.ok:
+        raise BuildError("nvcc failed: " + (run.log.strip().splitlines() or ["?"])[-1][:400], " ".join(run.cmd))
+    log_path.write_text(run.log)
     tmp.replace(cubin)
 
 
@@ -178,9 +159,10 @@ def build(threads: int = 512, *, force: bool = False, defines: tuple[str, ...] =
     key = source_key(threads, nvcc_version(nvcc), defines)
     out_dir = cache_dir() / key[:24]
     cubin, log_path = out_dir / "amk_vm.cubin", out_dir / "ptxas.log"
-    cached = cubin.is_file() and log_path.is_file() and not force
-    if not cached:
-        nvcc_cubin(nvcc, SOURCE_DIR / "vm.cu", cubin, log_path, flags(threads, defines))
+    cached = _nvcc.build_cached(
+        out_dir, lambda tmp: nvcc_cubin(nvcc, SOURCE_DIR / "vm.cu", tmp / cubin.name, tmp / log_path.name,
+                                        flags(threads, defines)),
+        complete=lambda d: (d / cubin.name).is_file() and (d / log_path.name).is_file(), force=force)
     log = log_path.read_text()
     res = parse_ptxas(log)
     return VmBuild(cubin=cubin, ptxas_log=log, threads=threads, key=key, cached=cached, **res)

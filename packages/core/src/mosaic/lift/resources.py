@@ -3,34 +3,24 @@
 from __future__ import annotations
 
 import math
-import re
 
 from mosaic.errors import BadInput
-
-_FUNC_RE = re.compile(r"(?:Compiling entry function|Function properties for)\s+'?([\w$.]+)'?")
+from mosaic.toolchain.ptxas import parse_log
 
 
 def parse_ptxas_log(text: str) -> dict[str, dict]:
-    """Per kernel: registers, spill store/load bytes, stack frame, static smem from ``ptxas -v`` output."""
+    """Per function: registers, spill store/load bytes, stack frame, static smem from ``ptxas -v`` output
+    (the figures :func:`mosaic.toolchain.ptxas.parse_log` found, under the lifter's names)."""
     out: dict[str, dict] = {}
-    cur = None
-    for line in text.splitlines():
-        m = _FUNC_RE.search(line)
-        if m:
-            cur = out.setdefault(m.group(1), {})
+    for f in parse_log(text):
+        if not f.name:  # lines before the first function
             continue
-        if cur is None:
-            continue
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m:
-            cur.update(stack_frame=int(m.group(1)), spill_store_bytes=int(m.group(2)),
-                       spill_load_bytes=int(m.group(3)))
-        m = re.search(r"Used (\d+) registers", line)
-        if m:
-            cur["registers"] = int(m.group(1))
-            sm = re.search(r"(\d+) bytes smem", line)
-            if sm:
-                cur["static_smem"] = int(sm.group(1))
+        entry = out.setdefault(f.name, {})
+        for key, value in (("stack_frame", f.stack_frame), ("spill_store_bytes", f.spill_stores),
+                           ("spill_load_bytes", f.spill_loads), ("registers", f.registers),
+                           ("static_smem", f.static_smem)):
+            if value is not None:
+                entry[key] = value
     return out
 
 

@@ -23,7 +23,7 @@ def nvcc_command(variant: dict, arch: str, out: Path, kind: str) -> list[str]:
 
 
 def build_variant(name: str, variant: dict, arch: str, out_dir: Path) -> dict[str, Path]:
-    from mosaic.lift.disasm import disassemble_cubin
+    from mosaic.toolchain.nvdisasm import disassemble as disassemble_cubin
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {k: out_dir / f"{name}.{k}" for k in ("cubin", "ptx", "sass")}

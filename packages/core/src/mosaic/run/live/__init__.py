@@ -1,9 +1,12 @@
 """The live workbench: the convergence loop's measurements taken on a GPU, in child processes.
 
-Split by process: :mod:`~mosaic.run.live.parent` (:class:`~mosaic.run.live.parent.LiveWorkbench`, in the loop's own process),
-:mod:`~mosaic.run.live.worker` (the persistent worker pool: the parent's :class:`~mosaic.run.live.worker.Workers` and the worker's
-serve loop), :mod:`~mosaic.run.live.child` (the request handler: prepare, gate, time) and
-:mod:`~mosaic.run.live.protocol` (the request and answer records all three share).
+Split by process:
+
+* :mod:`~mosaic.run.live.parent`: :class:`~mosaic.run.live.parent.LiveWorkbench`, in the loop's own process;
+* :mod:`~mosaic.run.live.worker`: the persistent worker pool (the parent's
+  :class:`~mosaic.run.live.worker.Workers` and the worker process's serve loop);
+* :mod:`~mosaic.run.live.child`: the request handler (prepare, numerics gate, interleaved timing);
+* :mod:`~mosaic.run.live.protocol`: the request and answer records all three share.
 
 ``mosaic run`` asks a :class:`~mosaic.run.workbench.Workbench`; this one answers on the device and leaves, for
 every kernel it touched, a bundle in ``DIR/bundles`` in exactly the layout :class:`~mosaic.run.offline.

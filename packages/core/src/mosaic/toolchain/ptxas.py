@@ -108,18 +108,24 @@ def kernel_resources(text: str, kernel: str | None = None) -> FunctionResources 
 
 @attrs.frozen
 class Assembly:
-    """One ``ptxas -arch=<arch> -v`` run: the command, its log (stdout + stderr) and the cubin it wrote."""
+    """One ``ptxas -arch=<arch> -v`` run: the command, what it printed and the cubin it wrote."""
 
     cmd: tuple
     exe: str
     version: str | None  # "13.0.88"
     returncode: int | None  # None when it timed out
-    log: str
+    stdout: str
+    stderr: str
     cubin: Path | None  # None unless it succeeded and wrote one
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0
+
+    @property
+    def log(self) -> str:
+        """stdout + stderr: the ``-v`` resource report and any warnings or errors."""
+        return self.stdout + self.stderr
 
     def message(self) -> str:
         """ptxas's last message line (why it failed), or ``exit N`` / ``timed out``."""
@@ -146,6 +152,6 @@ def assemble(ptx: str | os.PathLike, arch: str, cubin: str | os.PathLike | None,
     try:
         done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, errors="replace")
     except subprocess.TimeoutExpired:
-        return Assembly(cmd, exe, version, None, "", None)
+        return Assembly(cmd, exe, version, None, "", "", None)
     wrote = out if done.returncode == 0 and out is not None and out.is_file() else None
-    return Assembly(cmd, exe, version, done.returncode, done.stdout + done.stderr, wrote)
+    return Assembly(cmd, exe, version, done.returncode, done.stdout, done.stderr, wrote)

@@ -112,25 +112,25 @@ def sass_from_ptx(root: str | os.PathLike, arch: str) -> str | None:
 
     Returns a note for the progress line (None when nothing was needed)."""
     from mosaic.bundle import load_bundle
-    from mosaic.lift.disasm import disassemble_cubin
+    from mosaic.toolchain import ptxas
+    from mosaic.toolchain.nvdisasm import disassemble
+    from mosaic.toolchain.tools import find_tool, version_line
 
     b = load_bundle(root)
     ptx = b.one("ptx")
     if b.one("sass") is not None or b.one("cubin") is not None or ptx is None:
         return None
-    exe = shutil.which("ptxas")
-    if exe is None:
+    if find_tool("ptxas") is None:
         raise LiveError("the reference bundle has PTX but no SASS or cubin, and ptxas is not on PATH to "
                         "assemble it (the loop lifts SASS)", str(root))
     with tempfile.TemporaryDirectory(prefix="mosaic-ptxas-") as tmp:
         cubin = Path(tmp) / "kernel.cubin"
-        done = subprocess.run([exe, f"-arch={arch}", "-v", str(ptx), "-o", str(cubin)], capture_output=True,
-                              text=True, timeout=300)
-        if done.returncode != 0:
-            raise LiveError(f"ptxas could not assemble the reference's PTX: {tail(done.stderr)}", str(ptx))
-        version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
-        sass = disassemble_cubin(cubin)
-        note = {"ptxas": version.strip().splitlines()[-1] if version.strip() else "?", "arch": arch,
+        done = ptxas.assemble(ptx, arch, cubin)
+        if not done.ok:
+            raise LiveError(f"ptxas could not assemble the reference's PTX: {tail(done.stderr) or done.message()}",
+                            str(ptx))
+        sass = disassemble(cubin)
+        note = {"ptxas": version_line(done.exe), "arch": arch,
                 "why": "the capture dumped PTX but no SASS/cubin; assembled here so the loop can lift it "
                        "(the compiler that built the timed kernel may have used other ptxas flags)"}
         update_bundle(root, files={"kernel.cubin": ("cubin", cubin), "kernel.sass": ("sass", sass),

@@ -27,8 +27,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "amk_bench.json"))
     a = p.parse_args(argv)
     from mosaic.plugins import host
-    from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.bench import format_table, run_bench
+    from mosaic_amk.bench import hf_gpu
+    from mosaic_amk.bench.bench import format_table, run_bench
 
     gpu = host().get("gpus", "h200")
     results = {}

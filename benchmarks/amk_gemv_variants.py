@@ -36,8 +36,8 @@ def balanced(n: int, parts: int) -> list[tuple[int, int]]:
 
 
 def case(op: str, n: int, k: int, sms: int, rng):
+    from mosaic_amk.bench.microbench import op_schedule
     from mosaic_amk.cuda.launcher import bf16_round
-    from mosaic_amk.cuda.microbench import op_schedule
     from mosaic_amk.schedule import Buffer
 
     x = bf16_round(rng.standard_normal(k).astype(np.float32))

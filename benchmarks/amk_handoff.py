@@ -24,10 +24,10 @@ from _device import add_json, json_path, time_launch, write_json
 def vm_chain(n: int = 2000) -> dict:
     """The VM's counter hand-off: a chain of n no-op tasks (ops skipped: only wait + signal) on SM 0, alternating SM 0
     / SM 1, SM 0 / SM 131 and SM 0 / SM 66; the cost of one hand-off is the launch's time / n."""
+    from mosaic_amk.bench.microbench import handoff_chain
     from mosaic_amk.cuda import encode as E
     from mosaic_amk.cuda.build import build
     from mosaic_amk.cuda.launcher import SKIPPABLE, Launcher, gate
-    from mosaic_amk.cuda.microbench import handoff_chain
 
     def launcher(chain):
         gate(chain)
@@ -63,7 +63,7 @@ def main() -> int:
     p.add_argument("--vm-chain", action="store_true", help="also time the VM's counter hand-off chains")
     add_json(p, "amk_handoff")
     a = p.parse_args()
-    from mosaic_amk.cuda import handoff as H
+    from mosaic_amk.bench import handoff as H
     from mosaic_amk.cuda.build import BuildError
 
     try:
@@ -83,9 +83,9 @@ def main() -> int:
     report = {"protocols": [r.to_json() for r in results], "vm_skeleton": {}}
     for shape in [s for s in a.vm_skeleton.split(",") if s]:
         from mosaic.plugins import host
+        from mosaic_amk.bench import hf_gpu
+        from mosaic_amk.bench.bench import probe_masks
         from mosaic_amk.config import CUDA_DEFAULT
-        from mosaic_amk.cuda import hf_gpu
-        from mosaic_amk.cuda.bench import probe_masks
         from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
 
         model = hf_gpu.random_model(shape)

@@ -61,7 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--budget must be > 0")
     if args.k is not None and args.k < 0:
         p.error("--k must be >= 0")
-    from mosaic_amk.cuda.hf_gpu import SHAPES
+    from mosaic_amk.bench.hf_gpu import SHAPES
     from mosaic_amk.parity import DEFAULT_NEAR_TIE_ULPS
 
     args.k = DEFAULT_NEAR_TIE_ULPS if args.k is None else args.k
@@ -86,7 +86,7 @@ def left() -> float:
 
 
 def layers(shape: str) -> int:
-    from mosaic_amk.cuda.hf_gpu import SHAPES
+    from mosaic_amk.bench.hf_gpu import SHAPES
 
     return SHAPES[shape][1]["num_hidden_layers"]
 
@@ -155,7 +155,7 @@ def contender(st: dict, name: str) -> dict:
 # ---------------------------------------------------------------------------------------------- parts
 
 def build(st: dict) -> None:
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
     from mosaic_amk.cuda.cuda_vm import weights_from_torch
 
     st["model"] = hf_gpu.random_model(st["shape"], seed=0)
@@ -166,7 +166,7 @@ def build(st: dict) -> None:
 
 
 def reference(st: dict) -> None:
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
 
     toks, logits = [], []
     for p in st["prompts"]:
@@ -205,7 +205,7 @@ def amk_vm(st: dict) -> None:
 
 
 def static_graph(st: dict) -> None:
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
     from mosaic_amk.parity import forced, free_run
 
     c = contender(st, "hf-static-graph")
@@ -224,7 +224,7 @@ def static_graph(st: dict) -> None:
 
 
 def batch8(st: dict) -> None:
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
     from mosaic_amk.parity import forced, free_run
 
     c = contender(st, "hf-eager-batch8")
@@ -237,7 +237,7 @@ def batch8(st: dict) -> None:
 
 
 def sdpa8(st: dict) -> None:
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
     from mosaic_amk.parity import free_run
 
     c = contender(st, "hf-sdpa-batch8")
@@ -253,7 +253,7 @@ def sdpa8(st: dict) -> None:
 def self_check(st: dict) -> None:
     """HF eager batch 1 forced over its own first 32 tokens of prompt 0: the forcing path is generate's own
     computation (bit-equal logits, no disagreement) or the teacher-forced numbers above mean nothing."""
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
     from mosaic_amk.parity import forced
 
     c = contender(st, "hf-eager-self")

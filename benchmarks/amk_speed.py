@@ -59,8 +59,8 @@ def main(argv=None) -> int:
     p.add_argument("--probe-all", action="store_true", help="every probe, not only the sync skeleton")
     a = p.parse_args(argv)
     from mosaic.plugins import host
-    from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.bench import all_candidates, format_table, run_bench
+    from mosaic_amk.bench import hf_gpu
+    from mosaic_amk.bench.bench import all_candidates, format_table, run_bench
 
     gpu = host().get("gpus", "h200")
     out, verdicts = {}, []

@@ -31,10 +31,10 @@ def main() -> int:
     add_json(p, "amk_trace")
     a = p.parse_args()
     from mosaic.plugins import host
-    from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.bench import all_candidates
+    from mosaic_amk.bench import hf_gpu
+    from mosaic_amk.bench.bench import all_candidates
+    from mosaic_amk.bench.trace import format_table, stage_table, timeline
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
-    from mosaic_amk.cuda.trace import format_table, stage_table, timeline
 
     gpu = host().get("gpus", "h200")
     report = {"steps": a.steps, "shapes": {}}

@@ -87,7 +87,7 @@ def gpu_model(tmp_path):
     Llama-3.2-1B shape cut to 2 layers and an 8192-token vocabulary, random init: GEMV rows of K = 2048 and 8192) or
     ``smollm2-135m-3layers`` (the SmolLM2-135M shape cut to 3 layers: short rows, K <= 1024)."""
     from mosaic.plugins import host
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
     from mosaic_amk.cuda.cuda_vm import weights_from_torch
 
     def get(kind: str):

@@ -8,10 +8,10 @@ from __future__ import annotations
 import attrs
 import numpy as np
 import pytest
+from mosaic_amk.bench.microbench import op_schedule
 from mosaic_amk.config import CUDA_DEFAULT, ScheduleConfig
 from mosaic_amk.cuda import build as B
 from mosaic_amk.cuda import encode as E
-from mosaic_amk.cuda.microbench import op_schedule
 from mosaic_amk.schedule import Buffer, Task
 
 STAGE = ("AMK_ATT_STAGE=1",)
@@ -181,10 +181,10 @@ def test_staged_attention_watchdog_trips_and_the_next_launch_works(tmp_path, cud
     """A lowered model's attention task whose wait never holds (forced past the validator): its rows were staged,
     the watchdog still trips and names it; then the same cubin generates the default build's tokens."""
     from mosaic.plugins import host
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
+    from mosaic_amk.bench.microbench import raise_threshold
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
     from mosaic_amk.cuda.launcher import Launcher, WatchdogAbort, gate
-    from mosaic_amk.cuda.microbench import raise_threshold
     from mosaic_amk.lowering import lower
     from mosaic_amk.tiny_models import make_checkpoint
 

@@ -8,9 +8,9 @@ import attrs
 import numpy as np
 import pytest
 from mosaic.plugins import host
+from mosaic_amk.bench.microbench import deadlock, handoff_chain, op_schedule, split_rows
 from mosaic_amk.config import VM_FUSIONS, ScheduleConfig
 from mosaic_amk.cuda import encode as E
-from mosaic_amk.cuda.microbench import deadlock, handoff_chain, op_schedule, split_rows
 from mosaic_amk.lowering import lower
 from mosaic_amk.model import INV_FREQ
 from mosaic_amk.schedule import Buffer, Wait
@@ -326,7 +326,7 @@ def _run_numpy(s, inputs, weights):
 def test_fused_gemv_micro_cases(case):
     """The device script's fused-vs-unfused micro schedules pass the gate and the encoder, and in float32 numpy
     both compute the reference (so on the device any difference is the micro-kernels')."""
-    from mosaic_amk.cuda.microbench import fused_gemv_case
+    from mosaic_amk.bench.microbench import fused_gemv_case
     from mosaic_amk.validate import validate
 
     c = fused_gemv_case(case, np.random.default_rng(1), hidden=64, rows=48, heads=4, head_dim=16, num_sms=5,
@@ -344,7 +344,7 @@ def test_fused_gemv_micro_cases(case):
 def test_bench_probe_masks_follow_the_schedule():
     """The bench's "where the time goes" probes: skip masks built from the ops the schedule uses; the fused
     schedule has no rmsnorm op, so no "skip norms" probe; gemv-only and skip-gemv partition every op."""
-    from mosaic_amk.cuda.bench import GEMV_OPS, probe_masks
+    from mosaic_amk.bench.bench import GEMV_OPS, probe_masks
     from mosaic_amk.cuda.launcher import SKIPPABLE
 
     for cfg, norms in ((CFGS["fused"], True), (CFGS["vm-fused"], False)):

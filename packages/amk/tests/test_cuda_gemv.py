@@ -80,8 +80,8 @@ def _run(schedule, weights, inputs, out, mode, defines=(), n_steps=1):
 
 
 def _gemv_case(rng, n, k, bias, resid, parts):
-    from mosaic_amk.cuda.launcher import bf16_round
     from mosaic_amk.bench.microbench import op_schedule, split_rows
+    from mosaic_amk.cuda.launcher import bf16_round
     from mosaic_amk.schedule import Buffer
 
     x = bf16_round(rng.standard_normal(k).astype(np.float32))
@@ -316,8 +316,8 @@ def test_split_argmax_whole_model_tokens_equal(model_kind, steps_per_launch, cud
 def lm_head_chain(rng, hidden=2048, vocab=5000, num_sms=132):
     """rmsnorm -> LM-head gemv (row tasks over the SMs, each waiting for the norm) -> argmax (waits for them all):
     (schedule, weights, inputs); the logits and next_token are outputs."""
-    from mosaic_amk.cuda.launcher import bf16_round
     from mosaic_amk.bench.microbench import chain_schedule, split_rows
+    from mosaic_amk.cuda.launcher import bf16_round
     from mosaic_amk.schedule import Buffer
 
     x = bf16_round((3.0 * rng.standard_normal(hidden)).astype(np.float32))
@@ -353,9 +353,9 @@ def test_preload_watchdog_trips_on_a_gemv_wait_and_the_next_launch_works(early, 
     """A GEMV task whose wait can never hold (threshold + 1, forced past the validator): its preload was issued,
     the watchdog still trips and names its counter; a valid launch with the same cubin then gives the default bits."""
     import cupy as cp
+    from mosaic_amk.bench.microbench import fused_gemv_case, raise_threshold
     from mosaic_amk.cuda.encode import encode
     from mosaic_amk.cuda.launcher import Launcher, WatchdogAbort, gate
-    from mosaic_amk.bench.microbench import fused_gemv_case, raise_threshold
 
     c = fused_gemv_case("rmsnorm_gemv", np.random.default_rng(3), hidden=1024, rows=1000, position=37)
     ok = c["unfused"]

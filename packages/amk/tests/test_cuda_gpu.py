@@ -12,8 +12,8 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("family", ["llama", "smollm2", "qwen2", "mistral"])
 def test_tiny_greedy_matches_hf_bf16(family, tmp_path, cuda_device):
     from mosaic.plugins import host
+    from mosaic_amk.bench import hf_gpu
     from mosaic_amk.config import ScheduleConfig
-    from mosaic_amk.cuda import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
     from mosaic_amk.parity import compare
     from mosaic_amk.tiny_models import make_checkpoint
@@ -33,10 +33,10 @@ def test_tiny_greedy_matches_hf_bf16(family, tmp_path, cuda_device):
 def test_gemv_f32_mode_is_ops_py(cuda_device):
     import cupy as cp
     from mosaic_amk import ops
+    from mosaic_amk.bench.microbench import op_schedule, split_rows
     from mosaic_amk.cuda.build import build
     from mosaic_amk.cuda.encode import encode
     from mosaic_amk.cuda.launcher import Launcher, bf16_round
-    from mosaic_amk.cuda.microbench import op_schedule, split_rows
     from mosaic_amk.schedule import Buffer
 
     rng = np.random.default_rng(0)
@@ -56,10 +56,10 @@ def test_gemv_f32_mode_is_ops_py(cuda_device):
 
 def test_watchdog_aborts_and_gpu_stays_usable(cuda_device):
     import cupy as cp
+    from mosaic_amk.bench.microbench import deadlock, handoff_chain
     from mosaic_amk.cuda.build import build
     from mosaic_amk.cuda.encode import encode
     from mosaic_amk.cuda.launcher import Launcher, WatchdogAbort
-    from mosaic_amk.cuda.microbench import deadlock, handoff_chain
 
     lz = Launcher(encode(deadlock(132)), str(build(512).cubin), timeout_s=0.2)
     lz.bind({}, {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)})
@@ -97,7 +97,7 @@ def test_fused_gemv_micro_kernels(case, cuda_device):
     """Each fused GEMV micro-kernel: f32 mode is ops.KERNELS of the fused op (normwise relative error < 1e-4 on
     the bf16 weights), and hf-bf16 mode is bit-identical to the unfused chain (rmsnorm, gemv, rope / append),
     which rounds where transformers' bf16 eager rounds: the fused op rounds at the same places."""
-    from mosaic_amk.cuda.microbench import fused_gemv_case
+    from mosaic_amk.bench.microbench import fused_gemv_case
 
     c = fused_gemv_case(case, np.random.default_rng(3), hidden=1024, rows=1000, heads=16, head_dim=64, position=37)
     got = _run_case(c["fused"], c, "f32")
@@ -121,9 +121,9 @@ def test_sync_variant_tokens_equal_v0(variant, steps_per_launch, tmp_path, cuda_
     one launch: the step-boundary signal of the last task), with bit-identical logits in the per-step path."""
     import attrs
     from mosaic.plugins import host
+    from mosaic_amk.bench import hf_gpu
+    from mosaic_amk.bench.bench import SYNC_VARIANTS
     from mosaic_amk.config import ScheduleConfig
-    from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.bench import SYNC_VARIANTS
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
     from mosaic_amk.tiny_models import make_checkpoint
 
@@ -151,11 +151,11 @@ def test_sync_variant_watchdog_and_handoff_chain(variant, cuda_device):
     """Under each variant: the planted deadlock trips the watchdog (dump names the counter), a valid hand-off
     chain across two SMs then computes its result, and a multi-step launch of it too (counters not re-zeroed)."""
     import cupy as cp
-    from mosaic_amk.cuda.bench import SYNC_VARIANTS
+    from mosaic_amk.bench.bench import SYNC_VARIANTS
+    from mosaic_amk.bench.microbench import deadlock, handoff_chain
     from mosaic_amk.cuda.build import build
     from mosaic_amk.cuda.encode import encode
     from mosaic_amk.cuda.launcher import Launcher, WatchdogAbort
-    from mosaic_amk.cuda.microbench import deadlock, handoff_chain
 
     wait, signal, prefetch = SYNC_VARIANTS[variant]
     kw = dict(wait_mode=wait, signal_mode=signal, prefetch_mode=prefetch)

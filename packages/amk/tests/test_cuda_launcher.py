@@ -1,12 +1,10 @@
 """The CUDA launcher's CPU-side parts: the validator gate (no launch of a rejected schedule without
-unsafe), the RoPE table and bf16 conversion the device reads, the device script's argument parsing and
-its CPU dry run, and the CLI's one-line errors on a machine without a GPU."""
+unsafe), the RoPE table and bf16 conversion the device reads, and the CLI's one-line errors on a machine without
+a GPU (the AMK device benchmarks' arguments and CPU lowering run are in test_amk_device_benchmarks.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,13 +12,12 @@ from mosaic.cli import main
 from mosaic.errors import CheckFailed
 from mosaic.plugins import host
 from mosaic_amk import ops
+from mosaic_amk.bench.microbench import deadlock, raise_threshold
 from mosaic_amk.config import ScheduleConfig
 from mosaic_amk.cuda.launcher import bf16_bits, bf16_round, gate, rope_table
-from mosaic_amk.cuda.microbench import deadlock, raise_threshold
 from mosaic_amk.lowering import lower
 from mosaic_amk.tiny_models import tiny_model
 
-ROOT = Path(__file__).resolve().parents[3]
 HAS_CUPY = importlib.util.find_spec("cupy") is not None
 
 
@@ -74,53 +71,6 @@ def test_bench_cli_bad_input(capsys):
         main(["amk", "bench"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "exactly one of --model" in err and len(err.strip().splitlines()) == 1
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("issue8_script", ROOT / "scripts" / "device" / "issue8.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_device_script_arguments():
-    mod = _script()
-    a = mod.parse_args(["--tokens", "64", "--shapes", "smollm2-135m,llama-3.2-1b", "--bench-shapes", ""])
-    assert a.tokens == 64 and a.shapes == ["smollm2-135m", "llama-3.2-1b"] and a.bench_shapes == []
-    for bad in (["--shapes", "gpt2"], ["--tokens", "0"]):
-        with pytest.raises(SystemExit):
-            mod.parse_args(bad)
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the dry run builds the VM with nvcc")
-def test_device_script_dry_run(tmp_path):
-    """The script's CPU parts: build, and every shape lowered, validated at two positions, same
-    structure, encoded, with its weight-bandwidth floor."""
-    import json
-
-    mod = _script()
-    assert mod.main(["--dry-run", "--out", str(tmp_path), "--tokens", "8", "--prompt-len", "4"]) == 0
-    rep = json.loads((tmp_path / "issue8.json").read_text())
-    low = rep["stages"]["lower_validate_encode"]["result"]
-    assert set(low) == {"smollm2-135m", "llama-3.2-1b", "smollm2-360m", "tinyllama-1.1b"}
-    for shape, r in low.items():
-        assert r["valid"] == [True, True] and r["same_structure"], shape
-    # Llama-3.2-1B: 1.236e9 bf16 parameters (tied embedding read once by the LM head) + one embedding row
-    assert abs(low["llama-3.2-1b"]["floor_bytes"] - 2 * 1_235_814_400 - 2 * 2048) <= 2 * 2048
-    assert rep["stages"]["build"]["result"]["spill_stores"] == 0
-
-
-def test_device_script_quick_arguments():
-    """--quick: the <= 4-minute plan (SmolLM2-135M parity 2 x 32, both bench shapes, 3 rounds, a 200 s guard
-    for starting stages; the last, the fused bench child, is killed at the guard + 20 s); the fused stages'
-    child processes take the same shapes and rounds."""
-    m = _script()
-    a = m.parse_args(["--quick"])
-    assert (a.quick, a.prompts, a.tokens, a.rounds) == (True, 2, 32, 3)
-    assert a.shapes == ["smollm2-135m"] and a.bench_shapes == ["llama-3.2-1b", "smollm2-135m"]
-    assert a.budget <= 200 and a.child is None
-    c = m.parse_args(["--child", "fused-bench", "--rounds", "3", "--bench-shapes", "llama-3.2-1b,smollm2-135m"])
-    assert c.child == "fused-bench" and c.bench_shapes == a.bench_shapes and not c.quick
 
 
 def test_attention_shared_memory_need():

@@ -186,7 +186,7 @@ def test_stream_builds_spill_free_with_bulk_copies_before_the_wait(slots, cache)
 
 # -------------------------------------------------------------------------------------- bench / script
 def test_bench_has_best_measured_preload():
-    from mosaic_amk.cuda.bench import all_candidates, default_candidates, fused_candidates
+    from mosaic_amk.bench.bench import all_candidates, default_candidates, fused_candidates
     from mosaic_amk.tiny_models import tiny_model
 
     spec = tiny_model("llama")
@@ -239,8 +239,8 @@ def test_gpu_test_schedules_pass_the_gate_and_encode():
     """The schedules test_cuda_gemv's preload tests launch are valid (so a device run fails only on the device)."""
     import sys
 
+    from mosaic_amk.bench.microbench import fused_gemv_case, raise_threshold
     from mosaic_amk.cuda.launcher import gate
-    from mosaic_amk.cuda.microbench import fused_gemv_case, raise_threshold
 
     sys.path.insert(0, str(Path(__file__).parent))
     try:

@@ -8,9 +8,9 @@ import re
 
 import pytest
 from mosaic.errors import BadInput
+from mosaic_amk.bench.bench import SYNC_VARIANTS, sync_candidates
 from mosaic_amk.config import PREFETCH_MODES, SIGNAL_MODES, WAIT_MODES, ScheduleConfig
 from mosaic_amk.cuda import launcher as L
-from mosaic_amk.cuda.bench import SYNC_VARIANTS, sync_candidates
 from mosaic_amk.cuda.build import SOURCE_DIR
 
 
@@ -60,39 +60,3 @@ def test_sync_candidates_one_per_variant():
         assert (cfg.wait_mode, cfg.signal_mode, cfg.prefetch_mode) == SYNC_VARIANTS[v]
         assert cfg.gemv_rows_per_task == dict(base)[b].gemv_rows_per_task
     assert len({L.sync_flags(*SYNC_VARIANTS[v]) for v in SYNC_VARIANTS}) == len(SYNC_VARIANTS)
-
-
-
-def _issue8():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[3] / "scripts" / "device" / "issue8.py"
-    spec = importlib.util.spec_from_file_location("issue8_sync", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_issue8_sync_arguments_and_summary():
-    """--quick --sync: the variant run's plan (both bench shapes, 3 rounds, the 200 s guard); its summary prints
-    one row per config/variant with full, skeleton and no-prefetch ms/token, and a gate failure instead of a time."""
-    m = _issue8()
-    a = m.parse_args(["--quick", "--sync"])
-    assert a.sync and a.quick and a.rounds == 3 and a.budget <= 200
-    assert a.bench_shapes == ["llama-3.2-1b", "smollm2-135m"]
-    assert m.parse_args(["--child", "sync"]).child == "sync"
-    res = {"variants": SYNC_VARIANTS,
-           "handoff": {"sm0_sm1": {"v0": {"us_per_task_sync_only": 0.74, "us_per_task_with_add": 1.45}}},
-           "watchdog": {"v0": {"tripped": True, "next_launch_ok": True}, "side": {"tripped": False}},
-           "bench": {"llama-3.2-1b": {"bench": {
-               "candidates": [{"name": "rows32-lm/v0"}, {"name": "rows32-lm/side", "gate": "tokens differ"}],
-               "contenders": [{"name": "amk[rows32-lm/v0]", "ms_per_token": 1.505},
-                              {"name": "amk probe[rows32-lm/v0]: skip all ops (sync skeleton)", "ms_per_token": 0.348},
-                              {"name": "amk probe[rows32-lm/v0]: no prefetch", "ms_per_token": 1.263}]}}}}
-    text = "\n".join(m.sync_summary(res))
-    row = next(ln for ln in text.splitlines() if "rows32-lm/v0" in ln)
-    assert "1.505" in row and "0.348" in row and "1.263" in row
-    bad = next(ln for ln in text.splitlines() if "rows32-lm/side" in ln)
-    assert "tokens differ" in bad and "1.505" not in bad
-    assert "0.74" in text and "sync watchdog side" in text and "sync watchdog v0" not in text

@@ -235,8 +235,8 @@ def test_attention_placement_auto_is_apart_only_for_small_o_projections(h200):
     the four bench shapes with one attention task per query head on the H200's 132 SMs (SmolLM2s apart, measured
     faster; Llama-3.2-1B and TinyLlama together, apart measured slower), and a lowered tiny model placed like
     "apart" or like round_robin as the bound says."""
+    from mosaic_amk.bench.hf_gpu import SHAPES
     from mosaic_amk.config import AUTO_APART_MAX_WEIGHTS_PER_SM, CUDA_DEFAULT
-    from mosaic_amk.cuda.hf_gpu import SHAPES
     from mosaic_amk.lowering import apart
 
     got = {}
@@ -281,8 +281,8 @@ def test_auto_placement_on_the_bench_shapes(h200):
     """"auto" on the real bench shapes (weights: zero-stride views, only their shapes matter), two layers: SmolLM2-135M
     apart (the attention SMs run nothing else of the layer), Llama-3.2-1B apart_qkv (the attention SMs run no q/k/v
     block; the o-projection over all 132 SMs); both validated."""
+    from mosaic_amk.bench.hf_gpu import SHAPES
     from mosaic_amk.config import CUDA_DEFAULT
-    from mosaic_amk.cuda.hf_gpu import SHAPES
     from mosaic_amk.model import ModelSpec
 
     for name, want in (("smollm2-135m", "apart"), ("llama-3.2-1b", "apart_qkv")):

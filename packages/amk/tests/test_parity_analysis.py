@@ -176,7 +176,7 @@ def _hf_cpu(path):
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_hf_eager_forced_over_its_own_greedy_is_generate(tiny_checkpoint, family):
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
 
     model = _hf_cpu(tiny_checkpoint(family))
     prompts, n = [[3, 17, 42, 5], [9, 8, 7, 6]], 7
@@ -195,7 +195,7 @@ def test_hf_eager_forced_over_its_own_greedy_is_generate(tiny_checkpoint, family
 
 
 def test_static_decoder_free_and_forced_match_generate(tiny_checkpoint):
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
 
     model = _hf_cpu(tiny_checkpoint("llama"))
     prompt, n = [3, 17, 42, 5], 6

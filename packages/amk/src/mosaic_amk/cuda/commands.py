@@ -35,7 +35,7 @@ def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, co
     """Greedy decode with the CUDA VM; --check-hf compares with transformers' eager bf16 generate on the GPU."""
     from mosaic.errors import BadInput, CheckFailed, Diagnostic
 
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
     from mosaic_amk.cuda.launcher import _cupy
     from mosaic_amk.parity import compare
@@ -121,9 +121,9 @@ def bench_cmd(model_dir: str | None, shape: str | None, config_path: str | None,
     """AMK ms/token vs HF eager, HF static cache + CUDA graph and the weight-bandwidth floor (interleaved)."""
     from mosaic.errors import BadInput
 
+    from mosaic_amk.bench import hf_gpu
+    from mosaic_amk.bench.bench import format_table, run_bench
     from mosaic_amk.config import load_config
-    from mosaic_amk.cuda import hf_gpu
-    from mosaic_amk.cuda.bench import format_table, run_bench
     from mosaic_amk.cuda.launcher import _cupy
 
     if bool(model_dir) == bool(shape):

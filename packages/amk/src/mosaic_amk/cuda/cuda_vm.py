@@ -87,7 +87,7 @@ class CudaVM:
     unsafe: bool = False
     timeout_s: float = 1.0
     max_positions: int = 1024
-    trace: bool = False  # build with AMK_TRACE and keep the last step's per-task timestamps (cuda/trace.py)
+    trace: bool = False  # build with AMK_TRACE and keep the last step's per-task timestamps (bench/trace.py)
     extra_defines: tuple = ()  # more build defines (build.py's allowed list; e.g. AMK_SHORT_ROWS=0 in the GPU tests)
     launcher: Launcher | None = None
     enc: E.Encoded | None = None

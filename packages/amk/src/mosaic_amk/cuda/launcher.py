@@ -355,7 +355,7 @@ class Launcher:
     def trace_stamps(self) -> np.ndarray:
         """The last launch's last step, per queue entry: (top of the iteration, waits held, outputs stored) in
         %globaltimer ns, int64 [queue entries, 3] (zeros for entries that did not run). Needs ``trace=True`` and a
-        cubin built with AMK_TRACE=1 (cuda/trace.py turns them into a timeline)."""
+        cubin built with AMK_TRACE=1 (bench/trace.py turns them into a timeline)."""
         if "trace" not in self.tables:
             raise DeviceError("this launcher was made without trace=True")
         return self.cp.asnumpy(self.tables["trace"]).astype(np.int64).reshape(-1, 3)

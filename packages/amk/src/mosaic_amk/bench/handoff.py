@@ -17,7 +17,6 @@ import attrs
 import numpy as np
 
 from mosaic_amk.cuda.build import (
-    SOURCE_DIR,
     BuildError,
     cache_dir,
     nvcc_cubin,
@@ -27,7 +26,7 @@ from mosaic_amk.cuda.build import (
 )
 from mosaic_amk.cuda.launcher import DeviceError, _cupy
 
-SOURCE = SOURCE_DIR / "handoff.cu"
+SOURCE = Path(__file__).with_name("handoff.cu")  # built with -I SOURCE_DIR (the VM sources)
 PROTOCOLS = {"counter": "handoff_counter", "ll": "handoff_ll", "gridsync": "handoff_gridsync"}  # name -> kernel
 KERNELS = tuple(PROTOCOLS.values())
 THREADS = 512

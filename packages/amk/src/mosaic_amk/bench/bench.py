@@ -210,7 +210,7 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
               probe: Sequence[str] | None = None, probe_only: Sequence[str] | None = None) -> dict:
     """Bench one HF model (on the GPU, bf16) against the CUDA VM. Returns a JSON-able dict. ``probe_only``:
     the probe names (probe_masks' first elements) to run on each probed candidate (default: all)."""
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
 
     candidates = list(candidates or default_candidates(spec))

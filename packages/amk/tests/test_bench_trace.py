@@ -1,4 +1,4 @@
-"""The VM trace (build define AMK_TRACE, cuda/trace.py): the timeline and stage table on stamps of a simulated
+"""The VM trace (build define AMK_TRACE, bench/trace.py): the timeline and stage table on stamps of a simulated
 executor (CPU), the build, and on the H200 a traced generation (same tokens; causality of every wait)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import attrs
 import numpy as np
 import pytest
 from mosaic.plugins import host
+from mosaic_amk.bench.trace import format_table, stage_table, timeline
 from mosaic_amk.config import CUDA_DEFAULT, VM_FUSIONS
 from mosaic_amk.cuda import build as B
 from mosaic_amk.cuda import encode as E
-from mosaic_amk.cuda.trace import format_table, stage_table, timeline
 from mosaic_amk.lowering import lower
 from mosaic_amk.tiny_models import tiny_model
 
@@ -91,7 +91,7 @@ def test_trace_build_has_no_spills():
 def test_traced_generation_same_tokens_and_causal_waits(steps_per_launch, tmp_path, cuda_device):
     """CUDA_DEFAULT built with AMK_TRACE: the same tokens as without it; in the last step's stamps every task's waits
     hold after the last producer of each counter stored its outputs (%globaltimer is one clock for every SM)."""
-    from mosaic_amk.cuda import hf_gpu
+    from mosaic_amk.bench import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
     from mosaic_amk.tiny_models import make_checkpoint
 

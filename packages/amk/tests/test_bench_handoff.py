@@ -1,4 +1,4 @@
-"""The hand-off microbenchmark (cuda/handoff.cu, handoff.py): it builds for sm_90a without spills; the SASS shows
+"""The hand-off microbenchmark (bench/handoff.cu, bench/handoff.py): it builds for sm_90a without spills; the SASS shows
 each protocol's synchronisation (the counter's MEMBAR + REDG, the flag-in-data protocol's 64-bit strong loads and
 stores with no MEMBAR and no RED); on the H200 every protocol's stages read exactly the previous stage's data."""
 

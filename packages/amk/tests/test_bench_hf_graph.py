@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from mosaic.errors import BadInput
-from mosaic_amk.cuda.hf_gpu import StaticGraphDecoder
+from mosaic_amk.bench.hf_gpu import StaticGraphDecoder
 from mosaic_amk.tiny_models import make_checkpoint
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, StaticCache

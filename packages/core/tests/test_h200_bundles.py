@@ -94,7 +94,12 @@ def test_pallas_to_cute_diff_of_real_captures():
     assert by_key[("launch", "cluster")]["candidate"] == [2, 1, 1]
     assert by_key[("instruction", "mma.shape")]["reference"] == ["m64n128k16"]
     assert by_key[("instruction", "mma.shape")]["candidate"] == ["m64n256k16"]
-    assert by_key[("control", "persistent")]["candidate"] is True
+    # both are persistent (jax's nd_loop over tiles, CuTe's tile scheduler) and warp-specialised alike (one
+    # producer at 40 registers, two consumers at 232): neither is a remaining difference
+    assert ("control", "persistent") not in by_key and ("launch", "roles") not in by_key
+    lifted = json.loads(mosaic("lift", "--json", str(ref), check=0).stdout)
+    control = {f["key"]: f["value"] for f in lifted["layers"]["control"] if not f["role"]}
+    assert control["persistent"] is True
     assert [r["rank"] for r in rows] == sorted(r["rank"] for r in rows)
 
 

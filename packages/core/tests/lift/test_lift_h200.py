@@ -62,10 +62,40 @@ def test_warp_specialised_kernels_have_a_producer_and_a_consumer(name):
     assert fp.get("roles.registers").value == {"producer": 40, "consumer": 232}
 
 
-def test_pallas_matmul_is_not_warp_specialised():
-    fp = lifted(PALLAS)
-    assert [r["name"] for r in fp.roles] == ["all"]
-    assert "mma" in fp.get("hot_loop.mix", "all").value
+#: jax 0.11.2, jax/experimental/pallas/ops/gpu/hopper_matmul_mgpu.py (the kernel these bundles captured):
+#: ``plgpu.kernel(..., grid=(num_sms // cluster_size,), num_threads=3, thread_name="wg")``, its pipeline
+#: ``emit_pipeline_warp_specialized(..., memory_registers=40, num_compute_wgs=2, ...)`` inside
+#: ``plgpu.nd_loop((m_iters * n_iters,), collective_axes="cluster_grid")`` (the persistent tile loop), and
+#: jax/_src/pallas/mosaic_gpu/pipeline.py ``_compute_registers``: min(256, (512 - memory) / compute) // 8 * 8.
+JAX_MATMUL = {"warpgroups": 3, "compute_wgs": 2, "memory_registers": 40}
+
+
+def _jax_compute_registers(memory: int, compute_wgs: int) -> int:
+    return int(min(256.0, (512 - memory) / compute_wgs) // 8 * 8)
+
+
+@pytest.mark.parametrize("bundle", [DATA / f"{PALLAS}.bundle", Path(__file__).resolve().parents[4] / "packages" /
+                                    "target-pallas" / "src" / "mosaic_target_pallas" / "references" /
+                                    "gemm-4096x4096x4096-bf16-h200.bundle"], ids=["s4-sass", "shipped-reference"])
+def test_pallas_matmul_is_warp_specialised_and_persistent(bundle):
+    launch = json.loads((bundle / "launch.json").read_text())
+    assert launch["block"] == [128 * JAX_MATMUL["warpgroups"], 1, 1]  # the launch agrees with the source
+    fp = lift_bundle(bundle)
+    roles = {r["name"]: r for r in fp.roles}
+    consumer_regs = _jax_compute_registers(JAX_MATMUL["memory_registers"], JAX_MATMUL["compute_wgs"])
+    assert consumer_regs == 232
+    assert fp.get("roles").value == ["consumer", "producer"]
+    assert fp.get("roles.registers").value == {"producer": JAX_MATMUL["memory_registers"], "consumer": consumer_regs}
+    assert fp.get("roles.warpgroups").value == {"producer": 1, "consumer": JAX_MATMUL["compute_wgs"]}
+    assert roles["producer"]["warpgroups"] == 1 and roles["consumer"]["warpgroups"] == 2
+    assert fp.main_role == "consumer"
+    # nd_loop over m_iters * n_iters tiles on a grid of one CTA per SM: more tiles than CTAs, so each CTA loops
+    lowering = json.loads((DATA / f"{PALLAS}.bundle" / "lowering.json").read_text())
+    cta_m, cta_n = map(int, re.search(r"cta_tile=\((\d+), (\d+)\)", " ".join(lowering["notes"])).groups())
+    assert (4096 // cta_m) * (4096 // cta_n) > launch["grid"][0] == 132
+    assert fp.get("persistent").value is True
+    assert "mma" in fp.get("hot_loop.mix", "consumer").value and "mma" not in fp.get("hot_loop.mix", "producer").value
+    assert fp.get("hot_loop.mix", "producer").value.get("tma.load", 0) > 0
 
 
 @pytest.mark.parametrize("name", (*SPECIALISED, PALLAS))
@@ -88,12 +118,29 @@ def test_cutlass_cooperative_pair_compares_like_roles():
         assert "reference role" not in r.where
 
 
-def test_pallas_to_cute_compares_the_single_loop_with_the_consumer():
+def test_pallas_to_cute_compares_like_roles():
+    # both are warp-specialised (one producer at 40 registers, two consumers at 232) and persistent: neither
+    # the roles nor persistence is a difference any more, and loop rows pair producer with producer
     rows = diff_fingerprints(lifted(PALLAS), lifted(CUTE)).rows
     by_key = {r.key: r for r in rows}
-    assert by_key["roles"].reference == ["all"] and by_key["roles"].candidate == ["consumer", "producer"]
-    assert "pipeline.stages" not in by_key  # 4 and 4
+    assert not {"roles", "roles.registers", "roles.warpgroups", "persistent", "pipeline.stages"} & set(by_key)
     loop_rows = [r for r in rows if r.key in ("hot_loop.mix", "loop.unroll", "hot_loop.order", "hot_loop.length")]
+    assert loop_rows
+    for r in loop_rows:
+        assert r.where.startswith(("role consumer", "role producer")) and "no warp roles" not in r.where
+        if r.key == "hot_loop.mix" and r.where.startswith("role producer"):
+            assert "mma" not in r.reference and "mma" not in r.candidate
+
+
+def test_single_loop_kernel_compares_with_the_consumer():
+    # the project's own Pallas kernel (one warpgroup, no roles) against the CuTe gemm: its one loop nest is
+    # compared with the candidate's consumer (MMA) loop
+    own = lift_path(DATA / "pallas-own-128x128x64-s4.bundle" / "kernel.ptx")
+    assert [r["name"] for r in own.roles] == ["all"]
+    rows = diff_fingerprints(own, lifted(CUTE)).rows
+    by_key = {r.key: r for r in rows}
+    assert by_key["roles"].reference == ["all"] and by_key["roles"].candidate == ["consumer", "producer"]
+    loop_rows = [r for r in rows if r.key in ("hot_loop.mix", "loop.unroll", "hot_loop.order")]
     assert loop_rows
     for r in loop_rows:
         assert r.where.startswith("role consumer") and "reference has no warp roles" in r.where
@@ -116,10 +163,14 @@ def test_setmaxnreg_retry_and_elect_issue_loops_are_not_work_loops():
 @pytest.mark.parametrize("name,stages", [("pallas-jax-128x128x64-s3", 3), ("pallas-jax-128x128x64-s4", 4)])
 def test_pallas_ptx_stages_including_a_modulo_by_three(name, stages):
     # the bundles hold jax's PTX only; s3 computes step % 3 with a magic multiply (mul.hi by 0xAAAAAAAB)
+    # (and, with unroll 2, the producer's (step | 1) % 3 in 16 bits: mul.lo by 171, shr 9). The PTX's scoped
+    # inline-asm wait labels resolve per scope, so jax's warp roles read from the PTX as from the SASS.
     fp = lift_path(DATA / f"{name}.bundle" / "kernel.ptx")
     assert true_stages(name) == stages
-    f = fp.get("pipeline.stages", "all")
-    assert f.value == stages and "[S1 " in f.where
+    assert [r["name"] for r in fp.roles] == ["consumer", "producer"]
+    feats = [f for f in fp.features if f.key == "pipeline.stages"]
+    assert {f.role for f in feats} == {"consumer", "producer"}
+    assert all(f.value == stages and "[S1 " in f.where for f in feats), [(f.role, f.value, f.where) for f in feats]
 
 
 def test_mbarrier_pairs_cross_check_and_refusal():

@@ -18,7 +18,7 @@ import attrs
 
 from mosaic.lift.cfg import build_cfg
 from mosaic.lift.instruction import Program
-from mosaic.lift.normalize import WorkLoop, class_counts, unroll_estimate, work_loops
+from mosaic.lift.normalize import WorkLoop, class_counts, loop_unroll, work_loops
 from mosaic.lift.opclass import CRITICAL
 from mosaic.lift.resources import METRICS, metric, occupancy, stall_top
 from mosaic.lift.roles import find_roles
@@ -199,12 +199,14 @@ def lift_program(program: Program, ctx: Context | None = None) -> Fingerprint:
     _numerics(add, insns, program)
     _machine(add, program, insns, hot, ctx)
     loop_info = [{"name": w.name, "depth": w.depth, "body": len(w.body), "prologue": len(w.prologue),
-                  "epilogue": len(w.epilogue), "unroll": unroll_estimate(class_counts(w.body)),
+                  "epilogue": len(w.epilogue), "unroll": loop_unroll(w),
                   "role": next((r for r, ws in role_loops.items() if w in ws), None)} for w in loops]
+    wg = (next((f.value for f in F if f.key == "roles.warpgroups"), None) or {})
     role_info = [{"name": r.name, "instructions": sum(cfg.blocks[b].end - cfg.blocks[b].start for b in r.blocks),
-                  "setmaxnreg": r.setmaxnreg, "hot_loop": hot[r.name].name if hot.get(r.name) else None}
+                  "setmaxnreg": r.setmaxnreg, "warpgroups": wg.get(r.name),
+                  "hot_loop": hot[r.name].name if hot.get(r.name) else None}
                  for r in roles] or [{"name": "all", "instructions": len(insns), "setmaxnreg": None,
-                                      "hot_loop": hot["all"].name if hot.get("all") else None}]
+                                      "warpgroups": None, "hot_loop": hot["all"].name if hot.get("all") else None}]
     return Fingerprint(kernel=program.kernel, dialect=program.dialect, origin=ctx.origin, features=F,
                        roles=role_info, main_role=main_role, loops=loop_info, warnings=warnings,
                        unknown_opcodes=dict(program.unknown), instructions=len(program.instructions))
@@ -228,17 +230,43 @@ def _launch(add, program: Program, ctx: Context, roles) -> None:
     add("launch", "roles", sorted(r.name for r in roles) or ["all"], "set")
     add("launch", "roles.registers", {r.name: r.setmaxnreg for r in roles if r.setmaxnreg is not None}, "map")
     ptxas = ctx.ptxas or {}
+    regs = (lr.registers_per_thread or None) if lr else None
+    regs = regs or (cb.registers if cb else None) or ptxas.get("registers")
+    add("launch", "roles.warpgroups", role_warpgroups(roles, threads, regs) if roles else None, "map")
     smem = lr.static_smem if lr else (cb.static_smem if cb else ptxas.get("static_smem", d.get("shared_bytes")))
     add("launch", "smem.static", smem, "num")
     add("launch", "smem.dynamic", lr.dynamic_smem if lr else None, "num")
-    regs = (lr.registers_per_thread or None) if lr else None
-    regs = regs or (cb.registers if cb else None) or ptxas.get("registers")
     add("launch", "registers", regs, "num")
     occ = None
     if ctx.gpu is not None and threads and regs is not None and smem is not None:
         dyn = lr.dynamic_smem if lr else 0
         occ = occupancy(ctx.gpu, threads, regs, smem + dyn)["warps_per_sm"]
     add("launch", "occupancy.warps_per_sm", occ, "num", where=f"kernel on {ctx.gpu.name}" if ctx.gpu else "kernel")
+
+
+def role_warpgroups(roles, threads: int | None, regs: int | None) -> dict | None:
+    """Warpgroups per role: from the role branch's compare (``warpgroup != 2`` leaves one warpgroup on one
+    side and the rest on the other), else from the register budget ``setmaxnreg`` redistributes: with W
+    warpgroups launched at R registers, p producer warpgroups at r_p and c = W - p consumers at r_c satisfy
+    p * r_p + c * r_c = W * R (jax's matmul: 3 x 168 = 1 x 40 + 2 x 232). ``None`` when neither tells."""
+    out = {}
+    for r in roles:
+        n = r.warpgroups(threads)
+        if n is not None:
+            out[r.name] = out.get(r.name, 0) + n
+    if len(out) == len(roles):
+        return out if not threads or sum(out.values()) == threads // 128 else None
+    budgets = {r.name: r.setmaxnreg for r in roles}
+    if not threads or threads % 128 or not regs or len(roles) != 2 or None in budgets.values():
+        return None
+    (a, ra), (b, rb) = budgets.items()
+    w = threads // 128
+    if ra == rb:
+        return None
+    na = w * (rb - regs) / (rb - ra)  # na * ra + (w - na) * rb = w * regs
+    if na != int(na) or not 0 < na < w:
+        return None
+    return {a: int(na), b: w - int(na)}
 
 
 def _instruction(add, insns, hot) -> None:
@@ -269,34 +297,60 @@ def _instruction(add, insns, hot) -> None:
         if w is None:
             continue
         counts = class_counts(w.body)
-        u = unroll_estimate(counts)
+        u = loop_unroll(w)
         mix = {c: round(counts[c] / u, 2) for c in CRITICAL if counts.get(c) and c not in ("fp32.add", "fp32.mul",
                                                                                            "fp32.fma", "cvt")}
         add("instruction", "hot_loop.mix", mix, "map", role, _where(role, w))
 
 
-def _nctaid_regs(program: Program) -> set[str]:
-    regs = set()
+def _nctaid_regs(program: Program, outside: set | None = None) -> set[str]:
+    """Registers holding the grid size, and (for instruction indices in ``outside``: straight-line code) what
+    is computed from it there (CUTLASS's PTX: ``stride = nctaid.x * nctaid.y * nctaid.z`` before its tile loop)."""
+    regs: set[str] = set()
     for i in program.instructions:
-        if i.operands and any(o in _NCTAID_SASS or o.startswith("%nctaid") for o in i.operands[1:]):
+        if not i.operands:
+            continue
+        srcs = [o.removesuffix(".reuse") for o in i.operands[1:]]
+        if any(o in _NCTAID_SASS or o.startswith("%nctaid") for o in srcs):
+            regs.add(i.operands[0])
+        elif outside is not None and i.index in outside and any(o in regs for o in srcs):
             regs.add(i.operands[0])
     return regs
 
 
-def _control(add, program, cfg, insns, loops, hot, role_branches) -> None:
-    grid_regs = _nctaid_regs(program)
-    persistent = False
+_CTAID_RE = re.compile(r"SR_CTAID\.[XYZ]|%ctaid\.[xyz]")
+_COMBINE = {"IMAD", "UIMAD", "IADD3", "UIADD3", "LEA", "ULEA", "IMAD.WIDE", "VIADD", "UVIADD", "mad", "add", "IADD"}
+
+
+def is_persistent(program: Program, loops) -> bool:
+    """A CTA loops over work units strided by the grid: a work loop reads the grid size (``nctaid``; a
+    grid-stride loop, CUTLASS/CuTe tile schedulers), or combines the block index with a counter the loop
+    steps (``tile = ctaid + step * 132``: jax's Pallas matmul bakes the SM count into the stride)."""
+    from mosaic.lift.stages import _counters
+
+    in_loop = {i.index for w in loops for i in w.body}
+    grid_regs = _nctaid_regs(program, {i.index for i in program.instructions if i.index not in in_loop})
+    ctaid = {i.operands[0] for i in program.instructions
+             if i.operands and any(_CTAID_RE.search(o) for o in i.operands[1:])}
     for w in loops:
+        counters = _counters(w.body)
         for i in w.body:
-            if any(o in grid_regs or o in _NCTAID_SASS or o.startswith("%nctaid") for o in i.operands[1:]):
-                persistent = True
-    add("control", "persistent", persistent, "cat")
+            srcs = [o.removesuffix(".reuse") for o in i.operands[1:]]
+            if any(o in grid_regs or o in _NCTAID_SASS or o.startswith("%nctaid") for o in srcs):
+                return True
+            if i.opcode in _COMBINE and any(o in ctaid for o in srcs) and any(o in counters for o in srcs):
+                return True
+    return False
+
+
+def _control(add, program, cfg, insns, loops, hot, role_branches) -> None:
+    add("control", "persistent", is_persistent(program, loops), "cat")
     add("control", "warp_role_branches", role_branches, "num")
     add("control", "loops.depth", max((w.depth for w in loops), default=0), "num")
     for role, w in hot.items():
         if w is None:
             continue
-        add("control", "loop.unroll", unroll_estimate(class_counts(w.body)), "num", role, _where(role, w))
+        add("control", "loop.unroll", loop_unroll(w), "num", role, _where(role, w))
     # pipeline depth: the rules of ``stages`` on the role's hot loop (S3 on the loop that issues async-copy
     # groups); the wait depth is the immediate of the steady-state wait.
     for role, w in hot.items():

@@ -73,6 +73,8 @@ class WorkLoop:
     prologue: list
     epilogue: list
     name: str = ""
+    spin: frozenset = frozenset()  # indices of the body's instructions that sit in spin (wait/issue) loops
+    spin_waits: tuple = ()  # barrier operands of the body's spin loops that wait in line (not a failed wait's retry)
 
     @property
     def header(self) -> int:
@@ -90,6 +92,58 @@ def unroll_estimate(counts: dict) -> int:
     """Replication factor of a loop body: the gcd of the counts of the classes unrolling copies."""
     vals = [counts[c] for c in REPLICATED if counts.get(c)]
     return math.gcd(*vals) if vals else 1
+
+
+def _barrier(insn) -> str:
+    return next((o for o in insn.operands if o.startswith("[")), "")
+
+
+def _waits_in_line(cfg: CFG, q: Loop) -> bool:
+    """A spin loop that waits on an mbarrier and is entered in line (PTX's ``LAB_WAIT: try_wait; @P bra DONE;
+    bra LAB_WAIT``), not only as the retry of a wait that failed (ptxas's ``TRYWAIT P1; @!P1 BRA retry``)."""
+    insns = cfg.program.instructions
+    if not any(i.opclass == "mbar.wait" for i in cfg.instructions(q.blocks)):
+        return False
+    for p in cfg.blocks[q.header].preds:
+        if p in q.blocks or p not in cfg.reachable:
+            continue
+        blk = cfg.blocks[p]
+        last = insns[blk.end - 1]
+        if not (last.opclass == "branch" and last.predicated and last.targets and
+                cfg.block_of[cfg.program.labels[last.targets[0]]] == q.header):
+            return True
+        guard = last.pred.lstrip("!")
+        writer = next((i for i in reversed(insns[blk.start:blk.end - 1])
+                       if i.operands and i.operands[0].replace("%", "") == guard), None)
+        if writer is None or writer.opclass != "mbar.wait":
+            return True
+    return False
+
+
+def pipeline_steps(w: WorkLoop) -> int:
+    """Pipeline steps one trip of a loop runs: each step waits on one stage's mbarrier (a consumer on *full*,
+    a producer on *empty*). Counted as the waits issued in line; the retry loop a failed wait jumps to is kept
+    out of line by ptxas and is the same step, and so is CUTLASS's test-then-wait (``TRYWAIT P2, [UR12], R11;
+    @P2 BRA`` past a second ``TRYWAIT`` of the same operands). A loop whose waits all sit in their own spin
+    loops counts those. 0 without mbarrier waits."""
+    inline = [i for i in w.body if i.opclass == "mbar.wait" and i.index not in w.spin]
+    steps, last = 0, None
+    for i in inline:
+        if last is not None and last.operands[1:] == i.operands[1:] and i.index - last.index <= 4:
+            continue
+        steps += 1
+        last = i
+    # CUTLASS's consumer tests the barrier (``try_wait`` into a token) and only then spins on the same barrier
+    tested = {_barrier(i) for i in inline}
+    return steps + sum(1 for b in w.spin_waits if not (b and b in tested))
+
+
+def loop_unroll(w: WorkLoop) -> int:
+    """Source iterations per trip. A pipelined loop runs one pipeline step per source iteration, so its unroll is
+    its step count (``pipeline_steps``), not the gcd of its operation counts (a producer issues several TMA
+    loads per stage, a consumer several wgmma per k-step); other loops: ``unroll_estimate``."""
+    steps = pipeline_steps(w)
+    return steps if steps else unroll_estimate(class_counts(w.body))
 
 
 def work_loops(cfg: CFG) -> list[WorkLoop]:
@@ -115,7 +169,12 @@ def work_loops(cfg: CFG) -> list[WorkLoop]:
         first = cfg.blocks[lp.header].start
         last = max(cfg.blocks[b].end for b in lp.blocks)
         epi = [b for b in straight if cfg.blocks[b].start >= last and cfg.dominates(lp.header, b)]
-        out.append(WorkLoop(lp, depth, body, cfg.instructions(pro), cfg.instructions(epi)))
+        spin = frozenset(i.index for i in cfg.instructions(lp.blocks & spin_blocks)) if spin_blocks else frozenset()
+        inline_spins = tuple(_barrier(next(i for i in cfg.instructions(q.blocks) if i.opclass == "mbar.wait"))
+                             for q in cfg.loops if q.id not in ids and q.blocks <= lp.blocks and q is not lp
+                             and _waits_in_line(cfg, q))
+        out.append(WorkLoop(lp, depth, body, cfg.instructions(pro), cfg.instructions(epi), spin=spin,
+                            spin_waits=inline_spins))
         del first
     out.sort(key=lambda w: cfg.blocks[w.header].start)
     for n, w in enumerate(out):

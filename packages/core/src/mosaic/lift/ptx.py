@@ -103,6 +103,13 @@ def _parse_body(name: str, header: str, body: str, arch: str | None, where: str,
     # ``.loc``/``.file`` line-info directives end at the newline, not at a ';': left in, they would swallow the
     # instruction that follows them into one "declaration"
     body = _LINE_INFO_RE.sub("", body)
+    # Labels are scoped by braces: CUTLASS's and jax's inline-asm mbarrier waits each define ``LAB_WAIT:`` and
+    # ``DONE:`` inside their own ``{ }``, so a label is keyed by its scope and a branch resolves to the innermost
+    # enclosing scope that defines it (after the whole body is read: branches may jump forward).
+    scope: list[int] = [0]
+    n_scopes = 0
+    defined: dict[tuple[str, int], int] = {}
+    branch_scopes: dict[int, tuple] = {}
     for piece in body.split(";"):
         stmt = piece
         while True:
@@ -110,10 +117,20 @@ def _parse_body(name: str, header: str, body: str, arch: str | None, where: str,
             if not lm or lm.end() == 0:
                 break
             tok = lm.group(0).strip()
-            if tok not in ("{", "}"):
-                pending.append(tok.rstrip(":").strip())
+            if tok == "{":
+                n_scopes += 1
+                scope.append(n_scopes)
+            elif tok == "}":
+                if len(scope) > 1:
+                    scope.pop()
+            else:
+                pending.append((tok.rstrip(":").strip(), scope[-1]))
             stmt = stmt[lm.end():]
-        stmt = stmt.strip().rstrip("}").strip()
+        stmt = stmt.strip()
+        while stmt.endswith("}"):
+            stmt = stmt[:-1].strip()
+            if len(scope) > 1:
+                scope.pop()
         if not stmt:
             continue
         if stmt.startswith("."):
@@ -146,18 +163,31 @@ def _parse_body(name: str, header: str, body: str, arch: str | None, where: str,
         insn = Instruction(index=len(insns), opcode=opcode, mods=mods, operands=operands, pred=pred,
                            targets=targets, opclass=cls)
         for lab in pending:
-            labels[lab] = insn.index
+            defined[lab] = insn.index
         pending.clear()
+        if targets:
+            branch_scopes[insn.index] = tuple(scope)
         insns.append(insn)
     if not insns:
         raise BadInput(f"PTX kernel {name} has no instructions", where)
     if pending:  # labels at the very end point one past the last instruction: give them a ret-like anchor
         for lab in pending:
-            labels[lab] = len(insns) - 1
-    for insn in insns:
+            defined[lab] = len(insns) - 1
+
+    def key(lab: str, sc: int) -> str:
+        return lab if sc == 0 else f"{lab}@{{{sc}}}"
+
+    for (lab, sc), idx in defined.items():
+        labels[key(lab, sc)] = idx
+    for idx, chain in branch_scopes.items():
+        insn = insns[idx]
+        resolved = []
         for t in insn.targets:
-            if t not in labels:
+            sc = next((c for c in reversed(chain) if (t, c) in defined), None)
+            if sc is None:
                 raise BadInput(f"PTX kernel {name}: {insn.full} jumps to {t}, which is never defined", where)
+            resolved.append(key(t, sc))
+        insn.targets = tuple(resolved)
     decl_text = " ".join(decls)
     shared = _shared_bytes(decl_text)
     declared = {m.group(2) for m in _SHARED_RE.finditer(decl_text)}

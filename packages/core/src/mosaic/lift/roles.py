@@ -26,6 +26,7 @@ _PRED = re.compile(r"U?P(\d+|T)")
 _PRED_OPS = {"PLOP3", "UPLOP3", "mov", "and", "or"}
 _SINKS = {"PT", "UPT", "RZ", "URZ"}
 _PRODUCE = {"tma.load", "bulk.copy", "cp.async", "mbar.arrive.tx"}
+_CMP_KINDS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
 
 
 @attrs.define
@@ -34,6 +35,15 @@ class Role:
     blocks: frozenset
     branch_index: int  # instruction index of the role branch
     setmaxnreg: int | None = None
+    # threads on this side of the branch: ("n", k) exactly k, ("rest", k) all but k; None when unknown
+    threads: tuple | None = None
+
+    def warpgroups(self, block_threads: int | None) -> int | None:
+        if self.threads is None or not block_threads:
+            return None
+        kind, k = self.threads
+        n = k if kind == "n" else block_threads - k
+        return n // 128 if n > 0 and n % 128 == 0 else None
 
 
 @functools.lru_cache(maxsize=65536)
@@ -73,14 +83,18 @@ def split_dests(insn) -> tuple[list[str], tuple]:
     return [ops[0]], ops[1:]
 
 
-def role_branches(cfg: CFG) -> set[int]:
-    """Indices of conditional branches/exits whose guard is a role predicate when they execute."""
+def role_branches(cfg: CFG) -> dict[int, tuple | None]:
+    """Conditional branches/exits whose guard is a role predicate when they execute: index -> the compare
+    (``(op, constant, threads per unit of the compared value)``, e.g. ``("NE", 2, 128)`` for ``warpgroup != 2``)
+    when the guard is that compare's own predicate, else ``None``."""
     taint: dict[str, str] = {}  # register -> "tid" | "warp"
+    unit: dict[str, int] = {}  # register -> threads per unit of its value (tid: 1, tid >> 7: 128); 0 unknown
     preds: dict[str, int] = {}
-    found: set[int] = set()
+    cmp_info: dict[str, tuple | None] = {}
+    found: dict[int, tuple | None] = {}
     for insn in cfg.program.instructions:
         if insn.opclass in ("branch", "exit") and insn.pred.lstrip("!") in preds:
-            found.add(insn.index)
+            found[insn.index] = cmp_info.get(insn.pred.lstrip("!"))
         ops = insn.operands
         if not ops:
             continue
@@ -98,9 +112,11 @@ def role_branches(cfg: CFG) -> set[int]:
             preds.pop(d.replace("%", ""), None)
         if carried:  # PLOP3.LUT P0, PT, PT, PT, UP0 (a role predicate moved between files)
             preds[dst.replace("%", "")] = carried[0]
+            cmp_info[dst.replace("%", "")] = None
             continue
         if _is_tid_source(insn):
             taint[dst] = "tid"
+            unit[dst] = 1 if any("SR_TID.X" in o or o == "%tid.x" for o in insn.operands[1:]) else 0
             continue
         if not taint:
             continue
@@ -121,6 +137,11 @@ def role_branches(cfg: CFG) -> set[int]:
                 c = consts[0]
                 if kind == "warp" or (kind == "tid" and c >= 31 and ((c + 1) % 32 == 0 or c % 32 == 0)):
                     preds[dst.replace("%", "")] = insn.index
+                    op = next((m.upper() for m in insn.mods if m.upper() in _CMP_KINDS), None)
+                    combined = insn.opcode != "setp" and srcs[-1] not in ("PT", "UPT")
+                    cmp_info[dst.replace("%", "")] = None if combined or op is None or len(regs) != 1 or \
+                        srcs.index(regs[0]) > srcs.index(next(s for s in srcs if _imm(s) == c)) else \
+                        (op, c, unit.get(regs[0], 0))
             continue
         others = [s for s, k in zip(srcs, kinds, strict=False) if not k and _imm(s) is None
                   and s not in ("PT", "UPT", "RZ", "URZ") and not s.startswith("0x")]
@@ -128,13 +149,23 @@ def role_branches(cfg: CFG) -> set[int]:
             taint.pop(dst, None)
             continue
         kind = "warp" if "warp" in tainted else "tid"
+        src_unit = next((unit.get(s.lstrip("-!|"), 0) for s, k in zip(srcs, kinds, strict=False) if k), 0)
+        new_unit = 0
         if insn.opcode in _SHIFT_OPS or insn.opcode == "div":
             amounts = [_imm(s) for s in srcs if _imm(s) is not None]
             if amounts and max(amounts) >= 5 and (insn.opcode != "div" or max(amounts) % 32 == 0):
                 kind = "warp"
+            right = insn.opcode in ("SHR", "USHR", "shr", "div") or "R" in insn.mods
+            if amounts and right and insn.opcode != "div":
+                new_unit = src_unit << max(amounts)
+            elif amounts and insn.opcode == "div":
+                new_unit = src_unit * max(amounts)
+        if insn.opcode in ("SHFL", "shfl", "R2UR", "MOV", "UMOV", "mov"):
+            new_unit = src_unit
         if insn.opcode in ("SHFL", "shfl"):
             kind = "warp" if tainted and "IDX" in insn.mods or "idx" in insn.mods else kind
         taint[dst] = kind
+        unit[dst] = new_unit
     return found
 
 
@@ -161,16 +192,16 @@ def find_roles(cfg: CFG, loop_headers: set[int]) -> tuple[list[Role], int]:
         for s, dom in sides:
             other = [o for o, _ in sides if o != s]
             # a side that the other side flows into is the join, not a role
-            if any(o in dom for o in other) or any(_reaches(cfg, o, s) for o in other):
+            if any(o in dom for o in other) or any(_reaches(cfg, o, s, blk.id) for o in other):
                 continue
             has_loop = bool(dom & loop_headers)
             # a side that flows back into the other (``if (warp == 0) { init barriers }``) or the warps left
             # after a role-guarded exit are a role only when they loop over work
-            if (guarded_exit or any(_reaches(cfg, s, o) for o in other)) and not has_loop:
+            if (guarded_exit or any(_reaches(cfg, s, o, blk.id) for o in other)) and not has_loop:
                 continue
             size = sum(cfg.blocks[b].end - cfg.blocks[b].start for b in dom)
             if has_loop or size >= MIN_ROLE_INSNS:
-                regions.append(Role("", dom, last.index))
+                regions.append(Role("", dom, last.index, threads=_side_threads(cfg, blk, s, role_br[last.index])))
     branches = len({r.branch_index for r in regions})
     # keep outermost regions only
     regions = [r for r in regions if not any(r is not q and r.blocks < q.blocks for q in regions)]
@@ -178,8 +209,33 @@ def find_roles(cfg: CFG, loop_headers: set[int]) -> tuple[list[Role], int]:
     return regions, branches
 
 
-def _reaches(cfg: CFG, a: int, b: int) -> bool:
-    seen, stack = set(), [a]
+def _side_threads(cfg: CFG, blk, side: int, info: tuple | None) -> tuple | None:
+    """Threads that take ``side`` of the role branch ending ``blk``, from its compare (``warpgroup != 2``: the
+    fall-through side holds one warpgroup, 128 threads; the taken side the rest)."""
+    if info is None:
+        return None
+    op, c, per = info
+    if not per or c < 0:
+        return None
+    last = cfg.program.instructions[blk.end - 1]
+    if last.opclass == "branch":
+        taken = side != blk.id + 1
+    else:  # a guarded exit: the side left is where the guard is false
+        taken = False
+    true_side = taken != last.pred.startswith("!")
+    if op in ("EQ", "NE"):
+        k, holds = per, op == "EQ"
+    elif op in ("LT", "GE"):
+        k, holds = c * per, op == "LT"
+    else:  # LE, GT
+        k, holds = (c + 1) * per, op == "LE"
+    return ("n", k) if holds == true_side else ("rest", k)
+
+
+def _reaches(cfg: CFG, a: int, b: int, avoid: int) -> bool:
+    """``a`` flows to ``b`` without passing ``avoid`` (the role branch: going round a persistent loop that
+    holds the branch, as jax's Pallas matmul does, re-enters it and is no join)."""
+    seen, stack = {avoid}, [a]
     while stack:
         x = stack.pop()
         if x == b:

@@ -45,6 +45,7 @@ RULES: tuple[Rule, ...] = (
     Rule("L08", "launch", "smem.dynamic", "knob", "dynamic shared memory reflects tile size times pipeline stages and limits resident CTAs", SMEM_TOLERANCE_BYTES),
     Rule("L09", "launch", "registers", "knob", "registers per thread limit occupancy and, when capped, force spills"),
     Rule("L10", "launch", "roles.registers", "knob", "setmaxnreg moves registers from producer to consumer warpgroups"),
+    Rule("L10b", "launch", "roles.warpgroups", "rewrite", "how many warpgroups each role runs (one producer feeding two consumers, or one each) sets the MMA streams per CTA"),
     Rule("L11", "launch", "occupancy.warps_per_sm", "knob", "resident warps per SM decide how much latency the scheduler can hide"),
     # instruction: what the hot operations are
     Rule("I01", "instruction", "mma.form", "rewrite", "warpgroup wgmma (async, operands from shared memory) and warp mma.sync reach very different tensor-core throughput"),

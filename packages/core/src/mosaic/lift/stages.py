@@ -43,16 +43,18 @@ def _imm(op: str) -> int | None:
     return None
 
 
-def _counters(body) -> set[str]:
-    """Registers stepped by one in the loop: ``R = R + 1`` or read by an ``x + 1`` (the next index)."""
-    out: set[str] = set()
+def _counters(body) -> dict[str, int]:
+    """Registers stepped by a small constant in the loop, with the step: ``R = R + 1`` or read by an ``x + 1``
+    (the next index); a loop unrolled twice steps its stage counter by 2 (``UIADD3 UR22, UR22, 0x2``)."""
+    out: dict[str, int] = {}
     for i in body:
         if i.opcode in _ADD and len(i.operands) >= 3:
             srcs = [o for o in i.operands[1:] if o not in _ZERO]
-            if any(_imm(o) == 1 for o in srcs):
+            steps = [_imm(o) for o in srcs if _imm(o) is not None]
+            if steps and steps[0] in (1, 2, 4, 8):
                 regs = [o.removesuffix(".reuse") for o in srcs if _imm(o) is None]
-                out.update(regs)
-                out.add(i.operands[0])
+                for r in [*regs, i.operands[0]]:
+                    out[r] = min(out.get(r, steps[0]), steps[0])
     return out
 
 
@@ -62,7 +64,7 @@ def stage_index_wrap(loop: WorkLoop, kernel) -> int | None:
     for i in loop.body:
         ops = [o.removesuffix(".reuse") for o in i.operands]
         if i.opcode in _CMP and ({"NE", "EQ", "ne", "eq"} & set(i.mods)):
-            regs = [o for o in ops if o in counters]
+            regs = [o for o in ops if counters.get(o) == 1]
             consts = [_imm(o) for o in ops[1:] if _imm(o) is not None]
             if regs and consts and 2 <= consts[0] <= MAX_STAGES:
                 found[consts[0]] += 1
@@ -70,15 +72,21 @@ def stage_index_wrap(loop: WorkLoop, kernel) -> int | None:
             srcs = ops[1:]
             regs = [o for o in srcs if o in counters]
             masks = [_imm(o) for o in srcs[:2] if _imm(o) is not None]
-            if regs and masks and masks[0] >= 3 and (masks[0] + 1) & masks[0] == 0 and masks[0] < MAX_STAGES:
-                found[masks[0] + 1] += 1
-    found.update(_magic_modulo(loop.body, counters))
+            if not (regs and masks):
+                continue
+            # index mod N with the index stepped by s: the mask is N-1 without the low bits that are always 0
+            low = counters[regs[0]] - 1
+            m = masks[0]
+            if m & low == 0 and m > low and ((m | low) + 1) & (m | low) == 0 and m | low >= 3 and \
+                    (m | low) < MAX_STAGES:
+                found[(m | low) + 1] += 1
+    found.update(_magic_modulo(loop.body, set(counters)))
     return found.most_common(1)[0][0] if found else None
 
 
 def _is_magic(m: int, n: int) -> bool:
     """``m`` is the multiplier of an unsigned division by ``n`` (``ceil(2**(w+s) / n)``, w = 32 or 64)."""
-    return any(m % 2**w == -(-(2 ** (w + s)) // n) for w in (32, 64) for s in range(6))
+    return any(m % 2**w == -(-(2 ** (w + s)) // n) for w in (8, 16, 32, 64) for s in range(6))
 
 
 def _magic_modulo(body, counters: set[str]) -> Counter:
@@ -91,11 +99,11 @@ def _magic_modulo(body, counters: set[str]) -> Counter:
             continue
         d, srcs = i.operands[0], [o.removesuffix(".reuse") for o in i.operands[1:]]
         imms = [int(o, 0) for o in srcs if re.fullmatch(r"-?(0x[0-9a-fA-F]+|\d+)", o)]
-        if i.opcode in ("cvt", "mov", "MOV", "UMOV", "R2UR") and srcs and srcs[0] in derived:
-            derived.add(d)
-        elif {"hi", "HI"} & set(i.mods) and i.opcode in ("mul", "IMAD", "UIMAD") and imms and \
-                any(o in derived for o in srcs):
-            magic[d] = imms[0]
+        if i.opcode in ("cvt", "mov", "MOV", "UMOV", "R2UR", "and", "or") and srcs and srcs[0] in derived:
+            derived.add(d)  # copies, and the byte mask / low-bit set of jax's 16-bit ``(step | 1) % 3``
+        elif i.opcode in ("mul", "IMAD", "UIMAD") and imms and any(o in derived for o in srcs) and \
+                ({"hi", "HI"} & set(i.mods) or (i.opcode == "mul" and imms[0] > MAX_STAGES)):
+            magic[d] = imms[0]  # mul.hi by the magic, or (8-bit range in 16 bits) mul.lo then shr by 9
         elif i.opcode in ("shr", "SHF", "USHF") and any(o in magic for o in srcs):
             magic[d] = next(magic[o] for o in srcs if o in magic)
         elif i.opcode in ("mul", "IMAD", "UIMAD") and imms and any(o in magic for o in srcs):

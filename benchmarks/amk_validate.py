@@ -6,7 +6,7 @@ with the default ScheduleConfig (and with a coarse config: one task per GEMV), a
 ``validate()`` on the in-memory Schedule records: one process, then one process per core (the
 validator is Python + numpy, so cores scale it). It also measures the file path (JSON text ->
 ``json.loads`` -> validate on the raw object, which reads it as columns without building records), and
-the same two figures for the rule table alone (the pre-optimisation path) (``mosaic_amk.validator.validate_rules``,
+the same two figures for the rule table alone (the pre-optimisation path) (``mosaic_amk.validate.validate_rules``,
 "before"). Every timed validate must return ``ok``.
 
 Baseline: the AutoMegaKernel paper reports 5,150 schedules/s; the goal here is >= 50,000/s.

@@ -1,7 +1,7 @@
 """Schedule-by-schedule parity of the fast validator with the rule table alone (validate_rules).
 
 Regenerates exactly the schedules of ``mosaic amk audit --n N --seed S`` (same bases, same class plan,
-same per-schedule seeds as ``mosaic_amk.audit.run_audit``/``_job``; the oracle is not needed because its
+same per-schedule seeds as ``mosaic_amk.validate.audit.run_audit``/``_job``; the oracle is not needed because its
 labels do not depend on the validator) and checks, for each one, that ``validate`` and
 ``validate_reference`` return the same diagnostics (code, where, expected, actual, message, order), on
 the records and on the raw JSON. It also counts how many accepted schedules the fast screen accepted by

@@ -1,5 +1,6 @@
 """The CUDA VM on a GPU (marked ``gpu``; skipped without cupy and a CUDA device). The full evidence run
-is scripts/device/issue8.py; these are the same checks at tiny scale for ``pytest -m gpu`` on the device."""
+is benchmarks/amk_microkernels.py, amk_sync_variants.py and amk_parity.py; these are the same checks at tiny scale
+for ``pytest -m gpu`` on the device."""
 
 from __future__ import annotations
 

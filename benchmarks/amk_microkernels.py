@@ -510,8 +510,8 @@ def fused_table(cases: dict) -> list[str]:
 def main(argv=None) -> int:
     import traceback
 
-    from mosaic_amk.cuda.build import build
     from mosaic_amk.bench.microbench import FUSED_GEMV_CASES
+    from mosaic_amk.cuda.build import build
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")

@@ -6,7 +6,9 @@ of the default bench) and HF static cache + CUDA graph, interleaved, for the ben
 on greedy-token equality with HF first (a candidate whose tokens differ is reported, never timed). Probes ``skip all
 ops`` (sync skeleton) on best-measured and balanced. Prints each shape's table and one verdict line per candidate
 against best-measured (or, when best-measured is not among ``--candidates``, against the first one): ms/token and
-ratio.
+ratio. The fused configurations (bench.fused_candidates: ``fused``, ``fused-rows16-lm``, ``fused-rows32-lm``) can be
+named too: ``--candidates rows32-lm,rows16-lm,fused,fused-rows16-lm,fused-rows32-lm --probe fused-rows32-lm,fused-rows16-lm
+--probe-all`` is the fused bench of the first sessions.
 
     python3 benchmarks/amk_speed.py [--shapes llama-3.2-1b,smollm2-135m] [--rounds 3] [--candidates a,b] [--json PATH]
     # writes $OUT/amk_speed.json
@@ -54,13 +56,14 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=64)
     add_json(p, "amk_speed")
-    p.add_argument("--candidates", default=",".join(CANDIDATES), help="bench candidate names (bench.all_candidates)")
+    p.add_argument("--candidates", default=",".join(CANDIDATES),
+                   help="bench candidate names (bench.all_candidates, bench.fused_candidates)")
     p.add_argument("--probe", default=f"{BASE},balanced", help="candidates to probe (bench.probe_masks)")
     p.add_argument("--probe-all", action="store_true", help="every probe, not only the sync skeleton")
     a = p.parse_args(argv)
     from mosaic.plugins import host
     from mosaic_amk.bench import hf_gpu
-    from mosaic_amk.bench.bench import all_candidates, format_table, run_bench
+    from mosaic_amk.bench.bench import all_candidates, format_table, fused_candidates, run_bench
 
     gpu = host().get("gpus", "h200")
     out, verdicts = {}, []
@@ -69,7 +72,7 @@ def main(argv=None) -> int:
         model = hf_gpu.random_model(shape)
         spec = hf_gpu.spec_of(model)
         wanted = [n for n in a.candidates.split(",") if n]
-        cands = [c for c in all_candidates(spec) if c[0] in wanted]
+        cands = [c for c in all_candidates(spec) + fused_candidates(spec) if c[0] in wanted]
         cands = [(n, c.for_gpu(gpu)) for n, c in cands]
         res = run_bench(model, spec, gpu, cands, rounds=a.rounds, steps=a.steps, eager=False,
                         probe=[n for n in a.probe.split(",") if n],

@@ -1,8 +1,12 @@
 """Basic blocks, the control-flow graph, dominators and natural loops with their nesting.
 
 Blocks are cut here, not taken from ``nvdisasm -cfg`` (whose blocks are not basic blocks): a block starts at
-the entry, at every branch target and after every branch or exit, and ends at the next such point. Edges
-follow branch targets and fall-through (a predicated branch or exit falls through too). Dominators come
+the entry, at every branch or call target and after every branch, call, return or exit, and ends at the next
+such point. Edges follow branch targets and fall-through (a predicated branch or exit falls through too). A
+call (``CALL.REL.NOINC `($__internal_0_$__cuda_sm3x_div_rn_noftz_f32_slowpath)``) has an edge to the
+subroutine's entry and one to the instruction after it, where its ``RET`` comes back; the subroutine is its
+own region (``CFG.subroutines``) and its ``RET`` ends a block with no successor (it is not a jump to the
+label it names, the caller's function). Dominators come
 from networkx; a natural loop is the set of blocks that reach a back edge's source without passing its
 header (a back edge goes to a block that dominates its source). Loops with one header are merged.
 """
@@ -14,7 +18,7 @@ import networkx as nx
 
 from mosaic.lift.instruction import Program
 
-_ENDS = {"branch", "exit"}
+_ENDS = {"branch", "exit", "call", "return"}
 
 
 @attrs.define
@@ -48,6 +52,7 @@ class CFG:
     reachable: frozenset
     idom: dict
     loops: list
+    subroutines: dict = attrs.field(factory=dict)  # label -> entry block of each called subroutine
 
     def instructions(self, block_ids) -> list:
         insns = self.program.instructions
@@ -96,10 +101,10 @@ def build_cfg(program: Program) -> CFG:
         last = insns[blk.end - 1]
         succs: list[int] = []
         falls = True
-        if last.opclass == "branch":
+        if last.opclass in ("branch", "call"):
             succs.extend(block_of[program.labels[t]] for t in last.targets)
-            falls = last.predicated
-        elif last.opclass == "exit":
+            falls = last.predicated or last.opclass == "call"
+        elif last.opclass in ("exit", "return"):
             falls = last.predicated
         if falls and blk.end < n:
             succs.append(blk.id + 1)
@@ -112,7 +117,8 @@ def build_cfg(program: Program) -> CFG:
     graph.add_edges_from((b.id, s) for b in blocks for s in b.succs)
     reachable = frozenset(nx.descendants(graph, 0) | {0})
     idom = nx.immediate_dominators(graph, 0)
-    cfg = CFG(program, blocks, block_of, reachable, idom, [])
+    subs = {t: block_of[program.labels[t]] for i in insns if i.opclass == "call" for t in i.targets}
+    cfg = CFG(program, blocks, block_of, reachable, idom, [], subs)
     cfg.loops = _natural_loops(cfg)
     return cfg
 

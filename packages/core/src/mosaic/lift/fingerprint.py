@@ -396,6 +396,13 @@ def _defs_before(insns, idx, reg, window=12):
     return None
 
 
+_IEEE_DIV_CALL = re.compile(r"(div|rcp)_rn")
+
+
+def f32_or_64(mods) -> bool:
+    return "f32" in mods or "f64" in mods
+
+
 def _numerics(add, insns, program) -> None:
     fused = unfused = 0
     exp_forms, div_forms, cvts = set(), set(), set()
@@ -421,9 +428,11 @@ def _numerics(add, insns, program) -> None:
             window = insns[max(0, n - 10):n]
             precise = any({m.upper() for m in x.mods} & {"RM"} and x.opclass == "fp32.fma" for x in window)
             exp_forms.add("precise" if precise else "approx")
-        if i.opcode == "FCHK" or (i.opcode == "div" and "rn" in i.mods and "f32" in i.mods) or \
-                (i.opcode == "rcp" and "rn" in i.mods):
-            div_forms.add("ieee")
+        callee = " ".join(i.targets) if i.opclass == "call" else ""
+        if i.opcode == "FCHK" or (i.opcode == "div" and "rn" in i.mods and f32_or_64(i.mods)) or \
+                (i.opcode == "rcp" and "rn" in i.mods) or _IEEE_DIV_CALL.search(callee) or \
+                (i.opcode == "MUFU" and "RCP64H" in i.mods):
+            div_forms.add("ieee")  # checked Newton (FCHK), the div_rn / rcp_rn slow-path subroutines, FP64
         elif (i.opcode == "MUFU" and "RCP" in i.mods) or (i.opcode == "div" and ("approx" in i.mods or "full" in i.mods)) \
                 or (i.opcode == "rcp" and "approx" in i.mods):
             div_forms.add("approx")

@@ -56,8 +56,8 @@ SASS_BASE = {
     **dict.fromkeys(["SHFL", "VOTE", "VOTEU", "MATCH", "ELECT", "QSPC"], "shuffle"),
     # control
     **dict.fromkeys(["BRA", "BRX", "JMP", "JMX", "BRXU", "JMXU"], "branch"),
-    **dict.fromkeys(["EXIT", "RET", "KILL", "BPT"], "exit"),
-    "CALL": "call",
+    **dict.fromkeys(["EXIT", "KILL", "BPT"], "exit"),
+    "CALL": "call", "RET": "return",  # a called subroutine (ptxas's IEEE divide / sqrt slow paths) and its return
     **dict.fromkeys(["BSSY", "BSYNC", "BREAK", "WARPSYNC", "YIELD", "NANOSLEEP", "BMOV", "ENDCOLLECTIVE",
                      "PREEXIT", "WARPGROUPSET"], "sync"),
     "NOP": "nop",

@@ -166,7 +166,9 @@ def _parse_insn(body: str, index: int, address: int, lineno: int, where: str,
     mods = tuple(parts[1:])
     operands = tuple(split_operands(rest)) if rest.strip() else ()
     targets = ()
-    if opcode in _BRANCHES or opcode in ("BSSY", "BREAK"):
+    if opcode == "RET":
+        pass  # ``RET.REL.NODEC R12 `(divsum)``: returns to its caller; the label names the function, not a target
+    elif opcode in _BRANCHES or opcode in ("BSSY", "BREAK"):
         labs = _TARGET_RE.findall(rest)
         if labs:
             targets = tuple(labs)
@@ -191,6 +193,8 @@ def _finish(k: _Kernel, arch: str | None, where: str, unknown_ops: dict[str, int
                 raise BadInput(f"{insn.full} at /*{insn.address:04x}*/ jumps to 0x{addr:x}, outside the listing "
                                "(cut short?)", where)
             k.labels.setdefault(insn.targets[0], k.addr_index[addr])
+        if insn.opcode == "CALL" and any(t not in k.labels for t in insn.targets):
+            insn.targets = tuple(t for t in insn.targets if t in k.labels)  # an external function (``vprintf``)
         for t in insn.targets:
             if t not in k.labels:
                 raise BadInput(f"{insn.full} at /*{insn.address:04x}*/ jumps to {t}, which the listing never "

@@ -13,7 +13,8 @@ from typing import Any
 
 import attrs
 from mosaic.errors import BadInput
-from mosaic.records import GpuTarget, _fail, non_negative_int, one_of, positive
+from mosaic.fields import fail, non_negative_int, one_of, positive
+from mosaic.records import GpuTarget
 from mosaic.tomlfile import read_toml
 
 DEFAULT_FUSIONS = ("residual", "gate_up_silu", "rope_append")
@@ -63,34 +64,34 @@ WS_PIECE = 2048  # bytes per ring slot (microkernels.cuh WS_PIECE)
 def _fusion(inst, attribute, value) -> None:
     bad = [f for f in value if f not in FUSIONS]
     if bad or len(set(value)) != len(value):
-        _fail(inst, attribute, list(value), f"distinct names from {', '.join(FUSIONS)}")
+        fail(inst, attribute, list(value), f"distinct names from {', '.join(FUSIONS)}")
 
 
 def _pow2(inst, attribute, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value & (value - 1):
-        _fail(inst, attribute, value, "a power of two >= 1")
+        fail(inst, attribute, value, "a power of two >= 1")
 
 
 def _int_pos(inst, attribute, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
-        _fail(inst, attribute, value, "an integer")
+        fail(inst, attribute, value, "an integer")
     positive(inst, attribute, value)
 
 
 def _preload(inst, attribute, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value not in WEIGHT_PRELOADS:
-        _fail(inst, attribute, value, f"one of {', '.join(map(str, WEIGHT_PRELOADS))}")
+        fail(inst, attribute, value, f"one of {', '.join(map(str, WEIGHT_PRELOADS))}")
 
 
 def _stream(inst, attribute, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value not in WEIGHT_STREAMS:
-        _fail(inst, attribute, value, f"one of {', '.join(map(str, WEIGHT_STREAMS))}")
+        fail(inst, attribute, value, f"one of {', '.join(map(str, WEIGHT_STREAMS))}")
 
 
 def _warp_multiple(inst, attribute, value) -> None:
     _int_pos(inst, attribute, value)
     if value % 32:
-        _fail(inst, attribute, value, "a multiple of 32 (whole warps)")
+        fail(inst, attribute, value, "a multiple of 32 (whole warps)")
 
 
 @attrs.frozen
@@ -189,33 +190,33 @@ class ScheduleConfig:
     @attention_placement.validator
     def _apart_round_robin(self, attribute, value):
         if value != "round_robin" and self.sm_policy != "round_robin":
-            _fail(self, attribute, value, "round_robin when sm_policy is not round_robin (apart places by SM number)")
+            fail(self, attribute, value, "round_robin when sm_policy is not round_robin (apart places by SM number)")
 
     @weight_stream.validator
     def _stream_alone(self, attribute, value):
         if value and self.weight_preload:
-            _fail(self, attribute, value, "0 when weight_preload is set (the stream issues the first loads itself)")
+            fail(self, attribute, value, "0 when weight_preload is set (the stream issues the first loads itself)")
 
     @prefetch_depth.validator
     def _depth(self, attribute, value):
         if value > 8:
-            _fail(self, attribute, value, "<= 8")
+            fail(self, attribute, value, "<= 8")
 
     @attention_q_heads_per_task.validator
     def _q_heads(self, attribute, value):
         if value and self.attention_kv_heads_per_task != 1:
-            _fail(self, attribute, value, "0 unless attention_kv_heads_per_task is 1")
+            fail(self, attribute, value, "0 unless attention_kv_heads_per_task is 1")
 
     @rope_order.validator
     def _rope_order(self, attribute, value):
         if value == "blocked" and "gemv_rope_append" not in self.fusion:
-            _fail(self, attribute, value, "standard without the gemv_rope_append fusion (only the RoPE GEMVs write "
+            fail(self, attribute, value, "standard without the gemv_rope_append fusion (only the RoPE GEMVs write "
                                           "q and the K cache in the blocked order)")
 
     @kv_max_tokens.validator
     def _kv_max(self, attribute, value):
         if value % self.kv_page_tokens:
-            _fail(self, attribute, value, f"a multiple of kv_page_tokens ({self.kv_page_tokens})")
+            fail(self, attribute, value, f"a multiple of kv_page_tokens ({self.kv_page_tokens})")
 
     # ------------------------------------------------------------------------------------------ gpu
     def check(self, gpu: GpuTarget) -> list[str]:

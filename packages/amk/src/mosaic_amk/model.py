@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
-from mosaic.records import _fail, one_of, positive
+from mosaic.fields import fail, one_of, positive
 
 FAMILIES = ("llama", "mistral", "qwen2")
 INV_FREQ = "rope.inv_freq"
@@ -18,7 +18,7 @@ INV_FREQ = "rope.inv_freq"
 def _weights(inst, attribute, value) -> None:
     if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, np.ndarray) and v.dtype == np.float32 for k, v in value.items()):
-        _fail(inst, attribute, "<...>", "a dict of name to float32 numpy array")
+        fail(inst, attribute, "<...>", "a dict of name to float32 numpy array")
 
 
 @attrs.frozen(eq=False)
@@ -47,17 +47,17 @@ class ModelSpec:
     @num_kv_heads.validator
     def _gqa(self, attribute, value):
         if self.num_heads % value:
-            _fail(self, attribute, value, f"a divisor of num_heads ({self.num_heads})")
+            fail(self, attribute, value, f"a divisor of num_heads ({self.num_heads})")
 
     @head_dim.validator
     def _hd(self, attribute, value):
         if value % 2:
-            _fail(self, attribute, value, "even (rotate-half RoPE)")
+            fail(self, attribute, value, "even (rotate-half RoPE)")
 
     @layer_windows.validator
     def _windows(self, attribute, value):
         if value and (len(value) != self.num_layers or not all(isinstance(w, int) and w >= 0 for w in value)):
-            _fail(self, attribute, value, f"{self.num_layers} non-negative ints (0 = full attention)")
+            fail(self, attribute, value, f"{self.num_layers} non-negative ints (0 = full attention)")
 
     def window(self, layer: int) -> int:
         return self.layer_windows[layer] if self.layer_windows else 0

@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 from mosaic.errors import BadInput
-from mosaic.records import _fail
+from mosaic.fields import fail
 
 FORMAT = "mosaic-amk-schedule"
 VERSION = 1
@@ -42,28 +42,28 @@ class ScheduleFormatError(BadInput):
 
 def _int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        _fail(inst, attribute, value, "an integer")
+        fail(inst, attribute, value, "an integer")
 
 
 def _str(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, str):
-        _fail(inst, attribute, value, "a string")
+        fail(inst, attribute, value, "a string")
 
 
 def _str_tuple(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, tuple) or any(not isinstance(v, str) for v in value):
-        _fail(inst, attribute, value, "a list of buffer names (strings)")
+        fail(inst, attribute, value, "a list of buffer names (strings)")
 
 
 def _int_tuple(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, tuple) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-        _fail(inst, attribute, value, "a list of integers")
+        fail(inst, attribute, value, "a list of integers")
 
 
 def _choice(*allowed: str):
     def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         if value not in allowed:
-            _fail(inst, attribute, value, "one of " + ", ".join(allowed))
+            fail(inst, attribute, value, "one of " + ", ".join(allowed))
 
     return check
 
@@ -84,12 +84,12 @@ def _ranges_check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
         for k, v in value.items())
     if not ok:
-        _fail(inst, attribute, value, "an object mapping buffer names to [lo, hi] row ranges")
+        fail(inst, attribute, value, "an object mapping buffer names to [lo, hi] row ranges")
 
 
 def _params_check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, dict) or any(not isinstance(k, str) for k in value):
-        _fail(inst, attribute, value, "a JSON object with string keys")
+        fail(inst, attribute, value, "a JSON object with string keys")
 
 
 @attrs.frozen
@@ -139,7 +139,7 @@ def _waits(value: Any) -> Any:
 
 def _waits_check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, tuple) or any(not isinstance(v, Wait) for v in value):
-        _fail(inst, attribute, value, "a list of waits {counter, threshold}")
+        fail(inst, attribute, value, "a list of waits {counter, threshold}")
 
 
 @attrs.frozen(eq=True, hash=False)
@@ -194,7 +194,7 @@ def _tasks(value: Any) -> Any:
 def _of(kind: type, what: str):
     def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         if not isinstance(value, tuple) or any(not isinstance(v, kind) for v in value):
-            _fail(inst, attribute, value, what)
+            fail(inst, attribute, value, what)
 
     return check
 

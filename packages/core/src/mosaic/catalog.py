@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from mosaic.errors import Diagnostic, RecordError
-from mosaic.records import LAYERS, Construct, name_field, one_of
+from mosaic.fields import name_field, one_of
+from mosaic.records import LAYERS, Construct
 
 #: the languages the catalog must cover, every concept in each (an entry or a no-analogue flag)
 CATALOG_LANGUAGES = ("pallas", "cute", "cutlass")

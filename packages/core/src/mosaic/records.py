@@ -1,82 +1,25 @@
 """The attrs records that flow through Mosaicist.
 
-Values are frozen and validated at construction: a bad field raises :class:`~mosaic.errors.RecordError`
-whose message names the record, the field, the value and what is allowed. Every record converts to and
-from plain JSON (``to_json`` / ``from_json``) so bundles and reports never need pickle.
+Values are frozen and validated at construction by the public validators of :mod:`mosaic.fields`: a bad
+field raises :class:`~mosaic.errors.RecordError` whose message names the record, the field, the value and
+what is allowed. Every record converts to and from plain JSON (``to_json`` / ``from_json``) so bundles and
+reports never need pickle.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from mosaic.errors import RecordError
+from mosaic.fields import dim3, fail, name_field, non_negative_int, one_of, positive, sm_arch, to_dim3
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]*$")
-ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
 LAYERS = ("launch", "instruction", "control", "sequence", "numerics", "machine")
 EDIT_CLASSES = ("knob", "rewrite")
 DTYPES = ("f64", "f32", "tf32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i8", "i4", "i32")
 TIMING_SOURCES = ("cupti", "cuda-events")
-
-
-def _fail(inst_or_cls: Any, attribute: attrs.Attribute, value: Any, allowed: str) -> None:
-    cls = inst_or_cls if isinstance(inst_or_cls, type) else type(inst_or_cls)
-    raise RecordError(f"{cls.__name__}.{attribute.name}={value!r} is invalid: must be {allowed}")
-
-
-def name_field(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, str) or not NAME_RE.match(value):
-        _fail(inst, attribute, value, "a lower-case name of letters, digits, '_', '.', '-' starting with a letter")
-
-
-def positive(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        _fail(inst, attribute, value, "a positive number")
-
-
-def non_negative_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        _fail(inst, attribute, value, "an integer >= 0")
-
-
-def optional(validator):
-    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value is not None:
-            validator(inst, attribute, value)
-
-    return check
-
-
-def one_of(*allowed: str):
-    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value not in allowed:
-            _fail(inst, attribute, value, "one of " + ", ".join(allowed))
-
-    return check
-
-
-def dim3(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if (
-        not isinstance(value, tuple)
-        or len(value) != 3
-        or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value)
-    ):
-        _fail(inst, attribute, value, "three positive integers (x, y, z)")
-
-
-def to_dim3(value: Any) -> Any:
-    """Accept an int, a short sequence or a dict {x,y,z}; pad to three dimensions."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value, 1, 1)
-    if isinstance(value, Mapping):
-        value = [value.get("x", 1), value.get("y", 1), value.get("z", 1)]
-    if isinstance(value, list | tuple) and 1 <= len(value) <= 3:
-        return tuple(value) + (1,) * (3 - len(value))
-    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -119,8 +62,7 @@ class GpuTarget(JsonRecord):
 
     name: str = attrs.field(validator=name_field)
     display_name: str = attrs.field(validator=attrs.validators.instance_of(str))
-    arch: str = attrs.field(validator=lambda i, a, v: None if isinstance(v, str) and ARCH_RE.match(v)
-                            else _fail(i, a, v, "an SM architecture such as sm_90a, sm_100a, sm_120a"))
+    arch: str = attrs.field(validator=sm_arch)
     compute_capability: tuple = attrs.field(converter=tuple)
     sm_count: int = attrs.field(validator=positive)
     smem_per_sm: int = attrs.field(validator=positive)
@@ -143,12 +85,12 @@ class GpuTarget(JsonRecord):
     @compute_capability.validator
     def _cc(self, attribute, value):
         if len(value) != 2 or not all(isinstance(v, int) and v >= 0 for v in value):
-            _fail(self, attribute, value, "(major, minor) integers, e.g. (9, 0)")
+            fail(self, attribute, value, "(major, minor) integers, e.g. (9, 0)")
 
     @smem_per_block.validator
     def _smem_block(self, attribute, value):
         if value > self.smem_per_sm:
-            _fail(self, attribute, value, f"<= smem_per_sm ({self.smem_per_sm})")
+            fail(self, attribute, value, f"<= smem_per_sm ({self.smem_per_sm})")
 
     def matches(self, device_name: str, cc: tuple[int, int], sm_count: int) -> bool:
         """True when a device reported by the driver is this record (name, compute capability, SM count)."""
@@ -172,13 +114,13 @@ class KernelSpec(JsonRecord):
     def _shape(self, attribute, value):
         for k, v in value.items():
             if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                _fail(self, attribute, value, "a mapping of dimension name to positive integer, e.g. {'m': 4096}")
+                fail(self, attribute, value, "a mapping of dimension name to positive integer, e.g. {'m': 4096}")
 
     @knobs.validator
     def _knobs(self, attribute, value):
         for k, v in value.items():
             if not isinstance(k, str) or not isinstance(v, str | int | float | bool | list | tuple | type(None)):
-                _fail(self, attribute, value, "a mapping of knob name to a JSON scalar or list")
+                fail(self, attribute, value, "a mapping of knob name to a JSON scalar or list")
 
     def __hash__(self) -> int:  # dict fields: hash the JSON form
         return hash(repr(sorted(self.to_json().items())))

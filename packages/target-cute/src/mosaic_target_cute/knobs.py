@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import attrs
-from mosaic.records import _fail, one_of
+from mosaic.fields import fail, one_of
 
 KERNELS = ("hopper", "naive")
 
@@ -26,7 +26,7 @@ def _pair(allowed_a: tuple, allowed_b: tuple):
 
     def check(inst, attribute, value):
         if not (isinstance(value, tuple) and len(value) == 2 and value[0] in allowed_a and value[1] in allowed_b):
-            _fail(inst, attribute, value, f"a pair (first in {allowed_a}, second in {allowed_b})")
+            fail(inst, attribute, value, f"a pair (first in {allowed_a}, second in {allowed_b})")
 
     return conv, check
 
@@ -34,7 +34,7 @@ def _pair(allowed_a: tuple, allowed_b: tuple):
 def _in(*allowed):
     def check(inst, attribute, value):
         if isinstance(value, bool) or value not in allowed:
-            _fail(inst, attribute, value, "one of " + ", ".join(map(str, allowed)))
+            fail(inst, attribute, value, "one of " + ", ".join(map(str, allowed)))
 
     return check
 
@@ -64,18 +64,18 @@ class GemmKnobs:
         if self.kernel == "naive":
             for a in ("tile_mn", "cluster_mn", "stages", "persistent", "raster", "swizzle", "epi_tile"):
                 if getattr(self, a) != getattr(f, a).default:
-                    _fail(self, getattr(f, a), getattr(self, a), f"{getattr(f, a).default!r}: it does not apply "
+                    fail(self, getattr(f, a), getattr(self, a), f"{getattr(f, a).default!r}: it does not apply "
                           "to kernel='naive'")
             return
         if self.block_mn != f.block_mn.default:
-            _fail(self, f.block_mn, self.block_mn, f"{f.block_mn.default!r}: it only applies to kernel='naive'")
+            fail(self, f.block_mn, self.block_mn, f"{f.block_mn.default!r}: it only applies to kernel='naive'")
         if self.tile_mn[0] % self.epi_tile[0] or self.tile_mn[1] % self.epi_tile[1]:
-            _fail(self, f.epi_tile, self.epi_tile, f"a divisor of tile_mn {self.tile_mn}")
+            fail(self, f.epi_tile, self.epi_tile, f"a divisor of tile_mn {self.tile_mn}")
         if self.epi_tile[0] not in (64, self.tile_mn[0]):
-            _fail(self, f.epi_tile, self.epi_tile, f"a height of 64 (one sub-tile per consumer warpgroup) or "
+            fail(self, f.epi_tile, self.epi_tile, f"a height of 64 (one sub-tile per consumer warpgroup) or "
                   f"tile_mn[0]={self.tile_mn[0]} (the sub-tile spans all consumer warpgroups)")
         if self.raster != "m" and self.swizzle == 1:
-            _fail(self, f.raster, self.raster, "'m' unless swizzle > 1 (the scheduler ignores raster order "
+            fail(self, f.raster, self.raster, "'m' unless swizzle > 1 (the scheduler ignores raster order "
                   "without swizzle)")
 
     @property
@@ -93,14 +93,14 @@ class GemmKnobs:
         if self.kernel == "naive":
             bm, bn = self.block_mn
             if m % bm or n % bn:
-                _fail(self, f.block_mn, self.block_mn, f"a block that divides m={m}, n={n}")
+                fail(self, f.block_mn, self.block_mn, f"a block that divides m={m}, n={n}")
             return
         cm = self.tile_mn[0] * self.cluster_mn[0]
         cn = self.tile_mn[1] * self.cluster_mn[1]
         if m % cm or n % cn:
-            _fail(self, f.tile_mn, self.tile_mn, f"tiles x cluster ({cm}, {cn}) that divide m={m}, n={n}")
+            fail(self, f.tile_mn, self.tile_mn, f"tiles x cluster ({cm}, {cn}) that divide m={m}, n={n}")
         if k % self.tile_k:
-            _fail(self, f.tile_k, self.tile_k, f"a divisor of k={k}")
+            fail(self, f.tile_k, self.tile_k, f"a divisor of k={k}")
 
 
 FAMILY_KNOBS = {"gemm": GemmKnobs}

@@ -12,7 +12,8 @@ from importlib import resources
 
 import attrs
 from mosaic.errors import Diagnostic
-from mosaic.records import GpuTarget, KernelSpec, _fail, one_of
+from mosaic.fields import fail, one_of
+from mosaic.records import GpuTarget, KernelSpec
 
 ELEMENTS = {"bf16": "cutlass::bfloat16_t", "f16": "cutlass::half_t"}
 KERNEL_SCHEDULES = {
@@ -50,19 +51,19 @@ def _stages(value):
 def _in(*allowed: int):
     def check(inst, attribute, value):
         if isinstance(value, bool) or value not in allowed:
-            _fail(inst, attribute, value, "one of " + ", ".join(map(str, allowed)))
+            fail(inst, attribute, value, "one of " + ", ".join(map(str, allowed)))
 
     return check
 
 
 def _tile_n(inst, attribute, value):
     if isinstance(value, bool) or not isinstance(value, int) or not (16 <= value <= 256) or value % 16:
-        _fail(inst, attribute, value, "a multiple of 16 from 16 to 256 (the WGMMA N extent)")
+        fail(inst, attribute, value, "a multiple of 16 from 16 to 256 (the WGMMA N extent)")
 
 
 def _stage_count(inst, attribute, value):
     if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 12):
-        _fail(inst, attribute, value, "'auto' or an integer from 2 to 12")
+        fail(inst, attribute, value, "'auto' or an integer from 2 to 12")
 
 
 #: what the ``knobs`` proposer may try for the knobs it cannot step numerically (field metadata ``values``,

@@ -15,7 +15,7 @@ carries a setting that silently does nothing.
 from __future__ import annotations
 
 import attrs
-from mosaic.records import _fail, one_of
+from mosaic.fields import fail, one_of
 
 GEMM_KERNELS = ("jax-hopper", "pipelined")
 DIMS = ("m", "n")
@@ -24,7 +24,7 @@ DIMS = ("m", "n")
 def _pow2_in(lo: int, hi: int):
     def check(inst, attribute, value):
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi or value & (value - 1):
-            _fail(inst, attribute, value, f"a power of two in [{lo}, {hi}]")
+            fail(inst, attribute, value, f"a power of two in [{lo}, {hi}]")
 
     return check
 
@@ -32,7 +32,7 @@ def _pow2_in(lo: int, hi: int):
 def _int_in(lo: int, hi: int):
     def check(inst, attribute, value):
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            _fail(inst, attribute, value, f"an integer in [{lo}, {hi}]")
+            fail(inst, attribute, value, f"an integer in [{lo}, {hi}]")
 
     return check
 
@@ -64,22 +64,22 @@ class GemmKnobs:
     @cluster_dimension.validator
     def _cluster(self, attribute, value):
         if value not in (None, "m", "n"):
-            _fail(self, attribute, value, "None, 'm' or 'n'")
+            fail(self, attribute, value, "None, 'm' or 'n'")
 
     def __attrs_post_init__(self):
         for name, tile in (("epi_tile_m", self.tile_m), ("epi_tile_n", self.tile_n)):
             epi = getattr(self, name)
             if epi is not None and tile % epi:
-                _fail(self, getattr(attrs.fields(GemmKnobs), name), epi, f"a divisor of the tile ({tile})")
+                fail(self, getattr(attrs.fields(GemmKnobs), name), epi, f"a divisor of the tile ({tile})")
         own = {"persistent": True, "delay_release": 0}
         jax_only = {"wg_dimension": "n", "cluster_dimension": None}
         foreign = own if self.kernel == "jax-hopper" else jax_only
         for name, default in foreign.items():
             if getattr(self, name) != default:
-                _fail(self, getattr(attrs.fields(GemmKnobs), name), getattr(self, name),
+                fail(self, getattr(attrs.fields(GemmKnobs), name), getattr(self, name),
                       f"{default!r}: it does not apply to kernel={self.kernel!r}")
         if self.kernel == "pipelined" and self.max_concurrent_steps <= self.delay_release:
-            _fail(self, attrs.fields(GemmKnobs).max_concurrent_steps, self.max_concurrent_steps,
+            fail(self, attrs.fields(GemmKnobs).max_concurrent_steps, self.max_concurrent_steps,
                   f"> delay_release ({self.delay_release})")
 
     def cta_tile(self) -> tuple[int, int]:
@@ -102,7 +102,7 @@ class GemmKnobs:
         cm, cn = self.cluster_tile()
         for dim, size, tile in (("m", m, cm), ("n", n, cn), ("k", k, self.tile_k)):
             if size % tile:
-                _fail(self, attrs.fields(GemmKnobs).tile_k if dim == "k" else attrs.fields(GemmKnobs).tile_m,
+                fail(self, attrs.fields(GemmKnobs).tile_k if dim == "k" else attrs.fields(GemmKnobs).tile_m,
                       tile, f"a tile that divides {dim}={size} ({dim}={size} must be divisible by {tile})")
 
 

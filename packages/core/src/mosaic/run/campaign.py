@@ -35,7 +35,8 @@ import attrs
 
 from mosaic.errors import BadInput, RecordError
 from mosaic.families import parse_shape
-from mosaic.records import DTYPES, _fail, name_field, one_of, positive
+from mosaic.fields import fail, name_field, one_of, positive
+from mosaic.records import DTYPES
 from mosaic.tomlfile import read_toml
 
 PROPOSERS_BUILTIN = ("knobs", "command")
@@ -43,7 +44,7 @@ PROPOSERS_BUILTIN = ("knobs", "command")
 
 def _knob_map(inst, attribute, value):
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        _fail(inst, attribute, value, "a table of knob name to value")
+        fail(inst, attribute, value, "a table of knob name to value")
 
 
 def _command(value: Any) -> tuple:
@@ -82,14 +83,14 @@ class Campaign:
     def __attrs_post_init__(self):
         f = attrs.fields(Campaign)
         if self.proposer == "command" and not self.command:
-            _fail(self, f.command, self.command, "a program to run (proposer 'command' needs command = [...])")
+            fail(self, f.command, self.command, "a program to run (proposer 'command' needs command = [...])")
         if not all(isinstance(a, str) for a in self.command):
-            _fail(self, f.command, self.command, "a list of strings")
+            fail(self, f.command, self.command, "a list of strings")
         if self.noise_blocks < 10 or self.noise_blocks % 2:
-            _fail(self, f.noise_blocks, self.noise_blocks,
+            fail(self, f.noise_blocks, self.noise_blocks,
                   "even and >= 10 (the noise comes from >= 5 interleaved self-pairs of blocks)")
         if self.runs_per_block < 3:
-            _fail(self, f.runs_per_block, self.runs_per_block, ">= 3")
+            fail(self, f.runs_per_block, self.runs_per_block, ">= 3")
 
     @property
     def problem(self) -> str:

@@ -274,18 +274,49 @@ class ScheduleConfig:
             raise BadInput(str(exc), where) from None
 
 
-# The CUDA VM's default configuration (mosaic amk generate --vm cuda and the parity script without --config; the
-# bench's ``balanced-preload-q1-stage-sa-auto-blocked`` candidate): the fastest measured on the H200 for both bench
-# shapes (docs/amk-cuda.md "Performance: where the time goes"): every GEMV cut one task per SM, the fused GEMVs (5
-# stages per layer), relaxed polling, no L2 prefetch, the weight preload, one attention task per query head, the
-# attention's KV staging, the argmax split over the SMs, the attention apart from the o-projection when that is
-# small, q and the K cache in the blocked RoPE order (the CudaVM falls back to the standard order when its KV capacity
-# outgrows the staging). Its results are bit-identical to every other config's: none of these switches changes a
-# row's or a head's arithmetic.
-CUDA_DEFAULT = ScheduleConfig(gemv_split="balanced", fusion=(*VM_FUSIONS, "split_argmax"), prefetch_depth=0,
-                              wait_mode="relaxed", weight_preload=8, attention_q_heads_per_task=1,
-                              attention_stage=True, argmax_rows_per_task=1024, attention_placement="auto",
-                              rope_order="blocked")
+CONFIG_DIR = Path(__file__).parent / "configs"  # the shipped configs and bench candidates (package data)
+
+
+def named_config(name: str) -> ScheduleConfig:
+    """A shipped ScheduleConfig, ``configs/<name>.toml`` (a plain config TOML, read like ``--config``)."""
+    path = CONFIG_DIR / f"{name}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+        raise BadInput(f"no shipped schedule config {name!r}; known: {', '.join(known)}", str(path))
+    return load_config(path)
+
+
+def load_candidates(group: str, vocab_size: int, file: str = "bench") -> list[tuple[str, ScheduleConfig]]:
+    """The named candidates of ``configs/<file>.toml``'s ``[[group]]`` array, in file order: each entry's ``name``,
+    an optional ``base`` (a shipped config, :func:`named_config`; else ScheduleConfig's defaults) and the fields it
+    sets, validated by ScheduleConfig itself. ``lm_head_rows_per_task`` may be ``{vocab_per_sms = S, multiple_of =
+    M, at_least = L}``, resolved for a model of ``vocab_size`` rows: max(L, ceil(ceil(vocab / S) / M) * M)."""
+    path = CONFIG_DIR / f"{file}.toml"
+    doc = read_toml(path)
+    entries = doc.get(group)
+    if not isinstance(entries, list) or not entries:
+        raise BadInput(f"no [[{group}]] candidates", str(path))
+    out = []
+    for k, entry in enumerate(entries):
+        where = f"{path}: {group}[{k}]"
+        entry = dict(entry)
+        name, base = entry.pop("name", None), entry.pop("base", None)
+        if not isinstance(name, str) or not name:
+            raise BadInput("a candidate needs a name", where)
+        data = {**(named_config(base).to_json() if base is not None else {}), **entry}
+        lm = data.get("lm_head_rows_per_task")
+        if isinstance(lm, dict):
+            if set(lm) != {"vocab_per_sms", "multiple_of", "at_least"} or not all(
+                    type(v) is int and v > 0 for v in lm.values()):
+                raise BadInput("lm_head_rows_per_task as a table needs positive integers vocab_per_sms, multiple_of "
+                               f"and at_least, got {lm}", where)
+            m = lm["multiple_of"]
+            data["lm_head_rows_per_task"] = max(lm["at_least"], -(-vocab_size // lm["vocab_per_sms"] // m) * m)
+        out.append((name, ScheduleConfig.from_mapping(data, f"{where} ({name})")))
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise BadInput(f"candidate names repeat in [[{group}]]", str(path))
+    return out
 
 
 def load_config(path: str | Path | None, default: ScheduleConfig | None = None) -> ScheduleConfig:
@@ -294,3 +325,8 @@ def load_config(path: str | Path | None, default: ScheduleConfig | None = None) 
     if path is None:
         return default or ScheduleConfig()
     return ScheduleConfig.from_mapping(read_toml(path), str(path))
+
+
+# The CUDA VM's default configuration (mosaic amk generate --vm cuda and the parity benchmark without --config; the
+# bench's ``balanced-preload-q1-stage-sa-auto-blocked`` candidate): configs/cuda_default.toml says why each switch.
+CUDA_DEFAULT = named_config("cuda_default")

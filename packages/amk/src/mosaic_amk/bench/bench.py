@@ -25,7 +25,7 @@ import attrs
 import numpy as np
 from mosaic.records import GpuTarget
 
-from mosaic_amk.config import CUDA_DEFAULT, DEFAULT_FUSIONS, VM_FUSIONS, ScheduleConfig
+from mosaic_amk.config import ScheduleConfig, load_candidates
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.cuda.launcher import SKIPPABLE
 
@@ -88,7 +88,7 @@ BENCH_DEFAULT = ("default", "rows32-lm", "best-measured", "balanced-preload", "b
 
 
 def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
-    """Every named schedule config measured on the H200 (docs/amk-cuda.md "Performance: where the time goes"):
+    """Every named schedule config measured on the H200, as data in configs/bench.toml (docs/amk-cuda.md "Performance: where the time goes"):
     ``default`` and two finer splits (rows16-lm, rows32-lm: more tasks than SMs per GEMV stage, the LM head split
     separately); ``best-measured``, the second session's best piece by piece: rows32 + the LM-head split, the fused
     GEMVs (5 stages per layer), no L2 weight prefetch (it cost the 16384x8192 GEMV 84.6 vs 65.9 us), relaxed polling
@@ -111,45 +111,7 @@ def all_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     L1 shrinks); ``-apartqkv-``: the attention on the last SMs, the q/k/v blocks off them, the o-projection over every
     SM (``attention_placement`` apart_qkv). ``balanced-preload-q1-stage-sa-auto-blocked`` is the CUDA VM's default,
     ``config.CUDA_DEFAULT`` (the fastest measured on both bench shapes)."""
-    lm_rows = max(64, -(-spec.vocab_size // 132 // 64) * 64)
-    best = ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=0, fusion=VM_FUSIONS,
-                          wait_mode="relaxed")
-    balanced = attrs.evolve(best, gemv_split="balanced", lm_head_rows_per_task=0)
-    stage = attrs.evolve(CUDA_DEFAULT, fusion=VM_FUSIONS, argmax_rows_per_task=4096, attention_placement="round_robin",
-                         rope_order="standard")
-    q1 = attrs.evolve(stage, attention_stage=False)
-    sa = attrs.evolve(stage, fusion=(*VM_FUSIONS, "split_argmax"), argmax_rows_per_task=1024)
-    return [("default", ScheduleConfig()),
-            ("rows16-lm", ScheduleConfig(gemv_rows_per_task=16, lm_head_rows_per_task=lm_rows, prefetch_depth=2)),
-            ("rows32-lm", ScheduleConfig(gemv_rows_per_task=32, lm_head_rows_per_task=lm_rows, prefetch_depth=1)),
-            ("best-measured", best),
-            ("best-measured-preload", attrs.evolve(best, weight_preload=8)),
-            ("balanced", balanced),
-            ("balanced-preload", attrs.evolve(balanced, weight_preload=8)),
-            ("balanced-rope-stage-preload", attrs.evolve(balanced, weight_preload=8,
-                                                         fusion=DEFAULT_FUSIONS + ("rmsnorm_gemv",))),
-            ("balanced-66sm-preload", attrs.evolve(balanced, weight_preload=8, num_sms=66)),
-            ("balanced-stream2", attrs.evolve(balanced, weight_stream=2)),
-            ("balanced-stream4", attrs.evolve(balanced, weight_stream=4)),
-            *[(f"balanced-preload-pf{d}-{k}k", attrs.evolve(balanced, weight_preload=8, prefetch_depth=d,
-                                                            prefetch_max_bytes=k * 1024))
-              for d, k in ((1, 128), (1, 256), (2, 128))],
-            ("balanced-preload-q1", q1),
-            ("balanced-preload6-q1", attrs.evolve(q1, weight_preload=6)),
-            ("balanced-preload6-q1-pp", attrs.evolve(q1, weight_preload=6, gemv_pingpong=True)),
-            ("balanced-preload-q1-pp", attrs.evolve(q1, gemv_pingpong=True)),
-            ("balanced-preload-q1-stage", stage),
-            ("balanced-preload6-q1-stage", attrs.evolve(stage, weight_preload=6)),
-            ("balanced-q1-stage", attrs.evolve(stage, weight_preload=0)),
-            ("balanced-preload-q1-stage-sa", sa),
-            ("balanced-preload-q1-stage-apart", attrs.evolve(stage, attention_placement="apart")),
-            ("balanced-preload-q1-stage-sa-apart", attrs.evolve(sa, attention_placement="apart")),
-            ("balanced-preload-q1-stage-sa-auto", attrs.evolve(sa, attention_placement="auto")),
-            (DEFAULT_NAME, CUDA_DEFAULT),
-            ("balanced-preload-q1-stage-sa-auto-blocked-smem160k", attrs.evolve(CUDA_DEFAULT, smem_bytes=160 * 1024)),
-            ("balanced-preload-q1-stage-sa-apartqkv-blocked", attrs.evolve(CUDA_DEFAULT, attention_placement="apart_qkv")),
-            # CUDA_DEFAULT's synchronisation variants (2 block barriers per task instead of 3; session6/run1: slower)
-            *[(f"{DEFAULT_NAME}-{m}", attrs.evolve(CUDA_DEFAULT, signal_mode=m)) for m in ("merged", "side")]]
+    return load_candidates("candidate", spec.vocab_size)  # configs/bench.toml, in file order
 
 
 def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
@@ -161,8 +123,7 @@ def default_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
 def fused_candidates(spec) -> list[tuple[str, ScheduleConfig]]:
     """default_candidates with every fusion the CUDA VM runs switched on (config.VM_FUSIONS: rmsnorm_gemv and
     gemv_rope_append on top of the defaults; 5 serial stages per layer instead of 8), named ``fused-<name>``."""
-    return [(f"fused-{name}" if name != "default" else "fused", attrs.evolve(cfg, fusion=VM_FUSIONS))
-            for name, cfg in all_candidates(spec) if name in ("default", "rows16-lm", "rows32-lm")]
+    return load_candidates("fused", spec.vocab_size)  # configs/bench.toml
 
 
 # the VM's synchronisation variants (config.WAIT_MODES / SIGNAL_MODES / PREFETCH_MODES; docs/amk-cuda.md

@@ -44,6 +44,22 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def checked(p: argparse.ArgumentParser, a: argparse.Namespace, positive=(), shapes=None) -> argparse.Namespace:
+    """The common argument checks: each of ``positive`` >= 1, and ``shapes`` (an attribute holding comma-separated
+    model shapes of mosaic_amk.bench.hf_gpu.SHAPES) split into a list of known names; a bad one is ``p.error``."""
+    for name in positive:
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if shapes:
+        from mosaic_amk.bench.hf_gpu import SHAPES
+
+        setattr(a, shapes, [s for s in getattr(a, shapes).split(",") if s])
+        bad = [s for s in getattr(a, shapes) if s not in SHAPES]
+        if bad:
+            p.error(f"unknown shape(s) {bad}; known: {', '.join(SHAPES)}")
+    return a
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 

@@ -14,7 +14,7 @@ import sys
 import time
 
 import numpy as np
-from _device import add_json, json_path, write_json
+from _device import add_json, checked, json_path, write_json
 
 SHAPE_ORDER = ("smollm2-135m", "llama-3.2-1b", "smollm2-360m", "tinyllama-1.1b")
 
@@ -25,17 +25,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=128, help="Generated tokens per prompt (the last position).")
     p.add_argument("--prompt-len", type=int, default=16, help="Tokens per prompt.")
     add_json(p, "amk_lowering")
-    a = p.parse_args(argv)
-    for name in ("tokens", "prompt_len"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    from mosaic_amk.bench.hf_gpu import SHAPES
-
-    a.shapes = [s for s in a.shapes.split(",") if s]
-    bad = [s for s in a.shapes if s not in SHAPES]
-    if bad:
-        p.error(f"unknown shape(s) {bad}; known: {', '.join(SHAPES)}")
-    return a
+    return checked(p, p.parse_args(argv), positive=("tokens", "prompt_len"), shapes="shapes")
 
 
 def fake_spec(shape: str):

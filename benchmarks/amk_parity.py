@@ -33,7 +33,7 @@ import time
 import traceback
 
 import numpy as np
-from _device import OneLineParser, add_json, json_path, write_json
+from _device import OneLineParser, add_json, checked, json_path, write_json
 
 T0 = time.time()
 SHAPE_ORDER = ("smollm2-135m", "llama-3.2-1b", "tinyllama-1.1b", "smollm2-360m")
@@ -53,22 +53,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--shapes", default=",".join(SHAPE_ORDER), help="Comma-separated shapes.")
     p.add_argument("--controls", default=",".join(CONTROLS), help=f"HF-vs-HF controls ({','.join(CONTROLS)}; '' none).")
     p.add_argument("--k", type=int, default=None, help="Near-tie threshold in bf16 ulps (default parity's, 4).")
-    args = p.parse_args(argv)
-    for name in ("tokens", "prompts", "prompt_len"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    args = checked(p, p.parse_args(argv), positive=("tokens", "prompts", "prompt_len"), shapes="shapes")
+    if not args.shapes:
+        p.error("--shapes is empty")
     if args.budget <= 0:
         p.error("--budget must be > 0")
     if args.k is not None and args.k < 0:
         p.error("--k must be >= 0")
-    from mosaic_amk.bench.hf_gpu import SHAPES
     from mosaic_amk.parity import DEFAULT_NEAR_TIE_ULPS
 
     args.k = DEFAULT_NEAR_TIE_ULPS if args.k is None else args.k
-    args.shapes = [s for s in args.shapes.split(",") if s]
-    bad = [s for s in args.shapes if s not in SHAPES]
-    if bad or not args.shapes:
-        p.error(f"unknown shape(s) {bad}; known: {', '.join(SHAPES)}" if bad else "--shapes is empty")
     args.controls = [c for c in args.controls.split(",") if c]
     bad = [c for c in args.controls if c not in CONTROLS]
     if bad:

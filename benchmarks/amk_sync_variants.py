@@ -20,7 +20,7 @@ import time
 import traceback
 
 import numpy as np
-from _device import add_json, json_path, time_launch, write_json
+from _device import add_json, checked, json_path, time_launch, write_json
 
 T0 = time.time()
 BENCH_SHAPES = ("llama-3.2-1b", "smollm2-135m")
@@ -35,17 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=64, help="Decode steps per bench sample.")
     p.add_argument("--budget", type=float, default=200.0, help="Seconds the bench shapes share (a time guard).")
     add_json(p, "amk_sync_variants")
-    a = p.parse_args(argv)
-    for name in ("rounds", "steps"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name} must be >= 1")
-    from mosaic_amk.bench.hf_gpu import SHAPES
-
-    a.bench_shapes = [s for s in a.bench_shapes.split(",") if s]
-    bad = [s for s in a.bench_shapes if s not in SHAPES]
-    if bad:
-        p.error(f"unknown shape(s) {bad}; known: {', '.join(SHAPES)}")
-    return a
+    return checked(p, p.parse_args(argv), positive=("rounds", "steps"), shapes="bench_shapes")
 
 
 def sync_launcher(schedule, variant: str, **kw):

@@ -92,6 +92,24 @@ def _plain(o):
     return o.tolist() if hasattr(o, "tolist") else str(o)
 
 
+def problems(r: dict, exact: int | None = None) -> list[str]:
+    """What fails a capture's acceptance (the ``gpu`` tests' check): status ok, the oracle's numerics pass with no
+    failing element and the error within the guard band, a device time, and (``exact``) that many outputs checked
+    exactly (integer inputs)."""
+    if r.get("status") != "ok":
+        return [f"status {r.get('status')}: {r.get('message', '')[:300]}"]
+    s = r.get("summary") or {}
+    o = (s.get("oracle") or {}).get("c") or {}
+    out = [] if s.get("numerics_pass") else ["numerics did not pass"]
+    if o.get("failures") != 0 or not o.get("max_error_over_band", 2.0) <= 1.0:
+        out.append(f"oracle: {o.get('failures')} failures, max error / band {o.get('max_error_over_band')}")
+    if not (s.get("time_ns") or 0) > 0:
+        out.append("no device time")
+    if exact is not None and o.get("exact_checked") != exact:
+        out.append(f"{o.get('exact_checked')} outputs checked exactly, not {exact}")
+    return out
+
+
 def table(captures: dict) -> str:
     rows = [["kernel", "shape", "status", "time us", "TFLOP/s", "noise us", "grid/block/cluster", "regs",
              "max|err|", "mean|err|", "err/band", "exact"]]
@@ -197,9 +215,12 @@ def main(a: argparse.Namespace) -> int:
             r = capture(spec(lang, shape, knobs, name), "h200", dest, opts).to_json()
         r.update(knobs=knobs, shape=shape_str(shape), seconds=round(time.time() - t0, 1))
         summary["captures"][key] = r
+        if not a.lower_only:
+            r["problems"] = problems(r, SMALL["m"] * SMALL["n"] if opts.values == "int" else None)
         s = r.get("summary") or {}
         log(f"  {key}: {r.get('status')} in {r['seconds']} s; time {(s.get('time_ns') or 0) / 1e3:.2f} us "
-            f"[{s.get('timer', '?')}]; {r.get('message', '')[:300]}")
+            f"[{s.get('timer', '?')}]; {r.get('message', '')[:300]}{'; PROBLEMS: ' if r.get('problems') else ''}"
+            f"{'; '.join(r.get('problems') or [])}")
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     write_json(path, summary, indent=1, default=_plain)
     tar_path = path.with_suffix(".tar.gz")

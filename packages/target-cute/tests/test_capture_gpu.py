@@ -1,7 +1,8 @@
-"""Cute captures on the GPU (marked ``gpu``; skipped without jax >= 0.11.2 / CuTe DSL, or without torch on a CUDA
-device): the acceptance checks of benchmarks/gemm_capture.py --part cute at test scale. the naive CuTe DSL gemm and the two tuned configurations of the re-check (128x128 s4; 128x256 s4 persistent 2x1 cluster), bf16 GEMM 4096^3,
-capture ok through core's capture: the float64 oracle passes with zero failures, the bundle holds the machine code
-and verifies, and the device time is recorded."""
+"""CuTe DSL captures on the GPU (marked ``gpu``; skipped without CuTe DSL, or without torch on a CUDA device): the
+acceptance checks of benchmarks/gemm_capture.py --part cute at test scale. The naive CuTe DSL gemm and the two
+tuned configurations of the re-check (128x128 s4; 128x256 s4 persistent 2x1 cluster), bf16 GEMM 4096^3, capture ok
+through core's capture (gemm_capture.problems: the float64 oracle passes with zero failures, a device time); the
+bundle verifies and holds the machine code."""
 
 import importlib
 
@@ -13,7 +14,6 @@ BENCH = importlib.import_module("gemm_capture")  # benchmarks/ is on pytest's py
 
 @pytest.fixture
 def cuda():
-    pytest.importorskip("jax", minversion="0.11.2", reason="needs jax >= 0.11.2 (Python >= 3.12)")
     pytest.importorskip("cutlass.cute", reason="needs nvidia-cutlass-dsl (Python >= 3.12)")
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
@@ -29,9 +29,6 @@ def test_configuration_captures_and_passes_the_oracle(name, tmp_path, cuda, monk
     dest = tmp_path / f"{name}.bundle"
     r = capture(BENCH.spec("cute", BENCH.BIG, BENCH.CUTE[name], name), "h200", dest,
                 CaptureOptions(timeout=300, runs=5, blocks=2)).to_json()
-    s = r.get("summary") or {}
-    assert r["status"] == "ok", (r.get("message"), r.get("tail"))
-    o = s["oracle"]["c"]
-    assert s["numerics_pass"] and o["failures"] == 0 and o["max_error_over_band"] <= 1.0 and s["time_ns"] > 0
+    assert not BENCH.problems(r), (r.get("summary"), r.get("tail"))
     assert verify_bundle(dest) == []
     assert {"kernel.ptx", "kernel.cubin", "kernel.sass"} <= set(load_bundle(dest).manifest["files"])

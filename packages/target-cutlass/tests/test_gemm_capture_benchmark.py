@@ -62,3 +62,16 @@ def test_summary_table(capture):
     t = capture.table(caps).splitlines()
     assert len(t) == 3 and "170.00" in t[1] and "808" in t[1] and "(132, 1, 1)/384/(1, 2, 1)" in t[1]
     assert "timeout" in t[2]
+
+
+def test_acceptance_problems(capture):
+    ok = {"status": "ok", "summary": {"numerics_pass": True, "time_ns": 4824.0, "oracle": {"c": {
+        "failures": 0, "max_error_over_band": 0.969, "exact_checked": 196608}}}}
+    assert capture.problems(ok) == [] and capture.problems(ok, exact=512 * 384) == []
+    assert capture.problems(ok, exact=1) == ["196608 outputs checked exactly, not 1"]
+    bad = {"status": "ok", "summary": {"numerics_pass": False, "time_ns": None, "oracle": {"c": {
+        "failures": 3, "max_error_over_band": 1.5}}}}
+    assert capture.problems(bad) == ["numerics did not pass", "oracle: 3 failures, max error / band 1.5",
+                                     "no device time"]
+    assert capture.problems({"status": "timeout", "message": "killed after 240 s"}) == [
+        "status timeout: killed after 240 s"]

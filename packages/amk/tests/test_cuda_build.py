@@ -37,13 +37,29 @@ def test_cached_by_source_hash(vm_build):
 
 def test_key_follows_sources(tmp_path, monkeypatch):
     for name in B.SOURCES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(B.SOURCE_DIR / name, tmp_path / name)
     monkeypatch.setattr(B, "SOURCE_DIR", tmp_path)
     k0 = B.source_key(512, "release 13.0")
     assert B.source_key(256, "release 13.0") != k0
     assert B.source_key(512, "release 13.1") != k0
-    (tmp_path / "microkernels.cuh").write_text((tmp_path / "microkernels.cuh").read_text() + "\n// edit\n")
-    assert B.source_key(512, "release 13.0") != k0
+    seen = {k0}
+    for name in B.SOURCES:  # an edit of any one source (every kernel family's header included) rebuilds
+        (tmp_path / name).write_text((tmp_path / name).read_text() + "\n// edit\n")
+        k = B.source_key(512, "release 13.0")
+        assert k not in seen, name
+        seen.add(k)
+
+
+def test_sources_are_every_kernel_header_vm_cu_includes():
+    """The cache key's SOURCES list every header of cuda/kernels/, and vm.cu includes exactly those, in order."""
+    import re
+
+    on_disk = sorted(p.name for p in (B.SOURCE_DIR / "kernels").glob("*.cuh"))
+    assert sorted(f"{k}.cuh" for k in B.KERNELS) == on_disk
+    assert set(B.SOURCES) == {"vm.cu", "abi.h", *(f"kernels/{k}.cuh" for k in B.KERNELS)}
+    included = re.findall(r'^#include "kernels/(\w+)\.cuh"', (B.SOURCE_DIR / "vm.cu").read_text(), re.M)
+    assert included == list(B.KERNELS)
 
 
 

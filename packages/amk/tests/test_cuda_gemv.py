@@ -1,4 +1,4 @@
-"""The two GEMV bodies of microkernels.cuh (AMK_GEMV_IMPL 1, the default, and 2, the cp.async ring; build(defines=)):
+"""The two GEMV bodies of kernels/gemv_rows.cuh (AMK_GEMV_IMPL 1, the default, and 2, the cp.async ring; build(defines=)):
 both build for sm_90a, body 2 really streams through cp.async (LDGSTS in its SASS, none in body 1's), bad defines are
 refused (body 1's only cp.async stages a fused norm's weight); on a GPU (marked ``gpu``) body 2 is bit-identical to body 1 in both precision modes for gemv (bias,
 residual, a K with a partial last chunk round, more than 32 rows per warp), gemv_silu_mul and every fused GEMV,

@@ -65,8 +65,9 @@ def test_build_refuses_preload_with_body2_and_malformed_defines():
 
 
 def test_microkernels_refuse_a_preload_outside_the_allowed_range():
-    src = (B.SOURCE_DIR / "microkernels.cuh").read_text()
-    assert "#error \"AMK_WEIGHT_PRELOAD must be" in src and "AMK_WEIGHT_PRELOAD needs GEMV body 1" in src
+    common = (B.SOURCE_DIR / "kernels" / "common.cuh").read_text()
+    rows = (B.SOURCE_DIR / "kernels" / "gemv_rows.cuh").read_text()
+    assert "#error \"AMK_WEIGHT_PRELOAD must be" in common and "AMK_WEIGHT_PRELOAD needs GEMV body 1" in rows
 
 
 # ----------------------------------------------------------------------------------- encode / plumbing

@@ -51,14 +51,14 @@ GEMV_SPLITS = ("rows", "balanced")
 WAIT_MODES = ("acquire", "relaxed")
 SIGNAL_MODES = ("inline", "merged", "side")
 PREFETCH_MODES = ("inline", "side")
-# weight_preload: 16-byte weight loads per lane issued before a GEMV task's wait (vm.cu / microkernels.cuh
+# weight_preload: 16-byte weight loads per lane issued before a GEMV task's wait (vm.cu / kernels/gemv_rows.cuh
 # AMK_WEIGHT_PRELOAD, a build define; docs/amk-cuda.md "Weight preload"); 0 = off. The values whose build is
 # spill-free (ptxas, sm_90a, nvcc 13.0; test_cuda_preload builds each): 4 spills 8 bytes, so it is not offered
 WEIGHT_PRELOADS = (0, 2, 6, 8)
-# weight_stream: ring slots per warp of the TMA weight stream (vm.cu / microkernels.cuh AMK_WSTREAM, a build define;
+# weight_stream: ring slots per warp of the TMA weight stream (vm.cu / kernels/gemv_rows.cuh AMK_WSTREAM, a build define;
 # docs/amk-cuda.md "Weight stream"), WS_PIECE bytes each; 0 = off. Exclusive with weight_preload.
 WEIGHT_STREAMS = (0, 2, 4)
-WS_PIECE = 2048  # bytes per ring slot (microkernels.cuh WS_PIECE)
+WS_PIECE = 2048  # bytes per ring slot (kernels/common.cuh WS_PIECE)
 
 
 def _fusion(inst, attribute, value) -> None:

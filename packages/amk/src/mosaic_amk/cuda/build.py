@@ -1,7 +1,7 @@
-"""Build the AMK VM (vm.cu + microkernels.cuh + abi.h) for sm_90a with nvcc, cached by source hash.
+"""Build the AMK VM (vm.cu + kernels/*.cuh + abi.h) for sm_90a with nvcc, cached by source hash.
 
 ``build(threads=512)`` returns a :class:`VmBuild`: the cubin path and what ptxas reported (registers,
-spill stores/loads, stack frame, static shared memory). The cache key is the SHA-256 of the three source
+spill stores/loads, stack frame, static shared memory). The cache key is the SHA-256 of the source
 files, the nvcc version line and the flags, so an edited source or another toolchain rebuilds; the cache
 lives in ``$MOSAIC_CACHE_DIR/amk-cuda`` (``MOSAIC_CACHE_DIR`` defaults to ``~/.cache/mosaic``; the CUTLASS plugin shares it). No GPU is needed to build.
 nvcc, the cache and the ptxas-log parser are :mod:`mosaic.toolchain`'s; this module holds what is the VM's.
@@ -19,7 +19,9 @@ from mosaic.toolchain import nvcc as _nvcc
 from mosaic.toolchain.ptxas import kernel_resources
 
 SOURCE_DIR = Path(__file__).parent
-SOURCES = ("vm.cu", "microkernels.cuh", "abi.h")
+# every source of the VM (the cache key hashes them): vm.cu, the ABI and the micro-kernels, one family per header
+KERNELS = ("common", "gemv_rows", "embed", "rmsnorm", "gemv", "elementwise", "rope", "attention", "argmax")
+SOURCES = ("vm.cu", *(f"kernels/{k}.cuh" for k in KERNELS), "abi.h")
 ARCH = "sm_90a"
 KERNEL = "amk_vm"
 
@@ -58,7 +60,7 @@ def nvcc_path() -> str:
     return nvcc
 
 
-# build-time variants of the micro-kernels (``defines``): the GEMV body (microkernels.cuh: AMK_GEMV_IMPL 1 = the
+# build-time variants of the micro-kernels (``defines``): the GEMV body (kernels/gemv_rows.cuh: AMK_GEMV_IMPL 1 = the
 # first body, the default, 2 = the streaming ring), its loads in flight per lane (AMK_GEMV_DEPTH, 2..16) and the
 # weight preload before a GEMV task's wait (AMK_WEIGHT_PRELOAD, config.WEIGHT_PRELOADS; body 1 only)
 _DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD|WSTREAM|WS_PIECE_KB|WS_FENCE|GEMV_PP|ATT_STAGE|ATT_NB1|TRACE|SHORT_ROWS)=\d{1,2}$")

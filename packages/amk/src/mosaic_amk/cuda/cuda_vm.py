@@ -66,7 +66,7 @@ def staged_rope_order(model: ModelSpec, config: ScheduleConfig) -> tuple[Schedul
         f"rope_order blocked -> standard: {why}; the same tokens and logits, a slower q/k/v stage")
 
 
-SHORT_K = 1024  # microkernels.cuh: a GEMV row of at most SHORT_CH = 128 chunks of 8 takes the short-row paths
+SHORT_K = 1024  # kernels/gemv_rows.cuh: a GEMV row of at most SHORT_CH = 128 chunks of 8 takes the short-row paths
 
 
 def short_rows_defines(model: ModelSpec) -> tuple[str, ...]:

@@ -94,7 +94,7 @@ def _cupy():
     return cupy
 
 
-ATT_NB, MAX_HEAD_DIM = 8, 512  # microkernels.cuh: heads per attention batch; encode.py: largest head_dim
+ATT_NB, MAX_HEAD_DIM = 8, 512  # kernels/attention.cuh: heads per attention batch; encode.py: largest head_dim
 
 
 def attention_smem_floats(tokens: int, threads: int, head_dim: int = MAX_HEAD_DIM) -> int:
@@ -105,7 +105,7 @@ def attention_smem_floats(tokens: int, threads: int, head_dim: int = MAX_HEAD_DI
 
 def staged_tokens(head_dim: int, heads: int, threads: int, smem_bytes: int) -> int:
     """The longest context (cached tokens, this step's included) an attention task of ``heads`` query heads of one
-    KV group stages in ``smem_bytes`` of general area (microkernels.cuh att_shape: q, reductions, partial sums, the
+    KV group stages in ``smem_bytes`` of general area (kernels/attention.cuh att_shape: q, reductions, partial sums, the
     scores, then K and V rows of head_dim + 4 floats). A task with K rows in the blocked RoPE order (rope_order.py)
     runs only staged."""
     room = smem_bytes // 4 - (ATT_NB * head_dim + (threads // 32) * ATT_NB + 4 * threads)

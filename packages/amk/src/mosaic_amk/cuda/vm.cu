@@ -8,7 +8,7 @@
 //       wait: acquire-load every (counter, threshold + s * producers[counter]) until it holds; the watchdog
 //             aborts the whole grid (sticky flag + per-block dump) when a wait exceeds timeout_ns or another
 //             block aborted
-//       dispatch to the micro-kernel of the op (microkernels.cuh)
+//       dispatch to the micro-kernel of the op (kernels/*.cuh)
 //       signal: block barrier, then ONE release add (red.release.gpu) on the task's counter
 //     grid sync (every step's writes, the KV appends and the token, precede the next step's reads)
 //   grid sync at exit.
@@ -27,12 +27,21 @@
 //   bit 3 PREFETCH_SIDE: warp 1 issues the L2 prefetches while thread 0 waits (the current task's regions
 //         from its shared record); 0: every thread, before the head barrier (v0)
 //
-// Trace (build define AMK_TRACE=1, launch argument trace != 0; cuda/trace.py reads it): thread 0 of each block stores
+// Trace (build define AMK_TRACE=1, launch argument trace != 0; bench/trace.py reads it): thread 0 of each block stores
 // three %globaltimer stamps per queue entry q: trace[3q] at the top of the task's iteration (before the preload and
 // the wait), trace[3q + 1] when its waits hold, trace[3q + 2] after the tail barrier (every output stored; the
 // signal follows). Each step overwrites them: after a launch they are the last step's.
 #include <cooperative_groups.h>
-#include "microkernels.cuh"
+// the micro-kernels, one family per header (kernels/common.cuh: the shared context and helpers)
+#include "kernels/common.cuh"
+#include "kernels/gemv_rows.cuh"
+#include "kernels/embed.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/argmax.cuh"
 #ifndef AMK_TRACE
 #define AMK_TRACE 0
 #endif

@@ -1,62 +1,39 @@
-"""Lowering checks against a GpuTarget: a rule table, each rule a small function with a code. All rules
-run; every problem comes back as a Diagnostic; :func:`check` raises Unbuildable carrying them all."""
+"""Lowering checks against a GpuTarget, through core's rule table (:mod:`mosaic.budget`): every rule runs,
+every problem comes back as a Diagnostic worded for a CuTe build; :func:`check` raises Unbuildable carrying
+them all."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+import attrs
+from mosaic import budget as rules
 from mosaic.backend import Unbuildable
 from mosaic.errors import Diagnostic
 from mosaic.records import GpuTarget
 
 from mosaic_target_cute.lowering import CuteBuild
 
-Rule = Callable[[CuteBuild, GpuTarget], Diagnostic | None]
+#: the rules a CuTe build is checked by (its launch needs no particular SM count)
+CODES = ("smem-per-block", "regs-per-thread", "regs-per-block", "threads-per-block", "cluster-size")
 
 
-def _smem_per_block(b: CuteBuild, g: GpuTarget):
-    total = b.static_smem + b.dynamic_smem
-    if total > g.smem_per_block:
-        return Diagnostic("smem-per-block", b.kernel_name[:60], f"<= {g.smem_per_block}", total,
-                          f"static {b.static_smem} + dynamic {b.dynamic_smem} B exceed {g.name}'s per-block limit")
+def footprint(b: CuteBuild) -> rules.Footprint:
+    """What the build asks of one SM: static + dynamic shared memory, registers, threads, cluster."""
+    return rules.Footprint(where=b.kernel_name[:60], smem_bytes=b.static_smem + b.dynamic_smem,
+                           registers=b.registers, threads=b.threads,
+                           cluster_size=b.cluster[0] * b.cluster[1] * b.cluster[2])
 
 
-def _regs_per_thread(b: CuteBuild, g: GpuTarget):
-    if b.registers > g.max_regs_per_thread:
-        return Diagnostic("regs-per-thread", b.kernel_name[:60], f"<= {g.max_regs_per_thread}", b.registers)
-
-
-def _regs_per_block(b: CuteBuild, g: GpuTarget):
-    unit = g.reg_alloc_unit
-    per_warp = -(-b.registers * 32 // unit) * unit
-    need = per_warp * (-(-b.threads // 32))
-    if need > g.regs_per_sm:
-        return Diagnostic("regs-per-block", b.kernel_name[:60], f"<= {g.regs_per_sm}", need,
-                          f"{b.registers} registers x {b.threads} threads do not fit one SM")
-
-
-def _threads(b: CuteBuild, g: GpuTarget):
-    if b.threads > g.max_threads_per_block:
-        return Diagnostic("threads-per-block", b.kernel_name[:60], f"<= {g.max_threads_per_block}", b.threads)
-
-
-def _cluster(b: CuteBuild, g: GpuTarget):
-    size = b.cluster[0] * b.cluster[1] * b.cluster[2]
-    if size > g.max_cluster_size:
-        return Diagnostic("cluster-size", b.kernel_name[:60], f"<= {g.max_cluster_size}", size)
-
-
-RULES: dict[str, Rule] = {
-    "smem-per-block": _smem_per_block,
-    "regs-per-thread": _regs_per_thread,
-    "regs-per-block": _regs_per_block,
-    "threads-per-block": _threads,
-    "cluster-size": _cluster,
-}
+def _worded(d: Diagnostic, b: CuteBuild, g: GpuTarget) -> Diagnostic:
+    if d.code == "smem-per-block":
+        return attrs.evolve(d, message=f"static {b.static_smem} + dynamic {b.dynamic_smem} B exceed {g.name}'s "
+                                       "per-block limit")
+    if d.code == "regs-per-block":
+        return d
+    return attrs.evolve(d, message="")  # the expected/actual figures say it all
 
 
 def diagnose(build: CuteBuild, gpu: GpuTarget) -> list[Diagnostic]:
-    return [d for rule in RULES.values() if (d := rule(build, gpu)) is not None]
+    return [_worded(d, build, gpu) for d in rules.diagnose(footprint(build), gpu, CODES)]
 
 
 def check(build: CuteBuild, gpu: GpuTarget) -> None:

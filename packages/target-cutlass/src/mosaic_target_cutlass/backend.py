@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, RecordError
 from mosaic.records import GpuTarget, KernelSpec, LaunchRecord
@@ -95,19 +96,20 @@ def shim_facts(library: Path) -> dict[str, int]:
 
 
 def check_budgets(b: _build.Build, gpu: GpuTarget) -> dict[str, int]:
-    """Validate the build against the GpuTarget record; an overflow is Unbuildable, never a crash."""
+    """Validate the build against the GpuTarget record (:mod:`mosaic.budget`'s rules); an overflow is
+    Unbuildable, never a crash."""
     facts = shim_facts(b.library)
     r = b.resources
     threads = facts["threads_per_block"]
-    problems = []
-    if facts["smem_bytes"] + r.static_smem > gpu.smem_per_block:
-        problems.append(f"shared memory {facts['smem_bytes'] + r.static_smem} B > {gpu.smem_per_block} B per block")
-    if r.registers > gpu.max_regs_per_thread:
-        problems.append(f"{r.registers} registers per thread > {gpu.max_regs_per_thread}")
-    if threads > gpu.max_threads_per_block:
-        problems.append(f"{threads} threads per block > {gpu.max_threads_per_block}")
-    if r.registers * threads > gpu.regs_per_sm:
-        problems.append(f"{r.registers} x {threads} registers > {gpu.regs_per_sm} per SM")
+    smem = facts["smem_bytes"] + r.static_smem
+    # the rules a CUTLASS build is checked by, each worded for this report, in its order
+    words = {"smem-per-block": f"shared memory {smem} B > {gpu.smem_per_block} B per block",
+             "regs-per-thread": f"{r.registers} registers per thread > {gpu.max_regs_per_thread}",
+             "threads-per-block": f"{threads} threads per block > {gpu.max_threads_per_block}",
+             "regs-per-block": f"{r.registers} x {threads} registers > {gpu.regs_per_sm} per SM"}
+    found = {d.code for d in fit.diagnose(fit.Footprint(where=b.key, smem_bytes=smem, registers=r.registers,
+                                                        threads=threads), gpu, words)}
+    problems = [text for code, text in words.items() if code in found]
     if problems:
         raise Unbuildable(f"does not fit {gpu.name}: " + "; ".join(problems), b.key)
     return facts

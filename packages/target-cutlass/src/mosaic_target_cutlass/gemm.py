@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib import resources
 
 import attrs
+from mosaic import budget as fit
 from mosaic.errors import Diagnostic
 from mosaic.fields import fail, one_of
 from mosaic.records import GpuTarget, KernelSpec
@@ -135,19 +136,19 @@ def _r_scheduler(k, spec, gpu):
 
 def _r_cluster(k, spec, gpu):
     size = k.cluster_m * k.cluster_n
-    if size > gpu.max_cluster_size:
-        yield Diagnostic("CUTLASS-CLUSTER", "cluster", f"<= {gpu.max_cluster_size} CTAs", size,
-                         f"{gpu.name} allows clusters of at most {gpu.max_cluster_size}")
+    for d in fit.diagnose(fit.Footprint(where="cluster", cluster_size=size), gpu, ("cluster-size",)):
+        yield attrs.evolve(d, code="CUTLASS-CLUSTER", expected=f"<= {gpu.max_cluster_size} CTAs",
+                           message=f"{gpu.name} allows clusters of at most {gpu.max_cluster_size}")
 
 
 def _r_smem(k, spec, gpu):
     if k.stages == "auto" or spec.dtype not in ELEMENTS:
         return
-    need = k.stages * (k.tile_m + k.tile_n) * k.tile_k * 2
-    if need > gpu.smem_per_block:
-        yield Diagnostic("CUTLASS-SMEM", "stages", f"<= {gpu.smem_per_block} bytes of shared memory", need,
-                         f"{k.stages} stages of {k.tile_m}x{k.tile_k} + {k.tile_k}x{k.tile_n} tiles do not fit "
-                         f"{gpu.name} ({gpu.smem_per_block} bytes per block)")
+    need = k.stages * (k.tile_m + k.tile_n) * k.tile_k * 2  # the mainloop's A and B stages alone
+    for d in fit.diagnose(fit.Footprint(where="stages", smem_bytes=need), gpu, ("smem-per-block",)):
+        yield attrs.evolve(d, code="CUTLASS-SMEM", expected=f"<= {gpu.smem_per_block} bytes of shared memory",
+                           message=f"{k.stages} stages of {k.tile_m}x{k.tile_k} + {k.tile_k}x{k.tile_n} tiles do "
+                                   f"not fit {gpu.name} ({gpu.smem_per_block} bytes per block)")
 
 
 def _r_shape(k, spec, gpu):

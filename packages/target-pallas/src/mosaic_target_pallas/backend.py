@@ -23,8 +23,9 @@ from typing import Any
 
 import attrs
 import numpy as np
+from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
-from mosaic.errors import BadInput, Diagnostic, RecordError
+from mosaic.errors import BadInput, RecordError
 from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
 from mosaic.toolchain import ptxas as _ptxas
 
@@ -125,9 +126,9 @@ class PallasBackend:
         name = spec.name or f"pallas_gemm_{knobs.kernel}"
         smem = self.smem_bytes(fn, args)
         budget = gpu.smem_per_block
-        if smem is not None and smem > budget:
-            diag = Diagnostic("smem-per-block", name, expected=f"<= {budget}", actual=smem,
-                              message=f"shared memory {smem} B exceeds {gpu.name}'s {budget} B per block")
+        over = fit.diagnose(fit.Footprint(where=name, smem_bytes=smem), gpu, ("smem-per-block",)) if smem else []
+        for diag in over:
+            diag = attrs.evolve(diag, message=f"shared memory {smem} B exceeds {gpu.name}'s {budget} B per block")
             raise Unbuildable(diag.line(), name)
         try:
             with _smem_limit(budget):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from mosaic.budget import registers_per_block
 from mosaic.errors import BadInput
 from mosaic.toolchain.ptxas import parse_log
 
@@ -29,8 +30,8 @@ def occupancy(gpu, threads_per_block: int, registers: int, smem_bytes: int) -> d
     warps = math.ceil(threads_per_block / 32)
     limits = {"threads": gpu.max_threads_per_sm // max(1, warps * 32), "blocks": gpu.max_blocks_per_sm}
     if registers:
-        per_warp = math.ceil(registers * 32 / gpu.reg_alloc_unit) * gpu.reg_alloc_unit
-        limits["registers"] = gpu.regs_per_sm // (per_warp * warps) if per_warp * warps else gpu.max_blocks_per_sm
+        need = registers_per_block(registers, threads_per_block, gpu)
+        limits["registers"] = gpu.regs_per_sm // need if need else gpu.max_blocks_per_sm
     smem = smem_bytes + gpu.smem_reserved_per_block
     limits["shared memory"] = gpu.smem_per_sm // smem if smem else gpu.max_blocks_per_sm
     blocks = max(0, min(limits.values()))

@@ -93,7 +93,9 @@ def kernel_name(ptx: str) -> str:
 
 def build(source: str, arch: str = "sm_90a", name: str = "kernel") -> Build:
     """Compile (or fetch from the cache) one translation unit. Raises Unbuildable on a compile error."""
-    exe = _nvcc.require_nvcc("nvcc is not on PATH (CUDA toolkit 12.3+ needed for sm_90a)")
+    exe = _nvcc.find_nvcc()
+    if exe is None:
+        raise ToolMissing("nvcc is not on PATH (CUDA toolkit 12.3+ needed for sm_90a)")
     inc, util = cutlass_include()
     gencode = f"-gencode=arch=compute_{arch[3:]},code={arch}"
     flags = (*FLAGS, gencode)

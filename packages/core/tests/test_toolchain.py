@@ -92,6 +92,33 @@ def test_find_and_require_tool():
     assert isinstance(err.value, BadInput) and err.value.exit_code == 2
 
 
+@pytest.fixture
+def fresh_lookup():
+    T.find_tool.cache_clear()
+    yield
+    T.find_tool.cache_clear()
+
+
+def test_the_toolkit_comes_first_but_the_pinned_disassembler_wheels_win(tmp_path, monkeypatch, fresh_lookup):
+    for name in ("ptxas", "nvdisasm"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    assert T.find_tool("ptxas") == str(tmp_path / "ptxas")  # PATH before any wheel
+    wheel = [d / "nvdisasm" for d in T._wheel_dirs("nvdisasm") if (d / "nvdisasm").is_file()]
+    assert T.find_tool("nvdisasm") == (str(wheel[0]) if wheel else str(tmp_path / "nvdisasm"))
+    home = tmp_path / "cuda"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "ptxas").write_text("#!/bin/sh\n")
+    (home / "bin" / "ptxas").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "cuda"))  # no ptxas on PATH itself
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    T.find_tool.cache_clear()
+    assert T.find_tool("ptxas") == str(home / "bin" / "ptxas")  # then $CUDA_HOME/bin
+
+
 def test_cache_key_is_the_sha256_of_the_concatenated_parts():
     assert N.cache_key("ab", b"c") == N.cache_key("abc") == hashlib.sha256(b"abc").hexdigest()
     assert N.cache_key("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

@@ -1,9 +1,10 @@
 """Finding and running the CUDA command-line tools.
 
-A tool is looked up, in order, under the installed ``nvidia`` namespace package (the pip wheels
-``nvidia-cuda-nvdisasm`` / ``nvidia-cuda-cuobjdump`` / ``nvidia-cuda-nvcc``: ``nvidia/cu13/bin``,
-``nvidia/cuda_nvdisasm/bin``, ...), on ``PATH``, under ``$CUDA_HOME/bin`` and last under
-``/usr/local/cuda/bin``.
+A tool is looked up on ``PATH``, under ``$CUDA_HOME/bin`` (or ``$CUDA_PATH/bin``), under
+``/usr/local/cuda/bin`` and in the pip wheels of the installed ``nvidia`` namespace package
+(``nvidia/cu13/bin``, ``nvidia/cuda_nvdisasm/bin``, ...). The disassemblers ``nvdisasm`` and ``cuobjdump``
+are looked up in the wheels first: the project pins them (``nvidia-cuda-nvdisasm``/``-cuobjdump`` in the
+development requirements) so that SASS text is the same on every machine.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from mosaic.errors import BadInput, ToolMissing
 
 TIMEOUT_S = 120
+WHEEL_FIRST = frozenset({"nvdisasm", "cuobjdump"})
 _VERSION_RE = re.compile(r"V(\d+\.\d+\.\d+)")
 
 
@@ -38,18 +40,15 @@ def _wheel_dirs(name: str) -> list[Path]:
 def find_tool(name: str) -> str | None:
     """Path of the CUDA tool ``name`` (``nvcc``, ``ptxas``, ``nvdisasm``, ``cuobjdump``), or None.
 
-    Searched in the pip wheels' ``nvidia/*/bin`` first, then ``PATH``, ``$CUDA_HOME/bin`` and
-    ``/usr/local/cuda/bin``. The answer is cached for the process.
+    The search order is the module docstring's; the answer is cached for the process.
     """
-    for directory in _wheel_dirs(name):
-        if _executable(directory / name):
-            return str(directory / name)
-    found = shutil.which(name)
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home and _executable(Path(home) / "bin" / name):
-            return str(Path(home) / "bin" / name)
+    wheels = [d / name for d in _wheel_dirs(name)]
+    toolkit = [Path(p) for p in (shutil.which(name),) if p]
+    toolkit += [Path(home) / "bin" / name for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                                                        "/usr/local/cuda") if home]
+    for candidate in (wheels + toolkit if name in WHEEL_FIRST else toolkit + wheels):
+        if _executable(candidate):
+            return str(candidate)
     return None
 
 

@@ -10,6 +10,7 @@ import pytest
 from mosaic.plugins import host
 from mosaic_amk.bench.microbench import deadlock, handoff_chain, op_schedule, split_rows
 from mosaic_amk.config import VM_FUSIONS, ScheduleConfig
+from mosaic_amk.cuda import decode as D
 from mosaic_amk.cuda import encode as E
 from mosaic_amk.lowering import lower
 from mosaic_amk.model import INV_FREQ
@@ -25,8 +26,8 @@ CFGS = {"fused": ScheduleConfig(gemv_rows_per_task=16, kv_max_tokens=64),
 
 
 def test_abi_matches_header():
-    header = E.abi_constants()
-    for name, value in E.expected_abi().items():
+    header = D.abi_constants()
+    for name, value in D.expected_abi().items():
         assert header.get(name) == value, (name, header.get(name), value)
 
 
@@ -46,7 +47,7 @@ def _normalise(s):
 def test_round_trip(family, cfg):
     s = lower(tiny_model(family), CFGS[cfg], GPU, 5)
     enc = E.encode(s)
-    back = E.decode(enc)
+    back = D.decode(enc)
     assert back.to_json() == _normalise(s).to_json()
     # the encoded task table is what the VM walks: one record per task, queues in list order per SM
     assert enc.tasks.shape == (len(s.tasks), E.TASK_WORDS)
@@ -188,7 +189,7 @@ def test_fused_gemv_ops_are_vm_ops_in_abi_order():
     split = ("argmax_partial", "argmax_combine")
     assert E.OPS[-6:] == (*FUSED_GEMV_OPS, *split) and set(E.OPS) == set(ops.SPECS)
     assert not set(FUSED_GEMV_OPS + split) & set(ops.FUSED_SPECS)
-    header = E.abi_constants()
+    header = D.abi_constants()
     assert [header[f"OP_{o.upper()}"] for o in FUSED_GEMV_OPS + split] == [11, 12, 13, 14, 15, 16]
     assert header["AMK_NUM_OPS"] == 17
 
@@ -254,7 +255,7 @@ def test_split_argmax_encodes_and_decodes():
         rec = enc.tasks[i]
         assert (rec[E.W_OP], rec[E.W_PART], rec[E.W_ROW0], rec[E.W_ROW1]) == (
             E.OP_CODE["argmax_partial"], t.params["part"], t.params["row_start"], t.params["row_end"])
-    back = {t.id: t for t in E.decode(enc).tasks}
+    back = {t.id: t for t in D.decode(enc).tasks}
     assert all(back[t.id].params == {k: t.params[k] for k in ("row_start", "row_end", "part")} for _, t in parts)
     i, t = parts[-1]
     _refuses(_with(s, i, params={**t.params, "part": 10_000}), ["part 10000 outside"])
@@ -303,7 +304,7 @@ def test_error_bits_have_messages():
     """Every E_* bit of abi.h has a launcher message (a bit without one would raise an empty DeviceError)."""
     from mosaic_amk.cuda.launcher import ERRORS
 
-    bits = {v for k, v in E.abi_constants().items() if k.startswith("E_")}
+    bits = {v for k, v in D.abi_constants().items() if k.startswith("E_")}
     assert bits == set(ERRORS) and 8 in bits
 
 

@@ -299,7 +299,7 @@ def test_split_argmax_whole_model_tokens_equal(model_kind, steps_per_launch, cud
     task: the same tokens (and logits)."""
     from mosaic_amk.config import CUDA_DEFAULT, VM_FUSIONS
     from mosaic_amk.cuda.cuda_vm import CudaVM
-    from mosaic_amk.cuda.encode import decode
+    from mosaic_amk.cuda.decode import decode
 
     _, spec, weights, gpu = gpu_model(model_kind)
     assert "split_argmax" in CUDA_DEFAULT.fusion and CUDA_DEFAULT.argmax_rows_per_task == 1024

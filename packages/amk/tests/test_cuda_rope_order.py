@@ -19,16 +19,16 @@ STANDARD = attrs.evolve(CUDA_DEFAULT, rope_order="standard")
 @pytest.mark.parametrize("steps_per_launch", [1, 8])
 def test_blocked_whole_model_tokens_and_logits_equal(model_kind, steps_per_launch, cuda_device, gpu_model,
                                                      same_generation):
-    from mosaic_amk.cuda import encode as E
+    from mosaic_amk.cuda import decode as D
     from mosaic_amk.cuda.cuda_vm import CudaVM
 
     _, spec, weights, gpu = gpu_model(model_kind)
     std = CudaVM(spec, STANDARD, gpu, weights=weights, max_positions=64)
     blk = CudaVM(spec, BLOCKED, gpu, weights=weights, max_positions=64)
     assert blk.config.rope_order == "blocked" and std.build_info.key == blk.build_info.key  # the same cubin
-    q = [t for t in E.decode(blk.enc).tasks if t.op == "gemv_rope"]
+    q = [t for t in D.decode(blk.enc).tasks if t.op == "gemv_rope"]
     assert all(t.params["rope_block"] == 8 and t.params["row_start"] % 8 == 0 for t in q)
-    assert len(q) > len([t for t in E.decode(std.enc).tasks if t.op == "gemv_rope"])  # more, shorter tasks
+    assert len(q) > len([t for t in D.decode(std.enc).tasks if t.op == "gemv_rope"])  # more, shorter tasks
     same_generation(std, blk, [3, 17, 42, 5, 11], 40, steps_per_launch)
 
 

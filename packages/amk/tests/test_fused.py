@@ -16,6 +16,7 @@ import pytest
 from mosaic.plugins import host
 from mosaic_amk import columns, ops
 from mosaic_amk.config import CPU_FUSIONS, DEFAULT_FUSIONS, FUSIONS, ScheduleConfig
+from mosaic_amk.footprints import split_range
 from mosaic_amk.lowering import layer_stages, lower
 from mosaic_amk.model import INV_FREQ, ModelSpec
 from mosaic_amk.schedule import Buffer
@@ -153,7 +154,7 @@ def test_a_fused_schedule_missing_its_kv_wait_is_rejected(h200):
     kv_counters = {t.signal for t in s.tasks if t.op == "gemv_rope_append"}
     # the last KV chunk holds the appended position (the others never read it: element-exact footprints)
     i = next(i for i, t in enumerate(s.tasks) if t.op == "attention_partial"
-             and ops.split_range(0, 6, t.params["split"], t.params["num_splits"])[1] == 6)
+             and split_range(0, 6, t.params["split"], t.params["num_splits"])[1] == 6)
     t = s.tasks[i]
     bad = attrs.evolve(t, waits=tuple(w for w in t.waits if w.counter not in kv_counters))
     s2 = attrs.evolve(s, tasks=(*s.tasks[:i], bad, *s.tasks[i + 1:]))

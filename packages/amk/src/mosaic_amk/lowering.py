@@ -21,8 +21,9 @@ from mosaic.records import GpuTarget
 
 from mosaic_amk import rope_order
 from mosaic_amk.config import AUTO_APART_MAX_WEIGHTS_PER_SM, ScheduleConfig
+from mosaic_amk.footprints import split_range
 from mosaic_amk.model import INV_FREQ, ModelSpec
-from mosaic_amk.ops import OP_SPECS, split_range
+from mosaic_amk.ops import OP_SPECS
 from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
 
 TOKEN = "token"

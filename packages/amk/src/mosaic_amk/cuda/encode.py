@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
 import numpy as np
@@ -32,7 +30,7 @@ from mosaic.errors import BadInput
 from mosaic_amk import ops as _ops
 from mosaic_amk import rope_order
 from mosaic_amk.lowering import NEXT_TOKEN, TOKEN
-from mosaic_amk.schedule import BUFFER_KINDS, Buffer, Schedule, Task, Wait
+from mosaic_amk.schedule import BUFFER_KINDS, Schedule, Task
 
 ABI_H = Path(__file__).with_name("abi.h")
 
@@ -545,73 +543,3 @@ def _flag_kv_stage(schedule: Schedule, table: np.ndarray, index: Mapping[str, in
         caches = (int(table[i, W_IN + 1]), int(table[i, W_IN + 2]))
         if all(runtime[w] for b in caches for w in writers.get(b, ())):
             table[i, W_FLAGS] |= F_KV_STAGE
-
-
-# ------------------------------------------------------------------------------------------ decode
-
-def decode(enc: Encoded) -> Schedule:
-    """The schedule an encoding represents (task order, ops, SMs, buffers, waits, signals, the op's
-    parameters; ``ranges`` are not part of the encoding). ``decode(encode(s))`` equals ``s`` with ranges
-    dropped and float parameters rounded to float32: test_cuda_encode checks it."""
-    sm_of = {}
-    for s in range(enc.num_sms):
-        for q in range(enc.queue_offsets[s], enc.queue_offsets[s + 1]):
-            sm_of[int(enc.queue[q])] = s
-    names = [b.name for b in enc.buffers]
-    tasks = []
-    for i in range(len(sm_of)):
-        rec = [int(v) for v in enc.tasks[i]]
-        op = OPS[rec[W_OP]]
-        spec = _ops.SPECS[op]
-        params: dict[str, Any] = {}
-        words = {"row_start": W_ROW0, "row_end": W_ROW1, "num_heads": W_NH, "num_kv_heads": W_NKV,
-                 "head_dim": W_HD, "window": W_WINDOW, "page_tokens": W_PAGE, "position": W_POS, "part": W_PART}
-        for p in spec.params:
-            if p in words:
-                params[p] = rec[words[p]]
-            elif p in ("eps", "scale", "attention_scaling"):
-                params[p] = _bits_f32(rec[{"eps": W_EPS, "scale": W_SCALE, "attention_scaling": W_ASCALE}[p]])
-            elif p == "bias":
-                params[p] = bool(rec[W_FLAGS] & F_BIAS)
-            elif p == "residual":
-                params[p] = bool(rec[W_FLAGS] & F_RESID)
-            elif p == "norm":
-                params[p] = bool(rec[W_FLAGS] & F_NORM)
-            elif p == "rope":
-                params[p] = bool(rec[W_FLAGS] & F_ROPE)
-        if rec[W_FLAGS] & F_ROPE_BLOCK:
-            params["rope_block"] = rope_order.BLOCK
-        tasks.append(Task(id=rec[W_ID], op=op, sm=sm_of[i],
-                          inputs=tuple(names[rec[W_IN + k]] for k in range(rec[W_NIN])),
-                          outputs=tuple(names[rec[W_OUT + k]] for k in range(rec[W_NOUT])),
-                          waits=tuple(Wait(rec[W_WAIT + 2 * k], rec[W_WAIT + 2 * k + 1]) for k in range(rec[W_NWAIT])),
-                          signal=rec[W_SIGNAL], params=params))
-    dtype_back = {DT_BF16: "bf16", DT_F32: "f32", DT_I32: "i32"}
-    buffers = tuple(Buffer(b.name, dtype_back[b.dtype], b.shape, b.kind) for b in enc.buffers)
-    return Schedule(num_sms=enc.num_sms, buffers=buffers, num_counters=enc.num_counters, tasks=tuple(tasks),
-                    outputs=tuple(enc.outputs),
-                    meta={"position": enc.position} if enc.position is not None else {})
-
-
-def abi_constants(path: Path = ABI_H) -> dict[str, int]:
-    """The ``#define NAME <int>`` constants of abi.h (the test compares them with this module's)."""
-    out = {}
-    for m in re.finditer(r"^#define\s+(\w+)\s+(-?\d+)\b", path.read_text(), re.M):
-        out[m.group(1)] = int(m.group(2))
-    return out
-
-
-def expected_abi() -> Mapping[str, int]:
-    """This module's view of abi.h, name for name."""
-    d = {"AMK_TASK_WORDS": TASK_WORDS, "AMK_BUF_META": BUF_META, "AMK_MAX_IN": MAX_IN, "AMK_MAX_OUT": MAX_OUT,
-         "AMK_MAX_WAIT": MAX_WAIT, "AMK_MAX_PF": MAX_PF, "W_OP": W_OP, "W_NIN": W_NIN, "W_NOUT": W_NOUT,
-         "W_NWAIT": W_NWAIT, "W_SIGNAL": W_SIGNAL, "W_FLAGS": W_FLAGS, "W_ROW0": W_ROW0, "W_ROW1": W_ROW1,
-         "W_IN": W_IN, "W_OUT": W_OUT, "W_WAIT": W_WAIT, "W_NH": W_NH, "W_NKV": W_NKV, "W_HD": W_HD,
-         "W_WINDOW": W_WINDOW, "W_PAGE": W_PAGE, "W_EPS": W_EPS, "W_SCALE": W_SCALE, "W_ASCALE": W_ASCALE,
-         "W_POS": W_POS, "W_PART": W_PART, "W_PF": W_PF, "W_ID": W_ID, "F_BIAS": F_BIAS, "F_RESID": F_RESID,
-         "F_RUNTIME_POS": F_RUNTIME_POS, "F_NORM": F_NORM, "F_ROPE": F_ROPE, "F_KV_STAGE": F_KV_STAGE,
-         "F_ROPE_BLOCK": F_ROPE_BLOCK, "DT_F32": DT_F32, "DT_BF16": DT_BF16, "DT_I32": DT_I32,
-         "B_DTYPE": B_DTYPE, "B_KIND": B_KIND, "B_RANK": B_RANK, "B_D0": B_D0, "B_ROW": B_ROW,
-         "AMK_NUM_OPS": len(OPS)}
-    d.update({f"OP_{name.upper()}": code for name, code in OP_CODE.items()})
-    return d

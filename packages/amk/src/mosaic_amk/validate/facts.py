@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 
 from mosaic_amk import ops as _ops
+from mosaic_amk.footprints import numel, row_len
 from mosaic_amk.schedule import Buffer, Schedule, Task
 
 INIT_KINDS = frozenset(("weight", "input", "kv_cache"))  # valid before the launch starts
@@ -86,7 +87,7 @@ class Facts:
         for b in s.buffers:
             bufs[b.name] = b
         # buffers whose accesses the race rules track (elements): all but weights and bad shapes
-        self.tracked = {b.name: _ops.numel(b.shape) for b in bufs.values()
+        self.tracked = {b.name: numel(b.shape) for b in bufs.values()
                         if b.kind != "weight" and b.shape and min(b.shape) >= 1}
         ncnt = s.num_counters
         prods = self.prods
@@ -159,7 +160,7 @@ class Facts:
                                 continue
                             rl = rowlen.get(name)
                             if rl is None:
-                                rl = rowlen[name] = _ops.row_len(bufs[name].shape)
+                                rl = rowlen[name] = row_len(bufs[name].shape)
                             if lo < got[0] * rl or hi > got[1] * rl:
                                 add((f"ranges[{name}] covering rows [{lo // rl}, {-(-hi // rl)})",
                                      list(got), "declared rows narrower than what the op touches"))
@@ -170,7 +171,7 @@ class Facts:
             def declared(n: str) -> tuple:
                 if n not in ranges:
                     return (n, 0, track[n])
-                rl = _ops.row_len(bufs[n].shape)
+                rl = row_len(bufs[n].shape)
                 return (n, ranges[n][0] * rl, ranges[n][1] * rl)
 
             reads = tuple(declared(n) for n in t.inputs if n in track)

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 from mosaic.errors import CheckFailed, Diagnostic
 
-from mosaic_amk import ops as _ops
+from mosaic_amk.footprints import numel
 from mosaic_amk.schedule import (
     FORMAT,
     MAX_INPUTS,
@@ -254,7 +254,7 @@ def rule_unreachable_output(f: Facts) -> Found:
             if lo > reach:
                 gaps.append([reach, lo])
             reach = max(reach, hi)
-        size = _ops.numel(b.shape)
+        size = numel(b.shape)
         if reach < size:
             gaps.append([reach, size])
         if gaps:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from mosaic_amk import ops as _ops
+from mosaic_amk.footprints import numel
 from mosaic_amk.schedule import MAX_INPUTS, MAX_OUTPUTS, MAX_RANK, MAX_WAITS
 from mosaic_amk.validate.facts import INIT_KINDS as _INIT_KINDS
 from mosaic_amk.validate.facts import SPECS as _SPECS
@@ -92,7 +92,7 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
             return False
     # -- malformed: references, weights written, op table, parameters, arity ------------------------------
     rows = np.fromiter(map(itemgetter(0), shapes), np.int64, nb)
-    size = np.fromiter(map(_ops.numel, shapes), np.int64, nb)  # elements
+    size = np.fromiter(map(numel, shapes), np.int64, nb)  # elements
     rlen = size // rows  # elements per row of axis 0 (extents checked >= 1 above)
     is_weight = np.fromiter((k == "weight" for k in kinds), bool, nb)
     n_in, n_out = sum(in_len), sum(out_len)

@@ -18,7 +18,7 @@ import attrs
 
 from mosaic.lift.cfg import build_cfg
 from mosaic.lift.instruction import Program
-from mosaic.lift.normalize import WorkLoop, class_counts, loop_unroll, work_loops
+from mosaic.lift.normalize import WorkLoop, class_counts, loop_unroll, stepped_counters, work_loops
 from mosaic.lift.opclass import CRITICAL
 from mosaic.lift.resources import METRICS, metric, occupancy, stall_top
 from mosaic.lift.roles import find_roles
@@ -131,6 +131,8 @@ def _mma_info(insn) -> tuple[str, str | None, tuple]:
             s = m
             shape = f"m{s[:2]}n{s[2]}k{s[3:]}"
     types = tuple(m.lower() for m in insn.mods if re.fullmatch(r"(F|BF|S|U|E4M3|E5M2|TF)\d*|E4M3|E5M2", m))
+    if insn.opcode == "HMMA" and not {"BF16", "TF32"} & set(insn.mods):
+        types = (*types, "f16")  # HMMA.16816.F32: f16 operands (only bf16/tf32 are spelled), f32 accumulator
     return form, shape, types
 
 
@@ -232,7 +234,9 @@ def _launch(add, program: Program, ctx: Context, roles) -> None:
     ptxas = ctx.ptxas or {}
     regs = (lr.registers_per_thread or None) if lr else None
     regs = regs or (cb.registers if cb else None) or ptxas.get("registers")
-    add("launch", "roles.warpgroups", role_warpgroups(roles, threads, regs) if roles else None, "map")
+    bound = cb.max_threads if cb and cb.max_threads else d.get("maxntid")
+    split_threads = threads or (math.prod(bound) if bound else None)  # the launch bound caps the rest side
+    add("launch", "roles.warpgroups", role_warpgroups(roles, split_threads, regs) if roles else None, "map")
     smem = lr.static_smem if lr else (cb.static_smem if cb else ptxas.get("static_smem", d.get("shared_bytes")))
     add("launch", "smem.static", smem, "num")
     add("launch", "smem.dynamic", lr.dynamic_smem if lr else None, "num")
@@ -282,7 +286,12 @@ def _instruction(add, insns, hot) -> None:
     add("instruction", "mma.shape", sorted(shapes), "set")
     add("instruction", "mma.types", sorted(types), "set")
     classes = {i.opclass for i in insns}
-    add("instruction", "transfer.form", sorted({v for k, v in _TRANSFER.items() if k in classes}), "set")
+    forms = {v for k, v in _TRANSFER.items() if k in classes}
+    if forms - {"ld.global"} and not any(i.opclass == "ld.global" for w in hot.values() if w for i in w.body):
+        # tiles arrive by TMA / bulk / cp.async; plain loads outside the hot loops fetch scalars (CUTLASS's
+        # epilogue reads alpha and beta through pointers), not tiles
+        forms.discard("ld.global")
+    add("instruction", "transfer.form", sorted(forms), "set")
     add("instruction", "transfer.store_form", sorted({v for k, v in _STORE.items() if k in classes}), "set")
     add("instruction", "barrier.ops", sorted(c for c in _BARRIERS if c in classes), "set")
     for space, ld, st in (("global", "ld.global", "st.global"), ("shared", "ld.shared", "st.shared")):
@@ -326,14 +335,12 @@ def is_persistent(program: Program, loops) -> bool:
     """A CTA loops over work units strided by the grid: a work loop reads the grid size (``nctaid``; a
     grid-stride loop, CUTLASS/CuTe tile schedulers), or combines the block index with a counter the loop
     steps (``tile = ctaid + step * 132``: jax's Pallas matmul bakes the SM count into the stride)."""
-    from mosaic.lift.stages import _counters
-
     in_loop = {i.index for w in loops for i in w.body}
     grid_regs = _nctaid_regs(program, {i.index for i in program.instructions if i.index not in in_loop})
     ctaid = {i.operands[0] for i in program.instructions
              if i.operands and any(_CTAID_RE.search(o) for o in i.operands[1:])}
     for w in loops:
-        counters = _counters(w.body)
+        counters = stepped_counters(w.body)
         for i in w.body:
             srcs = [o.removesuffix(".reuse") for o in i.operands[1:]]
             if any(o in grid_regs or o in _NCTAID_SASS or o.startswith("%nctaid") for o in srcs):
@@ -406,6 +413,9 @@ def f32_or_64(mods) -> bool:
 def _numerics(add, insns, program) -> None:
     fused = unfused = 0
     exp_forms, div_forms, cvts = set(), set(), set()
+    seeded: set[str] = set()
+    calls = [program.labels[t] for i in insns if i.opclass == "call" for t in i.targets if t in program.labels]
+    sub_start = min(calls, default=len(program.instructions))
     ftz = noftz = 0
     for n, i in enumerate(insns):
         c = i.opclass
@@ -418,11 +428,20 @@ def _numerics(add, insns, program) -> None:
                 if d is not None and d.opclass == "fp32.mul":
                     unfused += 1
                     break
-        if c in ("fp32.fma", "fp32.add", "fp32.mul"):
+        srcs = [o.lstrip("-|").removesuffix(".reuse") for o in i.operands[1:]]
+        if c in ("fp32.fma", "fp32.add", "fp32.mul") and i.index < sub_start and \
+                not any(o in seeded for o in srcs) and not (c == "fp32.add" and "RZ" in srcs):
+            # ptxas's own refinement of a MUFU result (the IEEE sqrt/divide fast paths use FMUL.FTZ), its
+            # negations (FADD.FTZ R0, -R0, -RZ) and the slow-path subroutines say nothing about the kernel's
+            # denormal mode
             if "FTZ" in mods_u:
                 ftz += 1
             else:
                 noftz += 1
+        if i.opcode == "MUFU" and i.operands:
+            seeded.add(i.operands[0])
+        elif i.operands and i.operands[0] in seeded:
+            seeded.discard(i.operands[0])  # overwritten
         is_ex2 = (i.opcode == "MUFU" and "EX2" in i.mods) or i.opcode == "ex2"
         if is_ex2:
             window = insns[max(0, n - 10):n]

@@ -120,6 +120,28 @@ def _waits_in_line(cfg: CFG, q: Loop) -> bool:
     return False
 
 
+_STEP_ADD = {"VIADD", "IADD3", "UIADD3", "IADD", "add"}
+
+
+def _int(op: str) -> int | None:
+    return int(op, 0) if re.fullmatch(r"0x[0-9a-fA-F]+|\d+", op) else None
+
+
+def stepped_counters(body) -> dict[str, int]:
+    """Registers stepped by a small constant in the loop, with the step: ``R = R + 1`` or read by an ``x + 1``
+    (the next index); a loop unrolled twice steps its stage counter by 2 (``UIADD3 UR22, UR22, 0x2``)."""
+    out: dict[str, int] = {}
+    for i in body:
+        if i.opcode in _STEP_ADD and len(i.operands) >= 3:
+            srcs = [o for o in i.operands[1:] if o not in ("RZ", "URZ", "PT", "UPT")]
+            steps = [_int(o) for o in srcs if _int(o) is not None]
+            if steps and steps[0] in (1, 2, 4, 8):
+                regs = [o.removesuffix(".reuse") for o in srcs if _int(o) is None]
+                for r in [*regs, i.operands[0]]:
+                    out[r] = min(out.get(r, steps[0]), steps[0])
+    return out
+
+
 def pipeline_steps(w: WorkLoop) -> int:
     """Pipeline steps one trip of a loop runs: each step waits on one stage's mbarrier (a consumer on *full*,
     a producer on *empty*). Counted as the waits issued in line; the retry loop a failed wait jumps to is kept
@@ -143,7 +165,37 @@ def loop_unroll(w: WorkLoop) -> int:
     its step count (``pipeline_steps``), not the gcd of its operation counts (a producer issues several TMA
     loads per stage, a consumer several wgmma per k-step); other loops: ``unroll_estimate``."""
     steps = pipeline_steps(w)
-    return steps if steps else unroll_estimate(class_counts(w.body))
+    if steps:
+        return steps
+    if exit_counter_step(w) == 1:
+        return 1  # one trip per count of the counter the loop exits on: nothing replicated (wmma's k-loop)
+    return unroll_estimate(class_counts(w.body))
+
+
+def exit_counter_step(w: WorkLoop) -> int | None:
+    """The step of the counter the back edge tests (``UIADD3 UR5, UR5, 0x1; ISETP.LE P0, PT, R30, UR5; @!P0
+    BRA header`` -> 1), following predicate copies (``PLOP3.LUT P1, PT, PT, PT, UP0``); None when unclear."""
+    body = w.body
+    back = [i for i in body if i.opclass == "branch" and i.predicated and i.index not in w.spin]
+    if not back:
+        return None
+    guard = back[-1].pred.lstrip("!").replace("%", "")
+    counters = stepped_counters(body)
+    for i in reversed(body[:body.index(back[-1])]):
+        if not i.operands or i.operands[0].replace("%", "") != guard:
+            continue
+        srcs = [o.removesuffix(".reuse") for o in i.operands[1:]]
+        if i.opcode in ("PLOP3", "UPLOP3", "mov"):
+            nxt = next((o for o in srcs if o.lstrip("!") not in ("PT", "UPT") and o.lstrip("!")[:1] in "UP%"), None)
+            if nxt is None:
+                return None
+            guard = nxt.lstrip("!").replace("%", "")
+            continue
+        if i.opcode in ("ISETP", "UISETP", "setp"):
+            steps = {counters[o] for o in srcs if o in counters}
+            return min(steps) if steps else None
+        return None
+    return None
 
 
 def work_loops(cfg: CFG) -> list[WorkLoop]:

@@ -28,13 +28,11 @@ from collections.abc import Callable
 
 import attrs
 
-from mosaic.lift.normalize import WorkLoop
+from mosaic.lift.normalize import WorkLoop, stepped_counters
 
 MAX_STAGES = 32
-_ADD = {"VIADD", "IADD3", "UIADD3", "IADD", "add"}
 _CMP = {"ISETP", "UISETP", "setp"}
 _AND = {"LOP3", "ULOP3", "and"}
-_ZERO = {"RZ", "URZ", "PT", "UPT"}
 
 
 def _imm(op: str) -> int | None:
@@ -43,23 +41,8 @@ def _imm(op: str) -> int | None:
     return None
 
 
-def _counters(body) -> dict[str, int]:
-    """Registers stepped by a small constant in the loop, with the step: ``R = R + 1`` or read by an ``x + 1``
-    (the next index); a loop unrolled twice steps its stage counter by 2 (``UIADD3 UR22, UR22, 0x2``)."""
-    out: dict[str, int] = {}
-    for i in body:
-        if i.opcode in _ADD and len(i.operands) >= 3:
-            srcs = [o for o in i.operands[1:] if o not in _ZERO]
-            steps = [_imm(o) for o in srcs if _imm(o) is not None]
-            if steps and steps[0] in (1, 2, 4, 8):
-                regs = [o.removesuffix(".reuse") for o in srcs if _imm(o) is None]
-                for r in [*regs, i.operands[0]]:
-                    out[r] = min(out.get(r, steps[0]), steps[0])
-    return out
-
-
 def stage_index_wrap(loop: WorkLoop, kernel) -> int | None:
-    counters = _counters(loop.body)
+    counters = stepped_counters(loop.body)
     found: Counter = Counter()
     for i in loop.body:
         ops = [o.removesuffix(".reuse") for o in i.operands]
@@ -113,21 +96,30 @@ def _magic_modulo(body, counters: set[str]) -> Counter:
     return found
 
 
-def barrier_ring(loop: WorkLoop, kernel) -> int | None:
-    offsets = set()
-    for i in loop.body:
-        if i.opclass != "mbar.wait":
-            continue
+_ADDR_RE = re.compile(r"\[([^\]+]+?)(?:\+(0x[0-9a-fA-F]+|\d+))?\]")
+
+
+def _ring(insns) -> int | None:
+    """N >= 2 mbarriers at constant offsets 8 bytes apart from one base (``[UR17+0x20]`` ... ``[UR17+0x38]``;
+    PTX's ``[%r1]``, ``[%r1+8]`` ...) -> N."""
+    by_base: dict[str, set] = {}
+    for i in insns:
         for o in i.operands:
-            m = re.fullmatch(r"\[[^\]]*?\+(0x[0-9a-fA-F]+)\]", o)
+            m = _ADDR_RE.fullmatch(o)
             if m:
-                offsets.add(int(m.group(1), 16))
-    if len(offsets) < 2:
-        return None
-    ordered = sorted(offsets)
-    if all(b - a == 8 for a, b in zip(ordered, ordered[1:], strict=False)):
-        return len(ordered)
+                by_base.setdefault(m.group(1), set()).add(int(m.group(2), 0) if m.group(2) else 0)
+    for offsets in sorted(by_base.values(), key=len, reverse=True):
+        ordered = sorted(offsets)
+        if len(ordered) >= 2 and all(b - a == 8 for a, b in zip(ordered, ordered[1:], strict=False)):
+            return len(ordered)
     return None
+
+
+def barrier_ring(loop: WorkLoop, kernel) -> int | None:
+    """The hot loop unrolled over the whole ring: the mbarriers it waits on, else (PTX, whose waits go through
+    registers) the full barriers it arms with expect-tx."""
+    waits = _ring([i for i in loop.body if i.opclass == "mbar.wait"])
+    return waits or _ring([i for i in loop.body if i.opclass == "mbar.arrive.tx"])
 
 
 def prologue_groups(loop: WorkLoop, kernel) -> int | None:

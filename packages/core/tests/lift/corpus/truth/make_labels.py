@@ -1,0 +1,173 @@
+"""Write labels.json: the ground truth of every corpus case, each derived from the kernel's own source,
+flags or configuration (never from the lifter), with the command that regenerates its artifact.
+
+    .venv/bin/python packages/core/tests/lift/corpus/truth/make_labels.py
+
+Sources:
+- ``cuda``: the kernels in cuda/ (written for this corpus), compiled by nvcc at run time
+  (``nvcc -cubin -arch=sm_90a -O3 <flags> -o X.cubin X.cu``); labels from the source and the flags.
+- ``pallas``: jax 0.11.2's shipped Pallas Mosaic GPU hopper matmul (jax/experimental/pallas/ops/gpu/
+  hopper_matmul_mgpu.py) in three TuningConfigs, captured on the H200 (jax compiles Mosaic GPU to PTX only
+  with a CUDA backend: ``benchmarks/gemm_capture.py --part pallas``); labels from the TuningConfig in each
+  bundle's manifest and the constants of jax's source (num_threads=3, num_compute_wgs=2,
+  memory_registers=40, consumers' registers by pipeline._compute_registers, nd_loop over tiles on a grid
+  of num_sms CTAs).
+- ``cutlass``: CUTLASS 3 collective-builder GEMMs (cooperative, ping-pong) captured on the H200; labels from
+  the template arguments in the mangled kernel name (stages, schedule) and CUTLASS's sm90 kernel constants
+  (LoadRegisterRequirement 40, MmaRegisterRequirement 232, one producer and two MMA warpgroups, persistent
+  tile scheduler, CUTLASS_PRAGMA_NO_UNROLL mainloops).
+- ``cute``: the project's CuTe DSL Hopper GEMM lowered ahead of time here (build_cute.py, .venv312);
+  labels from the knobs and the kernel module's constants (cute-labels.json).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[5]
+H200 = "packages/core/tests/data/h200"
+NVCC = "nvcc -cubin -arch=sm_90a -O3"
+
+# -- plain CUDA: (id, source, flags, labels) -----------------------------------------------------------
+PLAIN = {"roles": ["all"], "mma.form": [], "roles.registers": {}}
+CUDA = [
+    ("divide", "divide.cu", [], {"block.max_threads": [256, 1, 1], "persistent": False, "loops.depth": 1,
+                                  "div.form": ["ieee"], "exp.form": [], "transfer.form": ["ld.global"],
+                                  "transfer.store_form": ["st.global"], "barrier.ops": [], "denormal.flush": "ieee"}),
+    ("rsqrt", "rsqrt.cu", [], {"block.max_threads": [128, 1, 1], "persistent": False, "loops.depth": 0,
+                                "div.form": ["ieee"], "exp.form": [], "barrier.ops": [], "denormal.flush": "ieee"}),
+    ("expf-precise", "expf.cu", ["-DFAST=0"], {"block.max_threads": [256, 1, 1], "persistent": True,
+                                               "loops.depth": 1, "exp.form": ["precise"], "div.form": [],
+                                               "denormal.flush": "ieee"}),
+    ("expf-intrinsic", "expf.cu", ["-DFAST=1"], {"persistent": True, "loops.depth": 1, "exp.form": ["approx"],
+                                                 "div.form": []}),
+    ("expf-fast-math", "expf.cu", ["-DFAST=0", "-use_fast_math"], {"persistent": True, "exp.form": ["approx"],
+                                                                   "denormal.flush": "ftz"}),
+    ("warp-shuffle-sum", "shuffle.cu", [], {"block.max_threads": [128, 1, 1], "persistent": False,
+                                            "transfer.store_form": ["atomic"], "barrier.ops": [],
+                                            "div.form": [], "exp.form": []}),
+    ("histogram", "histogram.cu", [], {"block.max_threads": [256, 1, 1], "persistent": True,
+                                       "transfer.store_form": ["atomic"], "barrier.ops": ["bar.sync"],
+                                       "loops.depth": 1}),
+    ("local-array", "localarray.cu", [], {"block.max_threads": [128, 1, 1], "stack_frame": {"min": 128},
+                                          "spills": {"local_instructions": {"min": 1}}, "persistent": False}),
+    ("saxpy-unroll1", "saxpy.cu", ["-DUNROLL=1"], {"persistent": True, "loops.depth": 1, "loop.unroll": 1,
+                                                   "fma.contraction": "fused", "denormal.flush": "ieee"}),
+    ("saxpy-unroll4", "saxpy.cu", ["-DUNROLL=4"], {"persistent": True, "loop.unroll": 4,
+                                                   "fma.contraction": "fused"}),
+    ("saxpy-unroll4-nofma", "saxpy.cu", ["-DUNROLL=4", "-fmad=false"], {"loop.unroll": 4,
+                                                                        "fma.contraction": "unfused"}),
+    ("saxpy-unroll2-ftz", "saxpy.cu", ["-DUNROLL=2", "-ftz=true"], {"loop.unroll": 2, "denormal.flush": "ftz",
+                                                                     "fma.contraction": "fused"}),
+    ("fast-divide", "fastdiv.cu", [], {"div.form": ["approx"], "loops.depth": 0, "persistent": False}),
+    ("double-divide-sqrt", "ddiv.cu", [], {"div.form": ["ieee"], "loops.depth": 0}),
+    ("wmma-gemm", "wmma.cu", [], {"mma.form": ["mma.sync"], "mma.types": ["f16", "f32"], "loop.unroll": 1,
+                                  "loops.depth": 1, "block.max_threads": [32, 1, 1], "persistent": False}),
+    ("cp-async-tiles", "cpasync.cu", [], {"transfer.form": ["cp.async"], "loop.unroll": 1, "loops.depth": 1,
+                                          "barrier.ops": ["bar.sync", "cp.async.wait"], "persistent": False}),
+    ("cluster-copy", "cluster.cu", [], {"cluster": [2, 1, 1], "block.max_threads": [64, 1, 1], "loops.depth": 0,
+                                        "persistent": False}),
+    ("nested-row-sums", "nested.cu", [], {"loops.depth": 2, "persistent": True, "loop.unroll": 1}),
+]
+
+# -- jax's Pallas hopper matmul ---------------------------------------------------------------------------
+JAX = {"num_threads": 3, "num_compute_wgs": 2, "memory_registers": 40}
+
+
+def jax_compute_registers(memory: int, compute_wgs: int) -> int:
+    return int(min(256.0, (512 - memory) / compute_wgs) // 8 * 8)  # jax/_src/pallas/mosaic_gpu/pipeline.py
+
+
+def pallas_labels(knobs: dict) -> dict:
+    tile_n = knobs.get("tile_n", 128)
+    return {"roles": ["consumer", "producer"],
+            "roles.registers": {"producer": JAX["memory_registers"],
+                                "consumer": jax_compute_registers(JAX["memory_registers"], JAX["num_compute_wgs"])},
+            "roles.warpgroups": {"producer": 1, "consumer": JAX["num_compute_wgs"]},
+            "warpgroups": JAX["num_threads"], "persistent": True, "mma.form": ["wgmma"],
+            "mma.shape": [f"m64n{tile_n}k16"], "mma.types": ["bf16", "f32"], "transfer.form": ["tma"],
+            "transfer.store_form": ["tma"], "pipeline.stages": knobs.get("max_concurrent_steps", 4)}
+
+
+PALLAS_DEFAULT = {"tile_m": 128, "tile_n": 128, "tile_k": 64, "max_concurrent_steps": 4}  # GemmKnobs defaults
+PALLAS = [
+    ("pallas-reference-sass", "packages/target-pallas/src/mosaic_target_pallas/references/"
+     "gemm-4096x4096x4096-bf16-h200.bundle", "bundle"),
+    ("pallas-128x128x64-s4-sass", f"{H200}/pallas-jax-128x128x64-s4-sass.bundle", "bundle"),
+    ("pallas-128x128x64-s4-ptx", f"{H200}/pallas-jax-128x128x64-s4.bundle/kernel.ptx", "file"),
+    ("pallas-128x128x64-s3-ptx", f"{H200}/pallas-jax-128x128x64-s3.bundle/kernel.ptx", "file"),
+]
+
+# -- CUTLASS collective builder ---------------------------------------------------------------------------
+CUTLASS = [
+    ("cutlass-coop-128x128-c1x2-sass", f"{H200}/coop-128x128x64-c1x2-4096.bundle", "bundle"),
+    ("cutlass-coop-128x256-c2x1-sass", f"{H200}/coop-128x256x64-c2x1-4096.bundle", "bundle"),
+    ("cutlass-pingpong-64x128-s4-sass", f"{H200}/pingpong-64x128x64-c1x1-s4-4096.bundle", "bundle"),
+    ("cutlass-coop-128x128-c1x2-ptx", f"{H200}/coop-128x128x64-c1x2-4096.bundle/kernel.ptx", "file"),
+    ("cutlass-coop-128x256-c2x1-ptx", f"{H200}/coop-128x256x64-c2x1-4096.bundle/kernel.ptx", "file"),
+    ("cutlass-pingpong-64x128-s4-ptx", f"{H200}/pingpong-64x128x64-c1x1-s4-4096.bundle/kernel.ptx", "file"),
+]
+
+
+def cutlass_labels(bundle: Path) -> dict:
+    mangled = json.loads((bundle / "lowering.json").read_text())["kernel_name"]
+    stages = int(re.search(r"MainloopSm90TmaGmmaWarpSpecialized\w*?ILi(\d+)E", mangled).group(1))
+    return {"roles": ["consumer", "producer"], "roles.registers": {"producer": 40, "consumer": 232},
+            "roles.warpgroups": {"producer": 1, "consumer": 2}, "persistent": True, "mma.form": ["wgmma"],
+            "transfer.form": ["tma"], "pipeline.stages": stages,
+            "loop.unroll@producer": 1, "loop.unroll@consumer": 1, "loops.depth": 2}
+
+
+def build_cases() -> list[dict]:
+    cases = []
+    for cid, src, flags, lab in CUDA:
+        cases.append({"id": cid, "source": "cuda", "src": f"cuda/{src}", "flags": flags,
+                      "build": f"{NVCC} {' '.join(flags)} -o {cid}.cubin cuda/{src}".replace("  ", " "),
+                      "labels": {**PLAIN, **lab}})
+    for cid, path, kind in PALLAS:
+        root = REPO / path if kind == "bundle" else (REPO / path).parent
+        knobs = json.loads((root / "manifest.json").read_text())["kernel"]["knobs"] or PALLAS_DEFAULT
+        lab = pallas_labels(knobs)
+        if kind == "file":  # PTX alone holds no launch: the block (and so the warpgroup count) is unknown
+            lab.pop("warpgroups")
+        if kind == "bundle":
+            launch = json.loads((root / "launch.json").read_text())
+            lab.update({"block": [128 * JAX["num_threads"], 1, 1], "grid": [132, 1, 1], "cluster": [1, 1, 1]})
+            assert launch["block"] == lab["block"]
+        cases.append({"id": cid, "source": "pallas", "artifact": path,
+                      "build": "on the H200: .venv312/bin/python benchmarks/gemm_capture.py --part pallas",
+                      "config": knobs, "labels": lab})
+    for cid, path, kind in CUTLASS:
+        root = REPO / path if kind == "bundle" else (REPO / path).parent
+        lab = cutlass_labels(root)
+        if kind == "bundle":
+            launch = json.loads((root / "launch.json").read_text())
+            lab.update({"block": [384, 1, 1], "cluster": launch["cluster"]})
+        cases.append({"id": cid, "source": "cutlass", "artifact": path,
+                      "build": "on the H200: .venv/bin/python benchmarks/gemm_capture.py --part cutlass",
+                      "labels": lab})
+    cute = json.loads((HERE / "cute-labels.json").read_text())
+    for name, entry in sorted(cute.items()):
+        for ext in ("cubin", "ptx"):
+            lab = dict(entry["labels"])
+            cases.append({"id": f"{name}-{ext}", "source": "cute", "artifact": f"{HERE.relative_to(REPO)}/artifacts/{name}.{ext}",
+                          "build": f".venv312/bin/python {HERE.relative_to(REPO)}/build_cute.py --only {name}",
+                          "config": entry["knobs"], "labels": lab})
+    return cases
+
+
+def render(cases: list[dict]) -> str:
+    return json.dumps({"comment": __doc__.strip().splitlines()[0], "cases": cases}, indent=1) + "\n"
+
+
+def main() -> None:
+    cases = build_cases()
+    (HERE / "labels.json").write_text(render(cases))
+    print(f"{len(cases)} cases")
+
+
+if __name__ == "__main__":
+    main()

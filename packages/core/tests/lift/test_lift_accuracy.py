@@ -1,0 +1,54 @@
+"""The lifter against the labelled corpus of real kernels (corpus/truth/labels.json): every fingerprint key
+>= 95% correct and nothing fails to parse (benchmarks/lift_accuracy.py prints the table)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+TRUTH = Path(__file__).resolve().parent / "corpus" / "truth"
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "benchmarks"))
+import lift_accuracy  # noqa: E402
+
+
+def _make_labels():
+    spec = importlib.util.spec_from_file_location("make_labels", TRUTH / "make_labels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_labels_json_is_what_make_labels_writes():
+    mod = _make_labels()
+    assert (TRUTH / "labels.json").read_text() == mod.render(mod.build_cases())
+
+
+def test_corpus_covers_every_source():
+    sources = {c["source"] for c in lift_accuracy.load_cases()}
+    assert sources == {"cuda", "pallas", "cutlass", "cute"}
+    for case in lift_accuracy.load_cases():
+        assert case["labels"] and case["build"]
+        if case["source"] != "cuda":
+            assert (lift_accuracy.ROOT / case["artifact"]).exists(), case["id"]
+
+
+def test_label_matching_rules():
+    assert lift_accuracy.matches({"min": 1}, 3) and not lift_accuracy.matches({"min": 1}, 0)
+    assert not lift_accuracy.matches({"min": 1}, None)
+    assert lift_accuracy.matches(["b", "a"], ["a", "b"]) and not lift_accuracy.matches(["a"], ["a", "b"])
+    assert lift_accuracy.matches({"local_instructions": {"min": 1}}, {"local_instructions": 4, "x": 0})
+    assert lift_accuracy.matches({"producer": 40}, {"producer": 40})
+    assert not lift_accuracy.matches({"producer": 40}, {"producer": 40, "consumer": 232})
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (the CUDA cases compile here)")
+def test_every_key_meets_the_goal_on_the_corpus(tmp_path):
+    result = lift_accuracy.evaluate(lift_accuracy.load_cases(), tmp_path)
+    assert not result["parse_failures"], result["parse_failures"]
+    low = {k: (v["accuracy"], v["misses"]) for k, v in result["keys"].items() if v["accuracy"] < lift_accuracy.GOAL}
+    assert not low, low
+    assert result["meets_goal"]

@@ -27,7 +27,8 @@ def test_kill_9_mid_campaign_then_resume_loses_nothing(tmp_path):
 
     out = tmp_path / "run"
     env = {"AGENT_LOG": str(tmp_path / "agent.log"), "AGENT_DELAY": "0.4", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen([MOSAIC, "run", "--offline", str(src), "--out", str(out), "--quiet"], env=env,
+    proc = subprocess.Popen([MOSAIC, "run", "--offline", str(src), "--out", str(out), "--quiet",
+                             "--command", tp.agent_command()], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     journal = out / "journal.jsonl"
     deadline = time.monotonic() + 120
@@ -48,8 +49,8 @@ def test_kill_9_mid_campaign_then_resume_loses_nothing(tmp_path):
     with open(journal, "ab") as fh:  # and what a kill during a write leaves behind
         fh.write(b'{"event": "timed", "key": "trunc')
 
-    done = subprocess.run([MOSAIC, "run", "--resume", str(out), "--quiet"], env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([MOSAIC, "run", "--resume", str(out), "--quiet", "--command", tp.agent_command()], env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "torn" in done.stderr
     after = events(journal)

@@ -105,6 +105,13 @@ def test_command_timeout_exit_status_and_missing_program(tmp_path):
     assert "could not be started" in CommandProposer(gone).propose(request(rf.HOPPER, []))[0].reason
 
 
+def agent_command() -> str:
+    """The agent's command line, as a user names it: an offline run or a resume runs only what the user names."""
+    import shlex
+
+    return shlex.join([sys.executable, str(HERE / "agent_script.py")])
+
+
 def agent_campaign(root, mode="plan", delay=0.0):
     toml = rf.CAMPAIGN_TOML.replace('beam = 3', 'beam = 3\nproposer = "command"\ncommand_timeout_s = 30\n'
                                     f'command = ["{sys.executable}", "{HERE / "agent_script.py"}"]')
@@ -114,7 +121,8 @@ def agent_campaign(root, mode="plan", delay=0.0):
 
 def run_agent(src, log, mode="plan", delay=0.0, out=None):
     env = {"AGENT_LOG": str(log), "AGENT_MODE": mode, "AGENT_DELAY": str(delay), "PATH": "/usr/bin:/bin"}
-    args = [MOSAIC, "run", "--offline", str(src), "--quiet"] + (["--out", str(out)] if out else [])
+    args = [MOSAIC, "run", "--offline", str(src), "--quiet", "--command", agent_command()]
+    args += ["--out", str(out)] if out else []
     return subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
 
 

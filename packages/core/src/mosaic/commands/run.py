@@ -37,10 +37,10 @@ def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget
     return Campaign.from_json(data, "mosaic run")
 
 
-def _summary(out: Path, outcome) -> None:
+def _summary(out: Path, outcome, rep: dict | None = None) -> None:
     from mosaic.run.report import write_report
 
-    rep = write_report(out)
+    rep = rep if rep is not None else write_report(out)
     f = rep["final"] or {}
     click.echo(f"{outcome.stop}: incumbent {outcome.incumbent} "
                f"{(f.get('t_incumbent_ns') or 0) / 1e3:.2f} us vs reference {(f.get('t_reference_ns') or 0) / 1e3:.2f} us "
@@ -48,11 +48,27 @@ def _summary(out: Path, outcome) -> None:
     click.echo(f"report: {out / 'report.md'}  {out / 'report.html'}  {out / 'report.json'}")
 
 
-def _offline(src: Path, out: Path | None, quiet: bool) -> int:
+def _command_line(command: str | None, where: str) -> tuple | None:
+    import shlex
+
+    if command is None:
+        return None
+    try:
+        argv = tuple(shlex.split(command))
+    except ValueError as exc:
+        raise BadInput(f"--command is not a command line: {exc}", where) from None
+    if not argv:
+        raise BadInput("--command is empty", where)
+    return argv
+
+
+def _offline(src: Path, out: Path | None, quiet: bool, command: str | None = None, force: bool = False) -> int:
     from mosaic.run.offline import redecide
 
-    r = redecide(src, out, quiet)
-    _summary(r.out, r.outcome)
+    r = redecide(src, out, quiet, _command_line(command, "--command"), force)
+    if r.note:  # always said, even with --quiet
+        click.echo(r.note, err=True)
+    _summary(r.out, r.outcome, r.report)
     if r.recorded_verdicts is None:
         click.echo("offline: no recorded journal in the source directory, so these are first decisions "
                    "from its bundles (nothing to compare)")
@@ -67,9 +83,39 @@ def _offline(src: Path, out: Path | None, quiet: bool) -> int:
     return 0
 
 
-def _resume(directory: Path, quiet: bool) -> int:
+def _resume_proposer(campaign, command: str | None, trust_command: bool, where: str) -> str | None:
+    """Consent for a recorded proposer command: the line that says it runs, or BadInput when not given."""
+    import shlex
+
+    argv = _command_line(command, "--command")
+    if campaign.proposer != "command":
+        if argv is not None:
+            raise BadInput(f"--command: this campaign's proposer is '{campaign.proposer}', not 'command'", where)
+        return None
+    recorded = shlex.join(campaign.command)
+    if argv is not None and argv != tuple(campaign.command):
+        raise BadInput(f"--command {shlex.join(argv)!r} is not the journal's recorded command {recorded!r}", where)
+    if argv is None and not trust_command:
+        raise BadInput(f"the journal's proposer runs the command {recorded!r}; --resume runs it only when you pass "
+                       "it again with --command or confirm it with --trust-command", where)
+    how = "--command" if argv is not None else "--trust-command"
+    return f"resume: the proposer runs the journal's recorded command {recorded} (confirmed by {how})"
+
+
+def _resume(directory: Path, quiet: bool, command: str | None = None, trust_command: bool = False) -> int:
+    from mosaic.run.lock import campaign_lock
+
+    if not (directory / "journal.jsonl").is_file():
+        from mosaic.run.journal import read_journal
+
+        read_journal(directory / "journal.jsonl")  # the one-line refusal, before a lock creates the directory
+    with campaign_lock(directory):
+        return _resume_locked(directory, quiet, command, trust_command)
+
+
+def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_command: bool) -> int:
     from mosaic.run.campaign import Campaign
-    from mosaic.run.journal import Journal
+    from mosaic.run.journal import Journal, check_events
     from mosaic.run.loop import run_campaign
     from mosaic.run.offline import OfflineWorkbench
     from mosaic.run.replay import Recorded
@@ -77,24 +123,30 @@ def _resume(directory: Path, quiet: bool) -> int:
     journal, torn = Journal.resume(directory)
     if torn:  # always said, even with --quiet
         click.echo(f"resume: {torn}", err=True)
+    check_events(journal.replay, journal.path)
     head = journal.replay[0]
+    campaign = Campaign.from_json(head["campaign"], str(journal.path))
     if any(e["event"] == "stop" for e in journal.replay):
         click.echo("the campaign had finished; report rewritten")
         from mosaic.run.report import write_report
 
         write_report(directory)
         return 0
-    campaign = Campaign.from_json(head["campaign"], str(journal.path))
+    consent = _resume_proposer(campaign, command, trust_command, str(journal.path))
     if head.get("workbench") == "offline":
+        if not head.get("source_dir"):
+            raise BadInput("the journal's header names no source_dir for its offline workbench", str(journal.path))
         bench = OfflineWorkbench(Path(head["source_dir"]), campaign.family, campaign.dtype)
     else:
         bench = _live_bench(campaign, directory, quiet)
+    if consent:
+        click.echo(consent, err=True)
     header = {k: head[k] for k in ("source_dir", "replays_journal") if k in head}
     recorded = Recorded(journal.replay)
     if head.get("replays_journal") and head.get("source_dir"):
-        from mosaic.run.journal import NAME, read_journal
+        from mosaic.run.journal import NAME, read_campaign_journal
 
-        src_events, _ = read_journal(Path(head["source_dir"]) / NAME)
+        src_events, _ = read_campaign_journal(Path(head["source_dir"]) / NAME)
         recorded.proposals = {**Recorded(src_events, measurements=False).proposals, **recorded.proposals}
     outcome = run_campaign(campaign, bench, journal, head.get("gpu"), recorded, header, quiet)
     _summary(directory, outcome)
@@ -113,6 +165,27 @@ def _preview(campaign, out: Path, why: str, quiet: bool) -> int:
     click.echo(f"preview: {out / 'preview.md'}  {out / 'preview.json'}"
                f" ({len(p.done)} steps done, {len(p.skipped)} skipped)")
     return 0
+
+
+def _check_known(campaign, where: str | None) -> None:
+    """Every name a live campaign uses must be installed (a preview of an unknown language is no preview)."""
+    from mosaic.errors import PluginError
+    from mosaic.families import FAMILIES
+    from mosaic.plugins import host
+    from mosaic.proposers import proposers
+
+    h = host()
+    for flag, kind, name in (("--source", "languages", campaign.source), ("--target", "languages", campaign.target),
+                             ("--gpu", "gpus", campaign.gpu)):
+        try:
+            h.get(kind, name)
+        except PluginError as exc:
+            raise BadInput(exc.what, where or flag) from None
+    if campaign.family not in FAMILIES:
+        raise BadInput(f"unknown family '{campaign.family}'; known: {', '.join(sorted(FAMILIES))}", where or "--family")
+    known = proposers()
+    if campaign.proposer not in known:
+        raise BadInput(f"unknown proposer '{campaign.proposer}'; known: {', '.join(known)}", where or "--proposer")
 
 
 def _live_bench(campaign, out: Path, quiet: bool = False):
@@ -142,16 +215,19 @@ def _live_bench(campaign, out: Path, quiet: bool = False):
 @click.option("--isolation", default=None,
               help="worker (default: one persistent process for gates and timings, replaced after any failure) "
                    "or step (a fresh process per gate and per timing).")
+@click.option("--trust-command", is_flag=True,
+              help="--resume: run the proposer command the journal recorded (else pass it again with --command).")
+@click.option("--force", is_flag=True, help="Replace another campaign's report files in --out.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_min, max_candidates, proposer,
-        command, out, resume, offline, quiet, isolation=None):
+        command, out, resume, offline, quiet, isolation=None, trust_command=False, force=False):
     """Port a kernel between languages by convergence: capture, propose, verify, converge; then report."""
     if resume is not None and offline is not None:
         raise BadInput("choose one of --resume and --offline", "mosaic run")
     if offline is not None:
-        return _offline(offline, out, quiet)
+        return _offline(offline, out, quiet, command, force)
     if resume is not None:
-        return _resume(resume, quiet)
+        return _resume(resume, quiet, command, trust_command)
     if campaign_file is not None:
         from mosaic.run.campaign import load_campaign
 
@@ -163,19 +239,29 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
     else:
         campaign = _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer,
                                         command, max_candidates, isolation)
+    _check_known(campaign, str(campaign_file) if campaign_file is not None else None)
     from mosaic.run.journal import Journal
 
     out = out or Path(f"mosaic-run-{campaign.source}-{campaign.target}-{campaign.family}-{campaign.problem}")
     from mosaic.run.live.parent import NoGpu
+    from mosaic.run.lock import campaign_lock
+    from mosaic.run.report import foreign_reports
 
-    try:
-        bench = _live_bench(campaign, out, quiet)
-    except NoGpu as exc:
-        return _preview(campaign, out, getattr(exc, 'reason', exc.what), quiet)
-    journal = Journal.create(out)
-    (out / "campaign.json").write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
-    from mosaic.run.loop import run_campaign
+    with campaign_lock(out):
+        Journal.create(out)  # refuses a directory that holds a journal: before the GPU is even asked
+        try:
+            bench = _live_bench(campaign, out, quiet)
+        except NoGpu as exc:
+            return _preview(campaign, out, getattr(exc, 'reason', exc.what), quiet)
+        reports = foreign_reports(out)
+        if reports and not force:
+            bench.close()
+            raise BadInput(f"{', '.join(reports)} here belong to another campaign; choose a fresh --out directory "
+                           "or pass --force to replace them", str(out))
+        journal = Journal.create(out)
+        (out / "campaign.json").write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
+        from mosaic.run.loop import run_campaign
 
-    outcome = run_campaign(campaign, bench, journal, quiet=quiet)
-    _summary(out, outcome)
+        outcome = run_campaign(campaign, bench, journal, quiet=quiet)
+        _summary(out, outcome)
     return 0

@@ -394,13 +394,16 @@ def campaign_tools(campaign: Campaign, gpu_record: Mapping | None = None):
 
 
 def run_campaign(campaign: Campaign, bench: Workbench, journal: Journal, gpu_record: Mapping | None = None,
-                 recorded: Recorded | None = None, header: Mapping | None = None, quiet: bool = False) -> Outcome:
-    """Run the loop with the installed plugins' GPU record, knob class and proposer; then close the journal
-    and the workbench (the live one ends its background lowerings)."""
+                 recorded: Recorded | None = None, header: Mapping | None = None, quiet: bool = False,
+                 proposer: EditProposer | None = None) -> Outcome:
+    """Run the loop with the installed plugins' GPU record, knob class and proposer (or ``proposer``, which
+    stands in for the campaign's); then close the journal and the workbench (the live one ends its
+    background lowerings)."""
     from mosaic.proposers import make_proposer
 
     gpu, knob_cls, catalog = campaign_tools(campaign, gpu_record)
-    proposer = make_proposer(campaign.proposer, campaign, knob_cls, catalog)
+    if proposer is None:
+        proposer = make_proposer(campaign.proposer, campaign, knob_cls, catalog)
     loop = Loop(campaign, bench, proposer, journal, gpu, knob_cls, recorded=recorded, header=header,
                 progress=None if quiet else stderr_progress)
     try:

@@ -169,24 +169,56 @@ def _show(v) -> str:
 @attrs.frozen
 class Redecision:
     """What :func:`redecide` found: the re-decided campaign's directory and outcome, and, when the source held
-    a journal, how many verdicts it recorded and every difference (empty: all reproduced)."""
+    a journal, how many verdicts it recorded and every difference (empty: all reproduced); ``note`` says when
+    the campaign's proposer was not run."""
 
     out: Path
     outcome: Any
     recorded_verdicts: int | None
     problems: tuple = ()
+    note: str | None = None
+    report: Any = None  # report.json's content (mosaic.run.report.write_report), written under the lock
 
 
-def redecide(src: Path, out: Path | None = None, quiet: bool = False) -> Redecision:
-    """Re-decide the campaign in ``src`` from its bundles; the journal goes to ``out`` (default ``src/offline``)."""
+def offline_proposer(campaign, command: tuple | None):
+    """(campaign, proposer stand-in or None, note): an offline run never runs what the campaign directory names.
+
+    The built-in ``knobs`` proposer (in-process, deterministic) proposes past the recorded proposals; any
+    other proposer (``command``: a program; a plugin's) is replaced by :class:`~mosaic.run.replay.RecordedOnly`,
+    unless the user names their own program on the command line (``--command``), which then runs."""
+    from mosaic.run.replay import RecordedOnly
+
+    if command:
+        if campaign.proposer != "command":
+            raise BadInput(f"--command runs an agent for a campaign whose proposer is 'command'; this one's is "
+                           f"'{campaign.proposer}'", "--command")
+        return attrs.evolve(campaign, command=tuple(command)), None, None
+    if campaign.proposer == "knobs":
+        return campaign, None, None
+    what = "runs a program" if campaign.proposer == "command" else "is a plugin's"
+    reason = (f"offline: the campaign's proposer '{campaign.proposer}' is never run offline (recorded "
+              "proposals only)")
+    note = (f"offline: the campaign's proposer '{campaign.proposer}' {what}; an offline run never runs it, so only "
+            "its recorded proposals are replayed (to run your own agent, pass --command)")
+    return campaign, RecordedOnly(campaign.proposer, reason), note
+
+
+def redecide(src: Path, out: Path | None = None, quiet: bool = False, command: tuple | None = None,
+             force: bool = False) -> Redecision:
+    """Re-decide the campaign in ``src`` from its bundles; the journal goes to ``out`` (default ``src/offline``).
+
+    Nothing that ``src`` names is run (:func:`offline_proposer`); ``out`` is locked for the run
+    (:mod:`mosaic.run.lock`) and must not hold another campaign's report unless ``force``."""
     from mosaic.run.campaign import Campaign, load_campaign
-    from mosaic.run.journal import NAME, Journal, read_journal
+    from mosaic.run.journal import NAME, Journal, read_campaign_journal
+    from mosaic.run.lock import campaign_lock
     from mosaic.run.loop import run_campaign
     from mosaic.run.replay import Recorded
+    from mosaic.run.report import foreign_reports, write_report
 
     recorded_events, gpu_record = None, None
     if (src / NAME).is_file():
-        recorded_events, _ = read_journal(src / NAME)
+        recorded_events, _ = read_campaign_journal(src / NAME)
         head = recorded_events[0]
         campaign = Campaign.from_json(head["campaign"], str(src / NAME))
         gpu_record = head.get("gpu")
@@ -194,15 +226,23 @@ def redecide(src: Path, out: Path | None = None, quiet: bool = False) -> Redecis
         campaign = load_campaign(src / "campaign.toml")
     else:
         raise BadInput("an offline run needs the campaign: journal.jsonl or campaign.toml", str(src))
+    campaign, proposer, note = offline_proposer(campaign, command)
     out = out or (src / "offline")
-    journal = Journal.create(out)
-    bench = OfflineWorkbench(src, campaign.family, campaign.dtype)
-    recorded = Recorded(recorded_events, measurements=False) if recorded_events else None
-    outcome = run_campaign(campaign, bench, journal, gpu_record, recorded,
-                           header={"source_dir": str(src.resolve()), "replays_journal": recorded_events is not None},
-                           quiet=quiet)
-    if recorded_events is None:
-        return Redecision(out, outcome, None)
-    redecided, _ = read_journal(out / NAME)
+    with campaign_lock(out):
+        journal = Journal.create(out)
+        reports = foreign_reports(out)
+        if reports and not force:
+            raise BadInput(f"{', '.join(reports)} here belong to another campaign; choose a fresh --out directory "
+                           "or pass --force to replace them", str(out))
+        bench = OfflineWorkbench(src, campaign.family, campaign.dtype)
+        recorded = Recorded(recorded_events, measurements=False) if recorded_events else None
+        outcome = run_campaign(campaign, bench, journal, gpu_record, recorded,
+                               header={"source_dir": str(src.resolve()),
+                                       "replays_journal": recorded_events is not None},
+                               quiet=quiet, proposer=proposer)
+        rep = write_report(out)
+        if recorded_events is None:
+            return Redecision(out, outcome, None, note=note, report=rep)
+        redecided, _ = read_campaign_journal(out / NAME)
     n = sum(1 for e in recorded_events if e["event"] == "verdict")
-    return Redecision(out, outcome, n, tuple(compare_verdicts(recorded_events, redecided)))
+    return Redecision(out, outcome, n, tuple(compare_verdicts(recorded_events, redecided)), note, rep)

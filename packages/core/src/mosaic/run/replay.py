@@ -6,6 +6,7 @@ replays only the proposals of DIR's journal and reads the measurements back from
 
 from __future__ import annotations
 
+from mosaic.proposers import Proposal, Request
 from mosaic.records import KernelSpec
 from mosaic.run.workbench import REFERENCE, Built, Checked, Kernel, ReferenceCapture, Timed, Workbench
 
@@ -65,3 +66,15 @@ class ReplayBench:
         fn = getattr(self.inner, "prefetch", None)
         if fn is not None:
             fn([k for k in kernels if not (self.rec and k.key in self.rec.builds)])
+
+
+class RecordedOnly:
+    """The proposer of a run that must not run its campaign's proposer (``--offline`` of a campaign whose
+    proposer runs a program, ``--resume`` without the user's consent): past the recorded proposals, every
+    beam member is done, so the campaign ends ``exhausted`` and nothing is run."""
+
+    def __init__(self, name: str, reason: str):
+        self.name, self.reason = name, reason
+
+    def propose(self, request: Request) -> list[Proposal]:
+        return [Proposal(False, request.parent, reason=self.reason, done=True)]

@@ -14,7 +14,9 @@ import json
 import os
 from pathlib import Path
 
-from mosaic.run.journal import read_journal
+from mosaic.run.journal import read_campaign_journal
+
+FILES = ("report.json", "report.md", "report.html")
 
 
 def _us(ns) -> str:
@@ -238,11 +240,18 @@ def to_html(rep: dict) -> str:
             + "\n".join(body[3:]) + "\n</body></html>\n")
 
 
+def foreign_reports(directory: str | os.PathLike) -> list[str]:
+    """The report files already in ``directory`` (before a new campaign starts there: another campaign's)."""
+    directory = Path(directory)
+    return [name for name in FILES if (directory / name).exists() or (directory / name).is_symlink()]
+
+
 def write_report(directory: str | os.PathLike) -> dict:
     directory = Path(directory)
-    events, _ = read_journal(directory / "journal.jsonl")
+    events, _ = read_campaign_journal(directory / "journal.jsonl")
     rep = build_report(events)
-    (directory / "report.json").write_text(json.dumps(rep, indent=2) + "\n")
-    (directory / "report.md").write_text(to_markdown(rep))
-    (directory / "report.html").write_text(to_html(rep))
+    for name, text in zip(FILES, (json.dumps(rep, indent=2) + "\n", to_markdown(rep), to_html(rep)), strict=True):
+        tmp = directory / f".{name}.{os.getpid()}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, directory / name)  # replaces a planted link, never writes through it
     return rep

@@ -46,6 +46,7 @@ demo: $(STAMP) $(STAMP312)
 
 # pytest exits 5 when it collects nothing; that is a failure here, as is any failed test.
 test: $(STAMP) $(STAMP312)
+	$(BIN)/lint-imports  # the layering contracts of pyproject.toml: core imports no plugin, no cycles, ...
 	$(BIN)/python -m pytest -q  # the jax / CuTe DSL tests skip here, naming .venv312
 	$(VENV312)/bin/python -m pytest -q -p no:cacheprovider $(TESTS312)
 

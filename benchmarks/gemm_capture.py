@@ -110,6 +110,21 @@ def problems(r: dict, exact: int | None = None) -> list[str]:
     return out
 
 
+def capture_checked(lang: str, name: str, knobs: dict, shape: dict, dest: Path, opts, exact: int | None = None,
+                    files: tuple = ()) -> tuple[dict, list[str]]:
+    """One capture through core's capture and what fails its acceptance: :func:`problems`, the bundle's integrity
+    (mosaic bundle verify) and the machine-code ``files`` it must hold. Returns the result record and the problems."""
+    from mosaic.bundle import load_bundle, verify_bundle
+    from mosaic.capture import capture
+
+    r = capture(spec(lang, shape, knobs, name), "h200", dest, opts).to_json()
+    out = problems(r, exact)
+    if not out:
+        out += verify_bundle(dest)
+        out += [f"no {f} in the bundle" for f in files if f not in load_bundle(dest).manifest["files"]]
+    return r, out
+
+
 def table(captures: dict) -> str:
     rows = [["kernel", "shape", "status", "time us", "TFLOP/s", "noise us", "grid/block/cluster", "regs",
              "max|err|", "mean|err|", "err/band", "exact"]]

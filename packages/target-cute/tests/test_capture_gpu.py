@@ -22,13 +22,9 @@ def cuda():
 
 @pytest.mark.parametrize("name", ["cute-naive", "cute-128x128-s4", "cute-128x256-s4-persistent-c2x1-sw8"])
 def test_configuration_captures_and_passes_the_oracle(name, tmp_path, cuda, monkeypatch):
-    from mosaic.bundle import load_bundle, verify_bundle
-    from mosaic.capture import CaptureOptions, capture
+    from mosaic.capture import CaptureOptions
 
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # jax must not take 75% of the GPU
-    dest = tmp_path / f"{name}.bundle"
-    r = capture(BENCH.spec("cute", BENCH.BIG, BENCH.CUTE[name], name), "h200", dest,
-                CaptureOptions(timeout=300, runs=5, blocks=2)).to_json()
-    assert not BENCH.problems(r), (r.get("summary"), r.get("tail"))
-    assert verify_bundle(dest) == []
-    assert {"kernel.ptx", "kernel.cubin", "kernel.sass"} <= set(load_bundle(dest).manifest["files"])
+    r, problems = BENCH.capture_checked("cute", name, BENCH.CUTE[name], BENCH.BIG, tmp_path / f"{name}.bundle",
+                                        CaptureOptions(timeout=300, runs=5, blocks=2), files=("kernel.ptx", "kernel.cubin", "kernel.sass"))
+    assert not problems, (problems, r.get("summary"), r.get("tail"))

@@ -11,6 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 BENCH = importlib.import_module("gemm_capture")  # benchmarks/ is on pytest's pythonpath
+EXACT = BENCH.SMALL["m"] * BENCH.SMALL["n"]  # integer inputs: every output checked exactly
 
 
 @pytest.fixture
@@ -20,26 +21,20 @@ def cuda():
         pytest.skip("needs torch with CUDA and a CUDA device")
 
 
-def _passed(r: dict) -> dict:
-    assert not BENCH.problems(r, exact=BENCH.SMALL["m"] * BENCH.SMALL["n"]), (r.get("summary"), r.get("tail"))
-    return r["summary"]
-
-
 @pytest.mark.parametrize("name", list(BENCH.CONFIGS))
 def test_cutlass_configuration_captures_exact(name, tmp_path, cuda, monkeypatch):
-    from mosaic.bundle import verify_bundle
-    from mosaic.capture import CaptureOptions, capture
+    from mosaic.capture import CaptureOptions
 
     inc = Path(os.environ.get("MOSAIC_CUTLASS_INCLUDE", "/tmp/site/cutlass_library/source/include"))
     if not (inc / "cutlass" / "cutlass.h").is_file():
         pytest.skip(f"needs the CUTLASS headers ($MOSAIC_CUTLASS_INCLUDE, {inc})")
     monkeypatch.setenv("MOSAIC_CUTLASS_INCLUDE", str(inc))
-    dest = tmp_path / f"{name}.bundle"
-    r = capture(BENCH.spec("cutlass", BENCH.SMALL, BENCH.CONFIGS[name], name), "h200", dest,
-                CaptureOptions(timeout=540, values="int", runs=10, blocks=3)).to_json()
-    s = _passed(r)
+    r, problems = BENCH.capture_checked("cutlass", name, BENCH.CONFIGS[name], BENCH.SMALL, tmp_path / f"{name}.bundle",
+                                        CaptureOptions(timeout=540, values="int", runs=10, blocks=3), exact=EXACT,
+                                        files=("kernel.cubin", "kernel.sass"))
+    assert not problems, (problems, r.get("summary"), r.get("tail"))
+    s = r["summary"]
     assert s["launch"]["grid"] and s["resources"]["registers"] > 0
-    assert verify_bundle(dest) == []
 
 
 def test_cublas_captures_exact(tmp_path, cuda):
@@ -47,5 +42,5 @@ def test_cublas_captures_exact(tmp_path, cuda):
     from mosaic.families.gemm import runnable_factory
 
     r = capture_in_process(BENCH.spec("cublas", BENCH.SMALL, name="torch.matmul"), "h200", tmp_path / "c.bundle",
-                           CaptureOptions(values="int", runs=10, blocks=3), runnable_factory=runnable_factory)
-    _passed(r.to_json())
+                           CaptureOptions(values="int", runs=10, blocks=3), runnable_factory=runnable_factory).to_json()
+    assert not BENCH.problems(r, exact=EXACT), (r.get("summary"), r.get("tail"))

@@ -31,6 +31,11 @@ def json_path(a: argparse.Namespace) -> Path:
     return a.json if a.json is not None else out_dir() / a.json_name
 
 
+def plain(o):
+    """numpy scalars and arrays in results -> JSON numbers and lists (a ``json.dumps`` default)."""
+    return o.tolist() if hasattr(o, "tolist") else str(o)
+
+
 def write_json(path: Path, data, **kw) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

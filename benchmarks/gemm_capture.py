@@ -33,7 +33,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from _device import add_json, isolated, log, nvidia_smi, out_dir, versions, write_json
+from _device import add_json, isolated, log, nvidia_smi, out_dir, plain, versions, write_json
 
 BIG = {"m": 4096, "n": 4096, "k": 4096}
 SMALL = {"m": 512, "n": 384, "k": 256}
@@ -83,13 +83,8 @@ def child_cublas(shape: dict, values: str, runs: int, blocks: int, out: str, res
 
     r = capture_in_process(spec("cublas", shape, name="torch.matmul"), "h200", Path(out),
                            CaptureOptions(values=values, runs=runs, blocks=blocks), runnable_factory=runnable_factory)
-    Path(result).write_text(json.dumps(r.to_json(), default=_plain))
+    Path(result).write_text(json.dumps(r.to_json(), default=plain))
     return 0
-
-
-def _plain(o):
-    """numpy scalars and arrays in results -> JSON numbers and lists."""
-    return o.tolist() if hasattr(o, "tolist") else str(o)
 
 
 def problems(r: dict, exact: int | None = None) -> list[str]:
@@ -237,7 +232,7 @@ def main(a: argparse.Namespace) -> int:
             f"[{s.get('timer', '?')}]; {r.get('message', '')[:300]}{'; PROBLEMS: ' if r.get('problems') else ''}"
             f"{'; '.join(r.get('problems') or [])}")
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    write_json(path, summary, indent=1, default=_plain)
+    write_json(path, summary, indent=1, default=plain)
     tar_path = path.with_suffix(".tar.gz")
     with tarfile.open(tar_path, "w:gz") as tar:
         for b in sorted(bundles.glob("*.bundle")):

@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from _device import add_json, isolated, json_path, log, write_json
-from gemm_capture import BIG, CONFIGS, _plain, lower_cutlass, spec
+from _device import add_json, isolated, json_path, log, plain, write_json
+from gemm_capture import BIG, CONFIGS, lower_cutlass, spec
 
 PLANTED_K = {"slower": 4224, "faster": 3968}
 
@@ -85,7 +85,7 @@ def child_aa(kernel: str, result: str, runs: int, decisions: int = 100) -> int:
     res.update({"kernel": kernel, "timer": timer.source, "fallback_reason": getattr(timer, "reason", ""),
                 "runs_per_block": runs, "seconds": round(time.time() - t0, 1),
                 "planted_k": PLANTED_K, "shape": BIG})
-    Path(result).write_text(json.dumps(res, indent=1, default=_plain))
+    Path(result).write_text(json.dumps(res, indent=1, default=plain))
     return 0
 
 
@@ -118,7 +118,7 @@ def main(a: argparse.Namespace) -> int:
     res.unlink(missing_ok=True)
     aa = isolated(__file__, ["--child-aa", kernel, str(res), str(a.runs), str(a.decisions)], 300, res)
     path = write_json(json_path(a), {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "aa": aa}, indent=1,
-                      default=_plain)
+                      default=plain)
     print("\n".join(aa_lines(aa)))
     print(f"\nwrote {path}")
     return 0

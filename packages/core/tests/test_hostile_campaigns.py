@@ -170,3 +170,134 @@ def test_resume_with_the_same_command_passed_again(tmp_path):
                         shlex.join(marker_command(marker))], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert marker.exists() and "confirmed by --command" in p.stderr
+
+
+# -- 2. one run at a time, no event lost, no other campaign's report overwritten ----------------------------------
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from mosaic.run.lock import campaign_lock
+with campaign_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_second_run_on_a_locked_directory_is_refused_naming_the_holder(finished, tmp_path):
+    src = campaign_copy(finished, tmp_path)
+    out = tmp_path / "o"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        line = one_error(*main("run", "--offline", str(src), "--out", str(out), "--quiet"),
+                         f"pid {holder.pid}", "another mosaic run", str(out))
+        assert "mosaic" in line
+        assert not (out / "journal.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    rc, so, err = main("run", "--offline", str(src), "--out", str(out), "--quiet")  # released by the holder's death
+    assert rc == 0, err
+
+
+def test_two_offline_runs_at_once_through_the_entry_point(finished, tmp_path):
+    src = campaign_copy(finished, tmp_path)
+    out = tmp_path / "o"
+    args = [MOSAIC, "run", "--offline", str(src), "--out", str(out), "--quiet"]
+    a = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = sorted([(p.wait(timeout=300), p.stderr.read()) for p in (a, b)])
+    a.stdout.close()
+    b.stdout.close()
+    assert results[0][0] == 0, results
+    rc, err = results[1]
+    assert rc == 2 and ("another mosaic run" in err or "journal exists already" in err), results
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    seqs = [e["seq"] for e in events(out / "journal.jsonl")]
+    assert seqs == list(range(len(seqs)))  # one run's journal, never two interleaved
+
+
+def test_resume_of_a_locked_directory_is_refused(finished, tmp_path):
+    shutil.copytree(finished / "o", tmp_path / "r")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "r")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        one_error(*main("run", "--resume", str(tmp_path / "r"), "--quiet"), f"pid {holder.pid}")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_last_event_that_lost_only_its_newline_is_kept(finished, tmp_path):
+    shutil.copytree(finished / "o", tmp_path / "r")
+    journal = tmp_path / "r" / "journal.jsonl"
+    whole = journal.read_bytes()
+    journal.write_bytes(whole.rstrip(b"\n"))
+    rc, out, err = main("run", "--resume", str(tmp_path / "r"), "--quiet")
+    assert rc == 0 and "had finished" in out, err
+    assert "torn" not in err
+    assert journal.read_bytes() == whole  # the stop event kept, its line ended
+    assert events(journal)[-1]["event"] == "stop"
+
+
+def test_a_torn_last_line_is_still_dropped(finished, tmp_path):
+    shutil.copytree(finished / "o", tmp_path / "r")
+    journal = tmp_path / "r" / "journal.jsonl"
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"event": "timed", "key": "tr')
+    rc, out, err = main("run", "--resume", str(tmp_path / "r"), "--quiet")
+    assert rc == 0 and "torn" in err
+    assert journal.read_bytes() == whole
+
+
+def test_a_journal_header_without_its_campaign_is_refused_not_finished(finished, tmp_path):
+    shutil.copytree(finished / "o", tmp_path / "r")
+    journal = tmp_path / "r" / "journal.jsonl"
+    evs = events(journal)
+    del evs[0]["campaign"]
+    write_events(journal, evs)
+    rc, out, err = main("run", "--resume", str(tmp_path / "r"), "--quiet")
+    one_error(rc, out, err, "journal line 1", "lacks field 'campaign'", "journal.jsonl")
+    assert "finished" not in out
+
+
+def test_another_campaigns_report_in_out_is_not_overwritten(finished, tmp_path):
+    src = campaign_copy(finished, tmp_path)
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "report.md").write_text("# someone else's campaign\n")
+    one_error(*main("run", "--offline", str(src), "--out", str(out), "--quiet"), "report.md", "another campaign",
+              "--force", "fresh --out")
+    assert (out / "report.md").read_text() == "# someone else's campaign\n"
+    assert not (out / "journal.jsonl").exists() or not (out / "journal.jsonl").stat().st_size
+    rc, so, err = main("run", "--offline", str(src), "--out", str(out), "--quiet", "--force")
+    assert rc == 0, err
+    assert (out / "report.md").read_text().startswith("# mosaic run:")
+
+
+def test_a_report_symlink_planted_in_out_is_replaced_not_written_through(finished, tmp_path):
+    src = campaign_copy(finished, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "report.html").symlink_to(victim)
+    rc, so, err = main("run", "--offline", str(src), "--out", str(out), "--quiet", "--force")
+    assert rc == 0, err
+    assert victim.read_text() == "keep me\n" and not (out / "report.html").is_symlink()
+
+
+def test_capture_force_replaces_only_a_bundle(tmp_path):
+    precious = tmp_path / "results"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work\n")
+    p = subprocess.run([MOSAIC, "capture", "--lang", "cute", "--family", "gemm", "--shape", "64x64x64", "--dtype",
+                        "bf16", "--lower-only", "--force", "-o", str(precious)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "not a bundle" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert (precious / "thesis.tex").read_text() == "years of work\n"
+    (tmp_path / "file.bundle").write_text("x")
+    one_error(*main("capture", "--lang", "cute", "--family", "gemm", "--shape", "64x64x64", "--dtype", "bf16",
+                    "--lower-only", "--force", "-o", str(tmp_path / "file.bundle")), "is a file")
+    assert (tmp_path / "file.bundle").read_text() == "x"

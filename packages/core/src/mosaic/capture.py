@@ -69,6 +69,10 @@ def _shape_dims(family: str) -> tuple[str, ...] | None:
 
 def parse_shape(family: str, text: str) -> dict[str, int]:
     """``4096x4096x4096`` (in the family's dimension order) or ``m=4096,n=4096,k=4096``."""
+    from mosaic.families import MAX_DIM, MAX_SHAPE_TEXT
+
+    if len(text) > MAX_SHAPE_TEXT:
+        raise BadInput(f"a shape of {len(text):,} characters is over the limit of {MAX_SHAPE_TEXT}", "--shape")
     try:
         if "=" in text:
             pairs = [p.split("=", 1) for p in text.split(",") if p]
@@ -87,6 +91,8 @@ def parse_shape(family: str, text: str) -> dict[str, int]:
                        "of positive integers", "--shape") from None
     if any(v < 1 for v in shape.values()):
         raise BadInput(f"shape '{text}' has a non-positive dimension", "--shape")
+    if any(v > MAX_DIM for v in shape.values()):
+        raise BadInput(f"shape '{text}' has a dimension over the limit of 2**40", "--shape")
     return shape
 
 

@@ -4,8 +4,16 @@ write a bundle. ``--lower-only`` works on any machine: PTX, SASS, cubin, ptxas l
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 import click
+
+
+def _is_bundle(path: Path) -> bool:
+    """A directory (not a link) holding a regular manifest.json: what ``capture --force`` may replace."""
+    return path.is_dir() and not path.is_symlink() and (path / "manifest.json").is_file() \
+        and not (path / "manifest.json").is_symlink()
 
 
 @click.command("capture")
@@ -29,16 +37,24 @@ import click
 def capture(language, family, shape, dtype, knobs, gpu, lower_only, out, timeout, seed, values, runs, blocks, name,
             force, as_json) -> None:
     """Capture one kernel into a bundle, in a child process with a timeout; exit 1 unless it succeeded."""
-    from pathlib import Path
-
     from mosaic.capture import CaptureOptions, parse_knobs, parse_shape
     from mosaic.capture import capture as run_capture
     from mosaic.errors import BadInput
     from mosaic.plugins import host
     from mosaic.records import KernelSpec
 
-    if Path(out).exists() and not force:
-        raise BadInput("bundle already exists; pass --force to replace it", out)
+    if Path(out).exists() or Path(out).is_symlink():
+        if not force:
+            raise BadInput("bundle already exists; pass --force to replace it", out)
+        if not _is_bundle(Path(out)):
+            raise BadInput("exists and is not a bundle (a directory holding manifest.json); --force replaces only "
+                           "a bundle: remove it yourself or choose another -o", out)
+    for flag, value in (("--timeout", timeout),):
+        if not (value > 0 and math.isfinite(value)):
+            raise BadInput(f"{flag} {value!r} must be a positive number of seconds", flag)
+    for flag, value in (("--runs", runs), ("--blocks", blocks)):
+        if value < 1:
+            raise BadInput(f"{flag} {value!r} must be a positive integer", flag)
     h = host()
     lang = h.get("languages", language)
     h.get("gpus", gpu)
@@ -47,8 +63,19 @@ def capture(language, family, shape, dtype, knobs, gpu, lower_only, out, timeout
                        f"{', '.join(lang.families) or 'nothing yet'}", "--family")
     spec = KernelSpec(family=family, shape=parse_shape(family, shape), dtype=dtype, language=language,
                       knobs=parse_knobs(knobs), name=name)
-    if lang.backend is not None:
-        lang.backend.knobs(family)(**spec.knobs)  # validate knobs here: one clear line, exit 2
+    if lang.backend is not None:  # validate knobs here: one clear line, exit 2
+        knob_cls = lang.backend.knobs(family)
+        try:
+            knob_cls(**spec.knobs)
+        except TypeError as exc:
+            import attrs
+
+            known = ", ".join(f.name for f in attrs.fields(knob_cls)) if attrs.has(knob_cls) else "see the plugin"
+            unknown = sorted(set(spec.knobs) - {f.name for f in attrs.fields(knob_cls)}) if attrs.has(knob_cls) else []
+            what = f"unknown knob(s) {', '.join(unknown)}" if unknown else f"knobs not valid: {exc}"
+            raise BadInput(f"{what} for {language} {family}; known: {known}", "--knob") from None
+        except ValueError as exc:
+            raise BadInput(f"knobs not valid for {language} {family}: {exc}", "--knob") from None
     opts = CaptureOptions(lower_only=lower_only, timeout=timeout, seed=seed, values=values, runs=runs, blocks=blocks)
     result = run_capture(spec, gpu, out, opts)
     if as_json:

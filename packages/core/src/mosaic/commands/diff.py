@@ -7,25 +7,35 @@ import json
 
 import click
 
-from mosaic.commands.lift import GPU_DEFAULT, gpu_record, value_text, warn_fingerprint
+from mosaic.commands.lift import GPU_DEFAULT, check_bundle, gpu_record, value_text, warn_fingerprint
 from mosaic.commands.output import table
 
 
 def _measured(path: str) -> str:
     """`` — 172.74 us (noise 0.45 us, cupti)`` when ``path`` is a bundle with recorded device time."""
+    import math
     from pathlib import Path
 
+    from mosaic import limits
+    from mosaic.errors import BadInput
+
+    def number(v) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
     timings = Path(path) / "timings.json"
-    if not timings.is_file():
+    if timings.is_symlink() or not timings.is_file():
         return ""
     try:
-        t = json.loads(timings.read_text())
-        text = f" — {t['time_ns'] / 1e3:.2f} us"
-    except (ValueError, KeyError, TypeError):
+        t = limits.read_json(timings)
+    except BadInput:
         return ""
-    noise = (t.get("noise") or {}).get("value_ns")
-    return text + (f" (noise {noise / 1e3:.2f} us, {t.get('source', '?')})" if noise is not None
-                   else f" ({t.get('source', '?')}, no noise figure)")
+    if not isinstance(t, dict) or not number(t.get("time_ns")):
+        return ""
+    text = f" — {t['time_ns'] / 1e3:.2f} us"
+    noise = t.get("noise") if isinstance(t.get("noise"), dict) else {}
+    source = str(t.get("source", "?"))[:40]
+    value = noise.get("value_ns")
+    return text + (f" (noise {value / 1e3:.2f} us, {source})" if number(value) else f" ({source}, no noise figure)")
 
 
 @click.command("diff")
@@ -43,6 +53,8 @@ def diff(reference: str, candidate: str, kernel: str | None, gpu_name: str | Non
     from mosaic.records import LAYERS
 
     gpu = gpu_record(gpu_name)
+    check_bundle(reference)
+    check_bundle(candidate)
     ref, cand = lift_pair(reference, candidate, kernel=kernel, gpu=gpu)
     warn_fingerprint(ref)
     warn_fingerprint(cand)

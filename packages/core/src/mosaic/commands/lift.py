@@ -27,6 +27,24 @@ def gpu_record(name: str | None):
         return None
 
 
+def check_bundle(path: str) -> None:
+    """When ``path`` is a bundle directory, verify it first, so that a tampered bundle is named (where)."""
+    from pathlib import Path
+
+    from mosaic.bundle import load_bundle
+    from mosaic.errors import BundleError
+
+    root = Path(path)
+    if not (root.is_dir() and (root / "manifest.json").exists()):
+        return
+    try:
+        load_bundle(root)
+    except BundleError as exc:
+        if exc.where is None:
+            raise BundleError(exc.what, str(root)) from None
+        raise
+
+
 def warn_fingerprint(fp) -> None:
     for w in fp.warnings:
         click.echo(f"warning: {fp.origin}: {w}", err=True)
@@ -57,6 +75,7 @@ def lift(path: str, kernel: str | None, gpu_name: str | None, as_json: bool) -> 
     from mosaic.lift.inputs import lift_path
     from mosaic.records import LAYERS
 
+    check_bundle(path)
     fp = lift_path(path, kernel=kernel, gpu=gpu_record(gpu_name))
     warn_fingerprint(fp)
     if as_json:

@@ -117,7 +117,7 @@ def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_comm
     from mosaic.run.campaign import Campaign
     from mosaic.run.journal import Journal, check_events
     from mosaic.run.loop import run_campaign
-    from mosaic.run.offline import OfflineWorkbench
+    from mosaic.run.offline import OfflineWorkbench, require_target
     from mosaic.run.replay import Recorded
 
     journal, torn = Journal.resume(directory)
@@ -136,6 +136,7 @@ def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_comm
     if head.get("workbench") == "offline":
         if not head.get("source_dir"):
             raise BadInput("the journal's header names no source_dir for its offline workbench", str(journal.path))
+        require_target(campaign, str(journal.path))
         bench = OfflineWorkbench(Path(head["source_dir"]), campaign.family, campaign.dtype)
     else:
         bench = _live_bench(campaign, directory, quiet)

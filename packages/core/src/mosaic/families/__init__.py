@@ -29,8 +29,14 @@ def dims(family: str) -> tuple[str, ...] | None:
     return f.dims if f is not None else None
 
 
+MAX_DIM = 2**40  # one problem dimension (a bound on hostile shapes, far above any kernel's)
+MAX_SHAPE_TEXT = 200  # characters of a shape written as text
+
+
 def parse_shape(family: str, shape: Any, where: str = "--shape") -> dict[str, int]:
     """``4096x4096x4096`` (dimension order of the family), ``m=4096,n=4096,k=4096`` or a mapping."""
+    if isinstance(shape, str) and len(shape) > MAX_SHAPE_TEXT:
+        raise BadInput(f"a shape of {len(shape):,} characters is over the limit of {MAX_SHAPE_TEXT}", where)
     if isinstance(shape, Mapping):
         out = dict(shape)
     elif isinstance(shape, str) and "=" in shape:
@@ -39,7 +45,7 @@ def parse_shape(family: str, shape: Any, where: str = "--shape") -> dict[str, in
             name, _, value = part.partition("=")
             out[name.strip()] = _int(value, where)
     elif isinstance(shape, str) and re.fullmatch(r"\d+(x\d+)*", shape.strip()):
-        values = [int(v) for v in shape.strip().split("x")]
+        values = [_int(v, where) for v in shape.strip().split("x")]
         names = dims(family)
         if names is None:
             raise BadInput(f"family '{family}' has no default dimension order; write the shape as name=value,...",
@@ -51,7 +57,9 @@ def parse_shape(family: str, shape: Any, where: str = "--shape") -> dict[str, in
         raise BadInput(f"shape {shape!r} is not AxBxC, name=value,... or a table", where)
     for k, v in out.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise BadInput(f"shape dimension {k}={v!r} must be a positive integer", where)
+            raise BadInput(f"shape dimension {str(k)[:40]}={_show(v)} must be a positive integer", where)
+        if v > MAX_DIM:
+            raise BadInput(f"shape dimension {str(k)[:40]}={_show(v)} is over the limit of 2**40", where)
     names = dims(family)
     if names is not None and set(out) != set(names):
         raise BadInput(f"{family} shape needs dimensions {', '.join(names)}; got {', '.join(sorted(out))}", where)
@@ -62,7 +70,12 @@ def _int(text: str, where: str) -> int:
     try:
         return int(text.strip())
     except ValueError:
-        raise BadInput(f"shape value {text!r} is not an integer", where) from None
+        raise BadInput(f"shape value {text[:40]!r} is not an integer", where) from None
+
+
+def _show(v: Any) -> str:
+    text = repr(v) if not isinstance(v, int) or abs(v) < 10**30 else f"<an integer of {len(str(abs(v)))} digits>"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def make_inputs(spec, seed: int, values: str) -> dict:

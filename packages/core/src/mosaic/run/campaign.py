@@ -27,6 +27,7 @@ Every field is validated at construction; an unknown key or a bad value is one e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,22 @@ from mosaic.records import DTYPES
 from mosaic.tomlfile import read_toml
 
 PROPOSERS_BUILTIN = ("knobs", "command")
+
+
+def _finite_positive(inst, attribute, value):
+    positive(inst, attribute, value)
+    if not math.isfinite(value):
+        fail(inst, attribute, value, "a finite positive number")
+
+
+def _positive_int(inst, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        fail(inst, attribute, value, "a positive integer")
+
+
+#: settings that must be text, and those that must be tables (checked before anything reads them)
+_TEXT = ("source", "target", "family", "dtype", "gpu", "proposer", "isolation")
+_TABLES = ("reference_knobs", "start_knobs")
 
 
 def _knob_map(inst, attribute, value):
@@ -65,18 +82,18 @@ class Campaign:
     shape: Mapping = attrs.field(converter=dict)
     dtype: str = attrs.field(validator=one_of(*DTYPES))
     gpu: str = attrs.field(default="h200", validator=name_field)
-    beam: int = attrs.field(default=3, validator=positive)
-    budget_min: float = attrs.field(default=10.0, validator=positive)
-    max_candidates: int = attrs.field(default=40, validator=positive)
+    beam: int = attrs.field(default=3, validator=_positive_int)
+    budget_min: float = attrs.field(default=10.0, validator=_finite_positive)
+    max_candidates: int = attrs.field(default=40, validator=_positive_int)
     proposer: str = attrs.field(default="knobs", validator=name_field)
     command: tuple = attrs.field(default=(), converter=_command)
-    command_timeout_s: float = attrs.field(default=120.0, validator=positive)
+    command_timeout_s: float = attrs.field(default=120.0, validator=_finite_positive)
     reference_knobs: Mapping = attrs.field(factory=dict, converter=dict, validator=_knob_map)
     start_knobs: Mapping = attrs.field(factory=dict, converter=dict, validator=_knob_map)
     check_shape: Mapping | None = attrs.field(default=None)
-    noise_blocks: int = attrs.field(default=20, validator=positive)
-    runs_per_block: int = attrs.field(default=20, validator=positive)
-    rounds: int = attrs.field(default=5, validator=positive)  # A/B block pairs per interleaved comparison
+    noise_blocks: int = attrs.field(default=20, validator=_positive_int)
+    runs_per_block: int = attrs.field(default=20, validator=_positive_int)
+    rounds: int = attrs.field(default=5, validator=_positive_int)  # A/B block pairs per interleaved comparison
     yardstick: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     isolation: str = attrs.field(default="worker", validator=one_of("worker", "step"))
 
@@ -114,6 +131,29 @@ class Campaign:
         if missing:
             raise BadInput(f"campaign lacks {', '.join(missing)}", where)
         values = dict(data)
+        for name in _TEXT:
+            if name in values and not isinstance(values[name], str):
+                raise BadInput(f"campaign setting '{name}' must be a string, not {_kind(values[name])}", where)
+        for name in _TABLES:
+            if name in values and not isinstance(values[name], Mapping):
+                raise BadInput(f"campaign setting '{name}' must be a table of knob name to value, not "
+                               f"{_kind(values[name])}", where)
+        for name in ("shape", "check_shape"):
+            v = values.get(name)
+            if v is not None and not isinstance(v, str | Mapping):
+                raise BadInput(f"campaign setting '{name}' must be a string like 4096x4096x4096 or a table, not "
+                               f"{_kind(v)}", where)
+        cmd = values.get("command")
+        if cmd is not None and not (isinstance(cmd, str) or (isinstance(cmd, list | tuple)
+                                                           and all(isinstance(a, str) for a in cmd))):
+            raise BadInput("campaign setting 'command' must be a command line or a list of strings", where)
+        if isinstance(cmd, str):
+            import shlex
+
+            try:
+                shlex.split(cmd)
+            except ValueError as exc:
+                raise BadInput(f"campaign setting 'command' is not a command line: {exc}", where) from None
         values["shape"] = parse_shape(values["family"], values["shape"], f"{where}: shape")
         if values.get("check_shape") is not None:
             values["check_shape"] = parse_shape(values["family"], values["check_shape"], f"{where}: check_shape")
@@ -121,8 +161,13 @@ class Campaign:
             return cls(**values)
         except RecordError as exc:
             raise BadInput(exc.what, where) from None
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise BadInput(f"campaign: {exc}", where) from None
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", tuple: "a list", dict: "a table", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number"}.get(type(value), type(value).__name__)
 
 
 def load_campaign(path: str | Path) -> Campaign:

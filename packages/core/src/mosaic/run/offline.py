@@ -9,6 +9,7 @@ that did not come out the same.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,10 +39,16 @@ class OfflineWorkbench:
         self.yardstick_bundle = None
         self.reference_bundle = None
         for path in sorted(root.glob("*.bundle")):
-            b = load_bundle(path)
+            try:
+                b = load_bundle(path)
+            except BundleError as exc:  # a tampered bundle is named
+                if exc.where and str(path) in exc.where:
+                    raise
+                raise BundleError(exc.what, f"{path}: {exc.where}" if exc.where else str(path)) from None
             meta = b.manifest.get("mosaic_run")
             if not isinstance(meta, Mapping) or "key" not in meta:
                 continue
+            _check_meta(meta, path)
             b.manifest["mosaic_run"] = {**meta, "build": _build_of(b.manifest, meta)}
             if meta.get("role") == "yardstick":
                 self.yardstick_bundle = b
@@ -58,7 +65,19 @@ class OfflineWorkbench:
         data = b.read_json("timings") or {}
         if not isinstance(data, Mapping):
             raise BundleError("timings must be a JSON object", str(b.root))
-        return {**data, "blocks": blocks_of(data.get("blocks"))}
+        try:
+            blocks = blocks_of(data.get("blocks"))
+        except (KeyError, TypeError):
+            blocks = None
+        if blocks is None or not all(_run_times(x) for x in blocks):
+            raise BundleError("timings.json 'blocks' must be lists of per-run times (ns)", str(b.root))
+        sessions = data.get("sessions") or []
+        if not isinstance(sessions, list) or not all(
+                isinstance(x, Mapping) and isinstance(x.get("against"), str) and _blocks(x.get("incumbent_blocks"))
+                and _blocks(x.get("candidate_blocks")) and isinstance(x.get("order", "ABAB"), str) for x in sessions):
+            raise BundleError("timings.json 'sessions' must each name 'against' and hold incumbent_blocks and "
+                              "candidate_blocks", str(b.root))
+        return {**data, "blocks": blocks, "sessions": sessions}
 
     def bundle_path(self, key: str) -> str | None:
         b = self.by_key.get(key)
@@ -90,8 +109,9 @@ class OfflineWorkbench:
         b = self.by_key[kernel.key]
         outputs = b.arrays("outputs")
         if not outputs or not self.inputs():
-            summary = (b.manifest.get("capture") or {}).get("summary") or {}
-            if "numerics_pass" in summary:  # outputs too large to keep: the capture's own verdict, said so
+            cap = b.manifest.get("capture") if isinstance(b.manifest.get("capture"), Mapping) else {}
+            summary = cap.get("summary") if isinstance(cap.get("summary"), Mapping) else {}
+            if isinstance(summary.get("numerics_pass"), bool):  # outputs too large to keep: the capture's own verdict, said so
                 return Checked(kernel.key, bool(summary["numerics_pass"]),
                                "recorded verdict of the capture (outputs kept by SHA-256 only)"
                                + ("" if summary["numerics_pass"] else ": failed the oracle"))
@@ -119,13 +139,42 @@ class OfflineWorkbench:
         return tuple(self._timings(self.yardstick_bundle).get("blocks") or ()) or None
 
 
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _run_times(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(_number(x) and x >= 0 for x in v)
+
+
+def _blocks(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(_run_times(x) for x in v)
+
+
+def _check_meta(meta: Mapping, path: Path) -> None:
+    """The manifest's ``mosaic_run`` record: one line naming the bundle and the field when it is malformed."""
+    problem = None
+    if not isinstance(meta["key"], str):
+        problem = "mosaic_run.key must be a string"
+    elif meta.get("role") is not None and not isinstance(meta.get("role"), str):
+        problem = "mosaic_run.role must be a string"
+    elif "cost_s" in meta and not (_number(meta["cost_s"]) and meta["cost_s"] >= 0):
+        problem = f"mosaic_run.cost_s {str(meta['cost_s'])[:40]!r} must be a non-negative number of seconds"
+    elif "build" in meta and not (isinstance(meta["build"], Mapping)
+                                  and isinstance(meta["build"].get("ok", True), bool)):
+        problem = "mosaic_run.build must be an object with a boolean 'ok'"
+    if problem:
+        raise BundleError(problem, str(path / "manifest.json"))
+
+
 def _build_of(manifest: Mapping, meta: Mapping) -> dict:
     if "build" in meta:
         return dict(meta["build"])
-    cap = manifest.get("capture") or {}
+    cap = manifest.get("capture") if isinstance(manifest.get("capture"), Mapping) else {}
     status = cap.get("status", "ok")
     ok = status not in ("unbuildable", "crashed", "timeout", "failed")
-    return {"ok": ok, "reason": "" if ok else f"{status}: {(cap.get('summary') or {}).get('error', '')}"}
+    summary = cap.get("summary") if isinstance(cap.get("summary"), Mapping) else {}
+    return {"ok": ok, "reason": "" if ok else f"{status}: {summary.get('error', '')}"}
 
 
 def gate(family: str, inputs: Mapping, outputs: Mapping, dtype: str, out_dtype: str | None, key: str) -> Checked:
@@ -180,6 +229,25 @@ class Redecision:
     report: Any = None  # report.json's content (mosaic.run.report.write_report), written under the lock
 
 
+def require_target(campaign, where: str) -> None:
+    """Re-deciding needs the target language's plugin (its knob class completes every candidate's knobs, so
+    its keys): without it every verdict would differ, and the bundles would be blamed for it."""
+    import os
+
+    from mosaic.plugins import ALLOW_ENV, host
+
+    langs = host().items("languages")
+    lang = langs.get(campaign.target)
+    if lang is not None and lang.backend is not None:
+        return
+    allow = os.environ.get(ALLOW_ENV)
+    why = f"; {ALLOW_ENV}={allow!r} does not load it" if allow is not None else ""
+    what = "is not installed" if lang is None else "has no backend"
+    raise BadInput(f"the campaign's target language '{campaign.target}' {what} (languages here: "
+                   f"{', '.join(sorted(langs)) or 'none'}{why}); re-deciding needs its plugin, e.g. "
+                   f"pip install mosaic-target-{campaign.target}", where)
+
+
 def offline_proposer(campaign, command: tuple | None):
     """(campaign, proposer stand-in or None, note): an offline run never runs what the campaign directory names.
 
@@ -226,6 +294,7 @@ def redecide(src: Path, out: Path | None = None, quiet: bool = False, command: t
         campaign = load_campaign(src / "campaign.toml")
     else:
         raise BadInput("an offline run needs the campaign: journal.jsonl or campaign.toml", str(src))
+    require_target(campaign, str(src))
     campaign, proposer, note = offline_proposer(campaign, command)
     out = out or (src / "offline")
     with campaign_lock(out):

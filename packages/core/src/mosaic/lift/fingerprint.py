@@ -312,21 +312,23 @@ def _instruction(add, insns, hot) -> None:
         add("instruction", "hot_loop.mix", mix, "map", role, _where(role, w))
 
 
-def _nctaid_regs(program: Program, outside: set | None = None) -> set[str]:
-    """Registers holding the grid size, and (for instruction indices in ``outside``: straight-line code) what
-    is computed from it there (CUTLASS's PTX: ``stride = nctaid.x * nctaid.y * nctaid.z`` before its tile loop)."""
+def _nctaid_regs(program: Program, in_loop: set | None = None) -> set[str]:
+    """Registers holding the grid size, and (outside the loops ``in_loop`` holds: straight-line code) what is
+    computed from it there (CUTLASS's PTX: ``stride = nctaid.x * nctaid.y * nctaid.z`` before its tile loop)."""
     regs: set[str] = set()
     for i in program.instructions:
-        if not i.operands:
+        ops = i.operands
+        if len(ops) < 2:
             continue
-        srcs = [o.removesuffix(".reuse") for o in i.operands[1:]]
-        if any(o in _NCTAID_SASS or o.startswith("%nctaid") for o in srcs):
-            regs.add(i.operands[0])
-        elif outside is not None and i.index in outside and any(o in regs for o in srcs):
-            regs.add(i.operands[0])
+        if any(o in _NCTAID_SASS or o.startswith("%nctaid") for o in ops[1:]):
+            regs.add(ops[0])
+        elif regs and in_loop is not None and i.index not in in_loop and \
+                any(o.removesuffix(".reuse") in regs for o in ops[1:]):
+            regs.add(ops[0])
     return regs
 
 
+_CTAID_READS = {"S2R", "S2UR", "CS2R", "mov"}
 _CTAID_RE = re.compile(r"SR_CTAID\.[XYZ]|%ctaid\.[xyz]")
 _COMBINE = {"IMAD", "UIMAD", "IADD3", "UIADD3", "LEA", "ULEA", "IMAD.WIDE", "VIADD", "UVIADD", "mad", "add", "IADD"}
 
@@ -335,10 +337,12 @@ def is_persistent(program: Program, loops) -> bool:
     """A CTA loops over work units strided by the grid: a work loop reads the grid size (``nctaid``; a
     grid-stride loop, CUTLASS/CuTe tile schedulers), or combines the block index with a counter the loop
     steps (``tile = ctaid + step * 132``: jax's Pallas matmul bakes the SM count into the stride)."""
+    if not loops:
+        return False
     in_loop = {i.index for w in loops for i in w.body}
-    grid_regs = _nctaid_regs(program, {i.index for i in program.instructions if i.index not in in_loop})
+    grid_regs = _nctaid_regs(program, in_loop)
     ctaid = {i.operands[0] for i in program.instructions
-             if i.operands and any(_CTAID_RE.search(o) for o in i.operands[1:])}
+             if i.opcode in _CTAID_READS and any(_CTAID_RE.search(o) for o in i.operands[1:])}
     for w in loops:
         counters = stepped_counters(w.body)
         for i in w.body:
@@ -403,6 +407,7 @@ def _defs_before(insns, idx, reg, window=12):
     return None
 
 
+_FP32 = frozenset(("fp32.fma", "fp32.add", "fp32.mul"))
 _IEEE_DIV_CALL = re.compile(r"(div|rcp)_rn")
 
 
@@ -428,9 +433,12 @@ def _numerics(add, insns, program) -> None:
                 if d is not None and d.opclass == "fp32.mul":
                     unfused += 1
                     break
-        srcs = [o.lstrip("-|").removesuffix(".reuse") for o in i.operands[1:]]
-        if c in ("fp32.fma", "fp32.add", "fp32.mul") and i.index < sub_start and \
-                not any(o in seeded for o in srcs) and not (c == "fp32.add" and "RZ" in srcs):
+        plain = c in _FP32 and i.index < sub_start
+        if plain and c == "fp32.add":
+            plain = "RZ" not in i.operands and "-RZ" not in i.operands
+        if plain and seeded:
+            plain = not any(o.lstrip("-|").removesuffix(".reuse") in seeded for o in i.operands[1:])
+        if plain:
             # ptxas's own refinement of a MUFU result (the IEEE sqrt/divide fast paths use FMUL.FTZ), its
             # negations (FADD.FTZ R0, -R0, -RZ) and the slow-path subroutines say nothing about the kernel's
             # denormal mode
@@ -440,14 +448,14 @@ def _numerics(add, insns, program) -> None:
                 noftz += 1
         if i.opcode == "MUFU" and i.operands:
             seeded.add(i.operands[0])
-        elif i.operands and i.operands[0] in seeded:
+        elif seeded and i.operands and i.operands[0] in seeded:
             seeded.discard(i.operands[0])  # overwritten
         is_ex2 = (i.opcode == "MUFU" and "EX2" in i.mods) or i.opcode == "ex2"
         if is_ex2:
             window = insns[max(0, n - 10):n]
             precise = any({m.upper() for m in x.mods} & {"RM"} and x.opclass == "fp32.fma" for x in window)
             exp_forms.add("precise" if precise else "approx")
-        callee = " ".join(i.targets) if i.opclass == "call" else ""
+        callee = " ".join(i.targets) if c == "call" else ""
         if i.opcode == "FCHK" or (i.opcode == "div" and "rn" in i.mods and f32_or_64(i.mods)) or \
                 (i.opcode == "rcp" and "rn" in i.mods) or _IEEE_DIV_CALL.search(callee) or \
                 (i.opcode == "MUFU" and "RCP64H" in i.mods):

@@ -61,3 +61,19 @@ def test_discrepancy_layers_and_edit_classes():
         Discrepancy(layer="timing", key="x", reference=1, candidate=2, rank=1, edit="knob")
     with pytest.raises(RecordError, match="edit"):
         Discrepancy(layer="launch", key="x", reference=1, candidate=2, rank=1, edit="tweak")
+
+
+def test_kernel_spec_from_json_refuses_a_shape_or_knobs_that_is_no_mapping():
+    import re
+
+    import pytest
+    from mosaic.errors import RecordError
+
+    good = {"family": "gemm", "shape": {"m": 8}, "dtype": "bf16", "language": "cute"}
+    for field, bad, allowed in (("shape", "ab", "a mapping of dimension name to positive integer"),
+                                ("shape", 5, "a mapping of dimension name to positive integer"),
+                                ("knobs", "xy", "a mapping of knob name to a JSON scalar or list"),
+                                ("knobs", [1, 2], "a mapping of knob name to a JSON scalar or list")):
+        with pytest.raises(RecordError, match="^" + re.escape(f"KernelSpec.{field}={bad!r} is invalid: must be {allowed}")):
+            KernelSpec.from_json({**good, field: bad})
+    assert KernelSpec(family="gemm", shape=[("m", 8)], dtype="bf16", language="cute").shape == {"m": 8}

@@ -22,6 +22,14 @@ DTYPES = ("f64", "f32", "tf32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "i8", "i4
 TIMING_SOURCES = ("cupti", "cuda-events")
 
 
+def _to_dict(value: Any) -> Any:
+    """A mapping (or anything ``dict()`` takes) as a dict; anything else unchanged, for the validator to refuse."""
+    try:
+        return dict(value)
+    except (TypeError, ValueError):
+        return value
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_jsonable(v) for v in value]
@@ -104,20 +112,24 @@ class KernelSpec(JsonRecord):
     """What a kernel computes and how it is configured: family, problem shape, dtype, language, knobs."""
 
     family: str = attrs.field(validator=name_field)
-    shape: Mapping = attrs.field(converter=lambda v: dict(v))
+    shape: Mapping = attrs.field(converter=_to_dict)
     dtype: str = attrs.field(validator=one_of(*DTYPES))
     language: str = attrs.field(validator=name_field)
-    knobs: Mapping = attrs.field(factory=dict, converter=lambda v: dict(v))
+    knobs: Mapping = attrs.field(factory=dict, converter=_to_dict)
     name: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
 
     @shape.validator
     def _shape(self, attribute, value):
+        if not isinstance(value, dict):
+            fail(self, attribute, value, "a mapping of dimension name to positive integer, e.g. {'m': 4096}")
         for k, v in value.items():
             if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 fail(self, attribute, value, "a mapping of dimension name to positive integer, e.g. {'m': 4096}")
 
     @knobs.validator
     def _knobs(self, attribute, value):
+        if not isinstance(value, dict):
+            fail(self, attribute, value, "a mapping of knob name to a JSON scalar or list")
         for k, v in value.items():
             if not isinstance(k, str) or not isinstance(v, str | int | float | bool | list | tuple | type(None)):
                 fail(self, attribute, value, "a mapping of knob name to a JSON scalar or list")

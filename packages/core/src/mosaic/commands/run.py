@@ -115,39 +115,43 @@ def _resume(directory: Path, quiet: bool, command: str | None = None, trust_comm
 
 def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_command: bool) -> int:
     from mosaic.run.campaign import Campaign
-    from mosaic.run.journal import Journal, check_events
+    from mosaic.run.journal import NAME, Journal, read_campaign_journal
     from mosaic.run.loop import run_campaign
     from mosaic.run.offline import OfflineWorkbench, require_target
     from mosaic.run.replay import Recorded
 
-    journal, torn = Journal.resume(directory)
-    if torn:  # always said, even with --quiet
-        click.echo(f"resume: {torn}", err=True)
-    check_events(journal.replay, journal.path)
-    head = journal.replay[0]
-    campaign = Campaign.from_json(head["campaign"], str(journal.path))
-    if any(e["event"] == "stop" for e in journal.replay):
+    path = directory / NAME
+    events, _ = read_campaign_journal(path)  # everything is checked before the journal is touched
+    head = events[0]
+    campaign = Campaign.from_json(head["campaign"], str(path))
+    if any(e["event"] == "stop" for e in events):
+        _, torn = Journal.resume(directory)  # drops a torn tail; ends a last line that lost only its newline
+        if torn:
+            click.echo(f"resume: {torn}", err=True)
         click.echo("the campaign had finished; report rewritten")
         from mosaic.run.report import write_report
 
         write_report(directory)
         return 0
-    consent = _resume_proposer(campaign, command, trust_command, str(journal.path))
+    consent = _resume_proposer(campaign, command, trust_command, str(path))
     if head.get("workbench") == "offline":
         if not head.get("source_dir"):
-            raise BadInput("the journal's header names no source_dir for its offline workbench", str(journal.path))
-        require_target(campaign, str(journal.path))
+            raise BadInput("the journal's header names no source_dir for its offline workbench", str(path))
+        require_target(campaign, str(path))
         bench = OfflineWorkbench(Path(head["source_dir"]), campaign.family, campaign.dtype)
     else:
         bench = _live_bench(campaign, directory, quiet)
+    src_events = None
+    if head.get("replays_journal") and head.get("source_dir"):
+        src_events, _ = read_campaign_journal(Path(head["source_dir"]) / NAME)
+    journal, torn = Journal.resume(directory)
+    if torn:  # always said, even with --quiet
+        click.echo(f"resume: {torn}", err=True)
     if consent:
         click.echo(consent, err=True)
     header = {k: head[k] for k in ("source_dir", "replays_journal") if k in head}
     recorded = Recorded(journal.replay)
-    if head.get("replays_journal") and head.get("source_dir"):
-        from mosaic.run.journal import NAME, read_campaign_journal
-
-        src_events, _ = read_campaign_journal(Path(head["source_dir"]) / NAME)
+    if src_events is not None:
         recorded.proposals = {**Recorded(src_events, measurements=False).proposals, **recorded.proposals}
     outcome = run_campaign(campaign, bench, journal, head.get("gpu"), recorded, header, quiet)
     _summary(directory, outcome)

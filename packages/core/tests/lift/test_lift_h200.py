@@ -195,3 +195,25 @@ def test_ptx_line_info_does_not_swallow_the_next_instruction():
             "\tmov.b64 \t%rd1, 0;\n\t.loc\t1 184 10\n\tadd.s64 \t%rd1, %rd1, 1;\n\tret;\n}\n")
     prog = parse_ptx(text)["k"]
     assert [i.opcode for i in prog.instructions] == ["mov", "add", "ret"]
+
+
+@pytest.mark.parametrize("name", SPECIALISED)
+def test_cutlass_and_cute_ptx_has_loops_and_roles(name):
+    # their inline-asm mbarrier waits each define LAB_WAIT/DONE inside their own { } scope; resolved per scope,
+    # the PTX's loops, roles and pipeline depth read as from the SASS
+    fp = lift_path(DATA / f"{name}.bundle" / "kernel.ptx")
+    assert fp.get("loops.depth").value == 2
+    assert {r["name"] for r in fp.roles} == {"producer", "consumer"}
+    assert fp.get("roles.registers").value == {"producer": 40, "consumer": 232}
+    feats = [f for f in fp.features if f.key == "pipeline.stages"]
+    assert feats and all(f.value == true_stages(name) for f in feats), [(f.role, f.value, f.where) for f in feats]
+    assert fp.get("persistent").value is True
+    # loop.unroll counts pipeline steps per trip: CUTLASS's mainloops are CUTLASS_PRAGMA_NO_UNROLL
+    if not name.startswith("cute"):
+        assert fp.get("loop.unroll", "producer").value == 1 == fp.get("loop.unroll", "consumer").value
+
+
+@pytest.mark.parametrize("name", (COOP_C1X2, COOP_C2X1, PINGPONG))
+def test_cutlass_mainloops_are_not_unrolled(name):
+    fp = lifted(name)
+    assert fp.get("loop.unroll", "producer").value == 1 == fp.get("loop.unroll", "consumer").value

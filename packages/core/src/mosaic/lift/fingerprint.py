@@ -169,7 +169,9 @@ def lift_program(program: Program, ctx: Context | None = None) -> Fingerprint:
     cfg = build_cfg(program)
     loops = work_loops(cfg)
     headers = {w.header for w in loops}
-    roles, role_branches = find_roles(cfg, headers)
+    bound = ctx.launch.block if ctx.launch else (ctx.cubin.max_threads if ctx.cubin and ctx.cubin.max_threads
+                                                 else program.directives.get("maxntid"))
+    roles, role_branches = find_roles(cfg, headers, math.prod(bound) if bound else None)
     insns = [i for i in program.instructions if cfg.block_of[i.index] in cfg.reachable]
     warnings = list(program.warnings)
     if program.unknown:
@@ -261,6 +263,9 @@ def role_warpgroups(roles, threads: int | None, regs: int | None) -> dict | None
     if len(out) == len(roles):
         return out if not threads or sum(out.values()) == threads // 128 else None
     budgets = {r.name: r.setmaxnreg for r in roles}
+    if threads and threads % 128 == 0 and threads // 128 == len(roles) and None not in budgets.values():
+        # setmaxnreg is warpgroup-collective: each role that runs it holds at least one whole warpgroup
+        return {r.name: 1 for r in roles}
     if not threads or threads % 128 or not regs or len(roles) != 2 or None in budgets.values():
         return None
     (a, ra), (b, rb) = budgets.items()
@@ -452,7 +457,7 @@ def _numerics(add, insns, program) -> None:
             seeded.discard(i.operands[0])  # overwritten
         is_ex2 = (i.opcode == "MUFU" and "EX2" in i.mods) or i.opcode == "ex2"
         if is_ex2:
-            window = insns[max(0, n - 10):n]
+            window = insns[max(0, n - 24):n]  # unrolled expf interleaves its range reductions
             precise = any({m.upper() for m in x.mods} & {"RM"} and x.opclass == "fp32.fma" for x in window)
             exp_forms.add("precise" if precise else "approx")
         callee = " ".join(i.targets) if c == "call" else ""

@@ -83,7 +83,7 @@ def split_dests(insn) -> tuple[list[str], tuple]:
     return [ops[0]], ops[1:]
 
 
-def role_branches(cfg: CFG) -> dict[int, tuple | None]:
+def role_branches(cfg: CFG, max_threads: int | None = None) -> dict[int, tuple | None]:
     """Conditional branches/exits whose guard is a role predicate when they execute: index -> the compare
     (``(op, constant, threads per unit of the compared value)``, e.g. ``("NE", 2, 128)`` for ``warpgroup != 2``)
     when the guard is that compare's own predicate, else ``None``."""
@@ -135,7 +135,9 @@ def role_branches(cfg: CFG) -> dict[int, tuple | None]:
             if regs and consts:
                 kind = taint[regs[0]]
                 c = consts[0]
-                if kind == "warp" or (kind == "tid" and c >= 31 and ((c + 1) % 32 == 0 or c % 32 == 0)):
+                # a thread-derived value against a constant past the block is a loop bound, not a split
+                splits = max_threads is None or kind != "tid" or c < max_threads - 1
+                if splits and (kind == "warp" or (kind == "tid" and c >= 31 and ((c + 1) % 32 == 0 or c % 32 == 0))):
                     preds[dst.replace("%", "")] = insn.index
                     op = next((m.upper() for m in insn.mods if m.upper() in _CMP_KINDS), None)
                     combined = insn.opcode != "setp" and srcs[-1] not in ("PT", "UPT")
@@ -169,9 +171,11 @@ def role_branches(cfg: CFG) -> dict[int, tuple | None]:
     return found
 
 
-def find_roles(cfg: CFG, loop_headers: set[int]) -> tuple[list[Role], int]:
-    """Role regions and the number of role branches."""
-    role_br = role_branches(cfg)
+def find_roles(cfg: CFG, loop_headers: set[int], max_threads: int | None = None) -> tuple[list[Role], int]:
+    """Role regions and the number of role branches. ``max_threads`` (the launch bound or block, when known)
+    drops thread-index compares that cannot split the block (``tid > 511`` guarding a block-stride loop in a
+    block of 128)."""
+    role_br = role_branches(cfg, max_threads)
     insns = cfg.program.instructions
     regions: list[Role] = []
     branches = 0

@@ -26,10 +26,26 @@ CONFIGS = {
     "cute-128x128-s5-c2x1-persistent": {"tile_mn": (128, 128), "stages": 5, "cluster_mn": (2, 1),
                                         "persistent": True},
     "cute-128x192-s2": {"tile_mn": (128, 192), "stages": 2},
+    "cute-64x256-s4": {"tile_mn": (64, 256), "stages": 4},
+    "cute-128x64-s8": {"tile_mn": (128, 64), "stages": 8},
+    "cute-128x128-s3-c1x2-persistent": {"tile_mn": (128, 128), "stages": 3, "cluster_mn": (1, 2),
+                                        "persistent": True},
+    "cute-64x64-s7-persistent": {"tile_mn": (64, 64), "stages": 7, "persistent": True, "epi_tile": (64, 32)},
+    "cute-naive-16x16": {"kernel": "naive", "block_mn": (16, 16)},
+    "cute-naive-32x8": {"kernel": "naive", "block_mn": (32, 8)},
 }
 
 
+def naive_labels(knobs) -> dict:
+    # kernels/naive_gemm.py: one thread per output element, plain global loads, fp32 FMA over k, no shared
+    # memory, no tensor cores, no warp roles, one CTA per block of outputs
+    return {"roles": ["all"], "roles.registers": {}, "mma.form": [], "transfer.form": ["ld.global"],
+            "transfer.store_form": ["st.global"], "persistent": False, "loops.depth": 1, "barrier.ops": []}
+
+
 def labels(knobs, kernel_mod) -> dict:
+    if knobs.kernel == "naive":
+        return naive_labels(knobs)
     tm, tn = knobs.tile_mn
     consumers = knobs.consumer_warpgroups
     return {
@@ -71,7 +87,8 @@ def main() -> int:
             shutil.copy(build.ptx, ART / f"{name}.ptx")
             shutil.copy(build.cubin, ART / f"{name}.cubin")
         lab = labels(knobs, hopper_gemm)
-        lab["block"] = [build.threads, 1, 1]
+        if knobs.kernel != "naive":
+            lab["block"] = [build.threads, 1, 1]
         data[name] = {"knobs": {k: list(v) if isinstance(v, tuple) else v for k, v in kn.items()}, "labels": lab}
         print(f"{name}: {build.kernel_name} threads {build.threads} regs {build.registers} "
               f"({build.compile_seconds:.1f} s)", flush=True)

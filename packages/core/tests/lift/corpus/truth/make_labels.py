@@ -71,6 +71,49 @@ CUDA = [
     ("cluster-copy", "cluster.cu", [], {"cluster": [2, 1, 1], "block.max_threads": [64, 1, 1], "loops.depth": 0,
                                         "persistent": False}),
     ("nested-row-sums", "nested.cu", [], {"loops.depth": 2, "persistent": True, "loop.unroll": 1}),
+    ("softmax-rows", "softmax.cu", ["-DFAST=0"], {"block.max_threads": [128, 1, 1], "persistent": False,
+                                                  "loops.depth": 1, "exp.form": ["precise"], "div.form": ["ieee"],
+                                                  "barrier.ops": [], "transfer.form": ["ld.global"]}),
+    ("softmax-rows-fast", "softmax.cu", ["-DFAST=1"], {"exp.form": ["approx"], "div.form": ["approx"],
+                                                       "loops.depth": 1, "persistent": False}),
+    ("rmsnorm", "rmsnorm.cu", [], {"block.max_threads": [256, 1, 1], "div.form": [], "exp.form": [],
+                                   "barrier.ops": ["bar.sync"], "fma.contraction": "fused", "persistent": False,
+                                   "loops.depth": 1}),
+    ("atomic-max-cas", "atomicmax.cu", [], {"transfer.store_form": ["atomic"], "loops.depth": 1,
+                                            "persistent": False, "barrier.ops": []}),
+    ("double-exp", "dexp.cu", [], {"div.form": [], "denormal.flush": "none", "loops.depth": 0}),
+]
+
+# The planted kernels of corpus/src (pairs.json): each variant's define is its truth.
+PLANTED = [
+    ("planted-stages2", "stages.cu", ["-DSTAGES=2"], {"pipeline.stages": 2, "transfer.form": ["cp.async"],
+                                                      "block.max_threads": [128, 1, 1]}),
+    ("planted-stages3", "stages.cu", ["-DSTAGES=3"], {"pipeline.stages": 3, "transfer.form": ["cp.async"]}),
+    ("planted-stages4", "stages.cu", ["-DSTAGES=4"], {"pipeline.stages": 4, "transfer.form": ["cp.async"]}),
+    ("planted-warp-specialised", "warpspec.cu", ["-DWS=1"], {
+        "roles": ["consumer", "producer"], "roles.registers": {"producer": 40, "consumer": 232},
+        "roles.warpgroups": {"producer": 1, "consumer": 1}, "block.max_threads": [256, 1, 1]}),
+    ("planted-not-warp-specialised", "warpspec.cu", ["-DWS=0"], {"roles": ["all"], "roles.registers": {}}),
+    ("planted-persistent", "persistent.cu", ["-DPERSISTENT=1"], {"persistent": True, "loops.depth": 2}),
+    ("planted-not-persistent", "persistent.cu", ["-DPERSISTENT=0"], {"persistent": False, "loops.depth": 1}),
+    ("planted-block128-cluster1", "geometry.cu", ["-DMAXT=128", "-DCLUSTER=1"], {"block.max_threads": [128, 1, 1],
+                                                                                  "cluster": [1, 1, 1]}),
+    ("planted-block256", "geometry.cu", ["-DMAXT=256", "-DCLUSTER=1"], {"block.max_threads": [256, 1, 1]}),
+    ("planted-cluster2", "geometry.cu", ["-DMAXT=128", "-DCLUSTER=2"], {"cluster": [2, 1, 1]}),
+    ("planted-mma-sync", "mma.cu", ["-DMMA=0"], {"mma.form": ["mma.sync"]}),
+    ("planted-wgmma", "mma.cu", ["-DMMA=1"], {"mma.form": ["wgmma"]}),
+    ("planted-cp-async", "copyform.cu", ["-DXFER=0"], {"transfer.form": ["cp.async"], "loop.unroll": 4}),
+    ("planted-tma", "copyform.cu", ["-DXFER=1"], {"transfer.form": ["tma"], "loop.unroll": 4}),
+    ("planted-fmad-on", "fmad.cu", ["-fmad=true"], {"fma.contraction": "fused"}),
+    ("planted-fmad-off", "fmad.cu", ["-fmad=false"], {"fma.contraction": "unfused"}),
+    ("planted-regs255", "spill.cu", ["-maxrregcount=255"], {"spills": {"local_instructions": 0}}),
+    ("planted-regs32", "spill.cu", ["-maxrregcount=32"], {"spills": {"local_instructions": {"min": 1}}}),
+    ("planted-ld32", "ldwidth.cu", ["-DVEC=1"], {"access.global.load_width": [32]}),
+    ("planted-ld128", "ldwidth.cu", ["-DVEC=4"], {"access.global.load_width": [128]}),
+    ("planted-unroll1", "unroll.cu", ["-DUNROLL=1"], {"loop.unroll": 1}),
+    ("planted-unroll4", "unroll.cu", ["-DUNROLL=4"], {"loop.unroll": 4}),
+    ("planted-expf-precise", "expf.cu", ["-DFAST=0"], {"exp.form": ["precise"]}),
+    ("planted-expf-fast", "expf.cu", ["-DFAST=1"], {"exp.form": ["approx"]}),
 ]
 
 # -- jax's Pallas hopper matmul ---------------------------------------------------------------------------
@@ -123,10 +166,12 @@ def cutlass_labels(bundle: Path) -> dict:
 
 def build_cases() -> list[dict]:
     cases = []
-    for cid, src, flags, lab in CUDA:
-        cases.append({"id": cid, "source": "cuda", "src": f"cuda/{src}", "flags": flags,
-                      "build": f"{NVCC} {' '.join(flags)} -o {cid}.cubin cuda/{src}".replace("  ", " "),
-                      "labels": {**PLAIN, **lab}})
+    for folder, table in (("cuda", CUDA), ("../src", PLANTED)):
+        for cid, src, flags, lab in table:
+            base = PLAIN if "roles" not in lab else {}
+            cases.append({"id": cid, "source": "cuda", "src": f"{folder}/{src}", "flags": flags,
+                          "build": f"{NVCC} {' '.join(flags)} -o {cid}.cubin {folder}/{src}".replace("  ", " "),
+                          "labels": {**base, **lab}})
     for cid, path, kind in PALLAS:
         root = REPO / path if kind == "bundle" else (REPO / path).parent
         knobs = json.loads((root / "manifest.json").read_text())["kernel"]["knobs"] or PALLAS_DEFAULT

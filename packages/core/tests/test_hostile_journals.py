@@ -274,3 +274,65 @@ def test_offline_of_the_example_without_its_target_plugin_names_the_plugin(tmp_p
     assert len(lines) == 1 and "target language 'cute' is not installed" in lines[0]
     assert "MOSAIC_LOAD_PLUGINS" in lines[0] and "mosaic-target-cute" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+# -- one hostile case per verb through the installed `mosaic` entry point -------------------------------------------
+
+def _verb_cases(finished: Path, tmp: Path) -> list[tuple[list[str], dict, str]]:
+    src = tmp / "c"
+    shutil.copytree(finished / "c", src)
+    (src / "journal.jsonl").write_text('{"event": "campaign", "format": "mosaic-journal", "version": 1}\n')
+    tampered = tmp / "t"
+    shutil.copytree(finished / "c" / "bundles", tampered)
+    cand = sorted(tampered.glob("cand-*.bundle"))[0]
+    (cand / "kernel.sass").write_text("x\n")
+    (tmp / "empty.bundle").mkdir()
+    (tmp / "junk.sass").write_text("not a listing\n")
+    return [
+        (["run", "--offline", str(src), "--out", str(tmp / "o")], {}, "lacks field 'campaign'"),
+        (["capture", "--lang", "cute", "--family", "gemm", "--shape", "64x64x64", "--dtype", "bf16", "--lower-only",
+          "--timeout", "-1", "-o", str(tmp / "x.bundle")], {}, "--timeout"),
+        (["check", "--family", "gemm", "--inputs", "/dev/zero", "--output", "/dev/zero", "--dtype", "bf16"], {},
+         "not a regular file"),
+        (["bundle", "verify", str(tmp / "empty.bundle")], {}, "no manifest.json"),
+        (["bundle", "show", str(tmp / "empty.bundle")], {}, "no manifest.json"),
+        (["lift", str(tmp / "junk.sass")], {}, "junk.sass"),
+        (["diff", str(tampered / "reference.bundle"), str(cand)], {}, str(cand)),
+        (["catalog", "--lang", "nope"], {}, "unknown language 'nope'"),
+        (["gpus", "--bogus"], {}, "No such option"),
+        (["plugins"], {"MOSAIC_LOAD_PLUGINS": "nope"}, "unknown plugin(s) nope"),
+    ]
+
+
+def test_one_hostile_case_per_verb_through_the_entry_point(finished, tmp_path):
+    import os
+
+    procs = []
+    for args, env, needle in _verb_cases(finished, tmp_path):
+        e = {**os.environ, **env}
+        e.pop("MOSAIC_DEBUG", None)
+        procs.append((args, needle, subprocess.Popen([MOSAIC, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                     text=True, env=e)))
+    verbs = set()
+    for args, needle, p in procs:
+        out, err = p.communicate(timeout=300)
+        one_error(p.returncode, out, err, needle)
+        verbs.add(args[0])
+    assert verbs == {"run", "capture", "check", "bundle", "lift", "diff", "catalog", "gpus", "plugins"}
+    assert not (tmp_path / "o" / "journal.jsonl").exists() and not (tmp_path / "x.bundle").exists()
+
+
+def test_manifest_kernel_spec_of_the_wrong_type_is_one_line(tmp_path):
+    """kernel.shape = "ab" / kernel.knobs = "xy" (KernelSpec.from_json in records.py refuses them)."""
+    from mosaic.bundle import save_bundle
+    from mosaic.records import KernelSpec
+
+    b = save_bundle(tmp_path / "b.bundle", kernel=KernelSpec("gemm", {"m": 8, "n": 8, "k": 8}, "bf16", "cutlass"),
+                    language="cutlass", gpu="h200", files={"k.sass": ("sass", (rf.CORPUS / "tma.sass").read_text())})
+    original = (b.root / "manifest.json").read_text()
+    for field, value in (("shape", "ab"), ("knobs", "xy"), ("shape", [8, 8, 8])):
+        m = json.loads(original)
+        m["kernel"][field] = value
+        (b.root / "manifest.json").write_text(json.dumps(m))
+        for verb in (["bundle", "verify"], ["bundle", "show"], ["lift"]):
+            one_error(*main(*verb, str(b.root)), f"KernelSpec.{field}=", "manifest.json")

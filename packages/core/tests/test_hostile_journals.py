@@ -336,3 +336,17 @@ def test_manifest_kernel_spec_of_the_wrong_type_is_one_line(tmp_path):
         (b.root / "manifest.json").write_text(json.dumps(m))
         for verb in (["bundle", "verify"], ["bundle", "show"], ["lift"]):
             one_error(*main(*verb, str(b.root)), f"KernelSpec.{field}=", "manifest.json")
+
+
+@pytest.mark.parametrize("reply, needle", [
+    ("[" * 5000 + "]" * 5000, "levels is over the limit"),
+    ('{"knobs": {"stages": ' + "9" * 5000 + "}}", "digits is over the limit"),
+    ('{"knobs": {"stages": NaN}}', "NaN is not a JSON value"),
+])
+def test_a_hostile_agent_reply_is_a_recorded_rejection(reply, needle):
+    import test_proposers as tp
+    from mosaic.proposers.command import parse_reply
+
+    req = tp.request(rf.HOPPER, [])
+    p = parse_reply(reply, req, {req.parent})
+    assert not p.ok and needle in p.reason

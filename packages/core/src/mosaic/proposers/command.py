@@ -26,6 +26,8 @@ import os
 import subprocess
 from collections.abc import Mapping
 
+from mosaic import limits
+from mosaic.errors import BadInput
 from mosaic.proposers import Proposal, Request
 
 MAX_OUTPUT = 4 * 2**20
@@ -43,9 +45,15 @@ def parse_reply(text: str, request: Request, allowed_parents: set[str]) -> Propo
     if not text:
         return _reject(parent, "the proposer printed nothing (expected one JSON object)")
     try:
-        reply = json.loads(text)
+        reply = json.loads(text, parse_int=lambda s: 0, parse_constant=lambda s: 0)  # well-formed? (cheap)
     except json.JSONDecodeError as exc:
         return _reject(parent, f"the proposer's output is not JSON ({exc.msg} at line {exc.lineno})")
+    except RecursionError:
+        pass  # loads_json names the depth limit
+    try:  # the limits of every JSON mosaic reads: nesting depth, integer length, no NaN
+        reply = limits.loads_json(text, "the proposer's output")
+    except BadInput as exc:
+        return _reject(parent, exc.line())
     if not isinstance(reply, Mapping):
         return _reject(parent, f"the proposer's output is a JSON {type(reply).__name__}, expected an object")
     unknown = sorted(set(reply) - ALLOWED)

@@ -81,6 +81,16 @@ FUSED = [
     ("fused-rows16-lm", {"gemv_rows_per_task": 16, "lm_head_rows_per_task": 384, "fusion": VMF}),
     ("fused-rows32-lm", {"gemv_rows_per_task": 32, "lm_head_rows_per_task": 384, "fusion": VMF, "prefetch_depth": 1}),
 ]
+AUDIT = [  # validate/audit.py real_lowerings' configs, from the old ScheduleConfig(...) list
+    ("default", {}),
+    ("rr4-r8-nofuse", {"gemv_rows_per_task": 8, "fusion": [], "num_sms": 4}),
+    ("ll3-r16", {"gemv_rows_per_task": 16, "sm_policy": "least_loaded", "num_sms": 3}),
+    ("rr2-r32-residual", {"gemv_rows_per_task": 32, "fusion": ["residual"], "num_sms": 2}),
+    ("single", {"gemv_rows_per_task": 16, "sm_policy": "single"}),
+    ("rr8-r8-kvh2", {"gemv_rows_per_task": 8, "attention_kv_heads_per_task": 2, "fusion": ["gate_up_silu"], "num_sms": 8}),
+    ("fused-all", {"gemv_rows_per_task": 16, "fusion": ["residual", "gate_up_silu", "rope_append", "rmsnorm_gemv", "gemv_rope_append", "split_kv", "split_argmax"], "attention_kv_splits": 3, "argmax_rows_per_task": 16, "num_sms": 6, "kv_page_tokens": 4}),
+    ("fused-ll4", {"gemv_rows_per_task": 8, "attention_kv_heads_per_task": 2, "fusion": ["rmsnorm_gemv", "gemv_rope_append", "split_kv", "split_argmax"], "attention_kv_splits": 2, "argmax_rows_per_task": 40, "sm_policy": "least_loaded", "num_sms": 4}),
+]
 LM_ROWS = {49152: 384, 128256: 1024, 256: 64}  # lm_head_rows_per_task where a candidate splits it
 
 
@@ -124,7 +134,7 @@ def test_bench_candidates_from_toml_are_the_old_ones_field_by_field(vocab):
 
 def test_every_shipped_toml_is_package_data_and_loads():
     names = sorted(p.name for p in C.CONFIG_DIR.glob("*.toml"))
-    assert names == ["bench.toml", "cuda_default.toml"]
+    assert names == ["audit.toml", "bench.toml", "cuda_default.toml"]
     from importlib.resources import files
 
     assert all(files("mosaic_amk").joinpath("configs", n).is_file() for n in names)
@@ -150,3 +160,20 @@ def test_bad_candidates_are_refused_with_the_config_validation(tmp_path, monkeyp
     _write(tmp_path, monkeypatch, text)
     with pytest.raises(BadInput, match=needle):
         load_candidates("candidate", 49152)
+
+
+def test_audit_configs_from_toml_are_the_old_ones_field_by_field():
+    got = load_candidates("audit", file="audit")
+    assert [n for n, _ in got] == [n for n, _ in AUDIT]
+    for (name, cfg), (_, delta) in zip(got, AUDIT, strict=True):
+        assert cfg.to_json() == {**DEFAULTS, **delta}, name
+    from mosaic_amk.validate.audit import real_lowerings
+
+    quick = real_lowerings(families=("llama",), quick=True)  # the quick set: the first three and fused-all
+    assert [k for k, _ in quick] == [f"llama/{n}/pos{p}" for n in ("default", "rr4-r8-nofuse", "ll3-r16", "fused-all")
+                                     for p in (0, 7)]
+
+
+def test_a_per_model_lm_head_split_needs_the_vocab_size():
+    with pytest.raises(BadInput, match="needs the model's vocab_size"):
+        load_candidates("candidate")

@@ -286,11 +286,13 @@ def named_config(name: str) -> ScheduleConfig:
     return load_config(path)
 
 
-def load_candidates(group: str, vocab_size: int, file: str = "bench") -> list[tuple[str, ScheduleConfig]]:
+def load_candidates(group: str, vocab_size: int | None = None, file: str = "bench"
+                    ) -> list[tuple[str, ScheduleConfig]]:
     """The named candidates of ``configs/<file>.toml``'s ``[[group]]`` array, in file order: each entry's ``name``,
     an optional ``base`` (a shipped config, :func:`named_config`; else ScheduleConfig's defaults) and the fields it
     sets, validated by ScheduleConfig itself. ``lm_head_rows_per_task`` may be ``{vocab_per_sms = S, multiple_of =
-    M, at_least = L}``, resolved for a model of ``vocab_size`` rows: max(L, ceil(ceil(vocab / S) / M) * M)."""
+    M, at_least = L}``, resolved for a model of ``vocab_size`` rows: max(L, ceil(ceil(vocab / S) / M) * M).
+    ``file``: ``bench`` (the bench's ``candidate`` and ``fused`` groups) or ``audit`` (the audit's ``audit`` group)."""
     path = CONFIG_DIR / f"{file}.toml"
     doc = read_toml(path)
     entries = doc.get(group)
@@ -306,6 +308,8 @@ def load_candidates(group: str, vocab_size: int, file: str = "bench") -> list[tu
         data = {**(named_config(base).to_json() if base is not None else {}), **entry}
         lm = data.get("lm_head_rows_per_task")
         if isinstance(lm, dict):
+            if vocab_size is None:
+                raise BadInput("lm_head_rows_per_task per model needs the model's vocab_size", where)
             if set(lm) != {"vocab_per_sms", "multiple_of", "at_least"} or not all(
                     type(v) is int and v > 0 for v in lm.values()):
                 raise BadInput("lm_head_rows_per_task as a table needs positive integers vocab_per_sms, multiple_of "

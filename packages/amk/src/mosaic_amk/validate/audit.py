@@ -39,26 +39,12 @@ def real_lowerings(families: tuple[str, ...] | None = None, quick: bool = False)
     """Real lowerings of tiny random-init checkpoints (mosaic_amk.tiny_models), several configs each."""
     from mosaic.plugins import host
 
-    from mosaic_amk.config import FUSIONS, ScheduleConfig
+    from mosaic_amk.config import load_candidates
     from mosaic_amk.lowering import lower
     from mosaic_amk.tiny_models import TINY_FAMILIES, tiny_model
 
     gpu = host().get("gpus", "h200")
-    configs = [
-        ("default", ScheduleConfig()),
-        ("rr4-r8-nofuse", ScheduleConfig(num_sms=4, gemv_rows_per_task=8, fusion=())),
-        ("ll3-r16", ScheduleConfig(num_sms=3, gemv_rows_per_task=16, sm_policy="least_loaded")),
-        ("rr2-r32-residual", ScheduleConfig(num_sms=2, gemv_rows_per_task=32, fusion=("residual",))),
-        ("single", ScheduleConfig(sm_policy="single", gemv_rows_per_task=16)),
-        ("rr8-r8-kvh2", ScheduleConfig(num_sms=8, gemv_rows_per_task=8, attention_kv_heads_per_task=2,
-                                       fusion=("gate_up_silu",))),
-        # the CPU-only fused ops (ops.FUSED_SPECS): every switch, and a mix without the MLP fusions
-        ("fused-all", ScheduleConfig(num_sms=6, gemv_rows_per_task=16, fusion=FUSIONS, attention_kv_splits=3,
-                                     argmax_rows_per_task=16, kv_page_tokens=4)),
-        ("fused-ll4", ScheduleConfig(num_sms=4, gemv_rows_per_task=8, sm_policy="least_loaded",
-                                     attention_kv_heads_per_task=2, attention_kv_splits=2, argmax_rows_per_task=40,
-                                     fusion=("rmsnorm_gemv", "gemv_rope_append", "split_kv", "split_argmax"))),
-    ]
+    configs = load_candidates("audit", file="audit")  # configs/audit.toml
     positions = (0, 7) if quick else (0, 5, 16, 40)
     out = []
     for fam in families or TINY_FAMILIES:

@@ -24,10 +24,10 @@ def test_preview_lowers_the_naive_translation_diffs_it_and_lists_first_edits(tmp
     assert steps == ["campaign", "reference", "naive translation", "diff", "proposals"], data["skipped"]
     assert data["naive"]["status"] == "lowered" and Path(data["naive"]["bundle"]).is_dir()
     keys = {r["key"] for r in data["rows"]}
-    # the reference (jax's Pallas matmul) has no warp specialisation; the CuTe kernel has producer/consumer roles
-    assert {"roles", "roles.registers"} <= keys
-    roles = next(r for r in data["rows"] if r["key"] == "roles")
-    assert roles["reference"] == ["all"] and sorted(roles["candidate"]) == ["consumer", "producer"]
+    # both are warp-specialised alike (jax's hopper matmul: one producer warpgroup at 40 registers, two compute
+    # warpgroups at 232; the CuTe kernel: the same) and both loop over tiles: no roles or persistence row
+    assert not {"roles", "roles.registers", "roles.warpgroups", "persistent"} & keys
+    assert data["rows"]
     edits = [e for e in data["edits"] if e["ok"]]
     assert edits and all(e["edit"]["kind"] == "knob" for e in edits)
     assert len({e["key"] for e in edits}) == len(edits)  # distinct candidates

@@ -107,10 +107,17 @@ def _waits_in_line(cfg: CFG, q: Loop) -> bool:
     for p in cfg.blocks[q.header].preds:
         if p in q.blocks or p not in cfg.reachable:
             continue
+        target = q.header
         blk = cfg.blocks[p]
         last = insns[blk.end - 1]
+        for _ in range(4):  # a retry stub that sets up the parity and falls into the spin loop
+            if last.opclass == "branch" or len(blk.preds) != 1:
+                break
+            target = blk.id
+            blk = cfg.blocks[blk.preds[0]]
+            last = insns[blk.end - 1]
         if not (last.opclass == "branch" and last.predicated and last.targets and
-                cfg.block_of[cfg.program.labels[last.targets[0]]] == q.header):
+                cfg.block_of[cfg.program.labels[last.targets[0]]] == target):
             return True
         guard = last.pred.lstrip("!")
         writer = next((i for i in reversed(insns[blk.start:blk.end - 1])

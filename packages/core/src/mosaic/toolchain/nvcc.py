@@ -71,7 +71,7 @@ def nvcc_version(exe: str) -> str:
 class NvccRun:
     """One nvcc call: its command, exit status, output (stdout + stderr, with ptxas -v's report) and time."""
 
-    cmd: tuple
+    cmd: tuple[str, ...]
     returncode: int
     log: str
     seconds: float

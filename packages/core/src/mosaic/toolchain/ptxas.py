@@ -110,7 +110,7 @@ def kernel_resources(text: str, kernel: str | None = None) -> FunctionResources 
 class Assembly:
     """One ``ptxas -arch=<arch> -v`` run: the command, what it printed and the cubin it wrote."""
 
-    cmd: tuple
+    cmd: tuple[str, ...]
     exe: str
     version: str | None  # "13.0.88"
     returncode: int | None  # None when it timed out

@@ -75,6 +75,7 @@ class WorkLoop:
     name: str = ""
     spin: frozenset = frozenset()  # indices of the body's instructions that sit in spin (wait/issue) loops
     spin_waits: tuple = ()  # barrier operands of the body's spin loops that wait in line (not a failed wait's retry)
+    outer: bool = False  # holds another work loop (a persistent tile loop around its k-loops)
 
     @property
     def header(self) -> int:
@@ -168,10 +169,10 @@ def pipeline_steps(w: WorkLoop) -> int:
 
 
 def loop_unroll(w: WorkLoop) -> int:
-    """Source iterations per trip. A pipelined loop runs one pipeline step per source iteration, so its unroll is
-    its step count (``pipeline_steps``), not the gcd of its operation counts (a producer issues several TMA
-    loads per stage, a consumer several wgmma per k-step); other loops: ``unroll_estimate``."""
-    steps = pipeline_steps(w)
+    """Source iterations per trip. A pipelined (innermost) loop runs one pipeline step per source iteration, so
+    its unroll is its step count (``pipeline_steps``), not the gcd of its operation counts (a producer issues
+    several TMA loads per stage, a consumer several wgmma per k-step); other loops: ``unroll_estimate``."""
+    steps = 0 if w.outer else pipeline_steps(w)  # an outer loop's waits belong to its k-loops' prologues
     if steps:
         return steps
     if exit_counter_step(w) == 1:
@@ -233,7 +234,7 @@ def work_loops(cfg: CFG) -> list[WorkLoop]:
                              for q in cfg.loops if q.id not in ids and q.blocks <= lp.blocks and q is not lp
                              and _waits_in_line(cfg, q))
         out.append(WorkLoop(lp, depth, body, cfg.instructions(pro), cfg.instructions(epi), spin=spin,
-                            spin_waits=inline_spins))
+                            spin_waits=inline_spins, outer=bool(nested)))
         del first
     out.sort(key=lambda w: cfg.blocks[w.header].start)
     for n, w in enumerate(out):

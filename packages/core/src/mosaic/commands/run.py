@@ -8,6 +8,13 @@
   every verdict must come out the same: any mismatch is listed and the exit status is 1.
 * ``--resume DIR``: continues a campaign whose process was stopped (``kill -9`` included) from its journal,
   without repeating a measurement or losing an accepted edit.
+
+Nothing a campaign directory names is run on its say-so: ``--offline`` never runs the campaign's proposer
+program (``proposer = "command"``) or a plugin's proposer — past the recorded proposals the campaign ends
+``exhausted`` — unless the user names their own agent with ``--command``; ``--resume`` runs a recorded proposer
+command only when the user passes the same ``--command`` again or confirms it with ``--trust-command``, and says
+so in one line. One run at a time writes a campaign directory (:mod:`mosaic.run.lock`; a second is refused
+naming the holder), and a new campaign never replaces another's report files in ``--out`` without ``--force``.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from mosaic import budget
 from mosaic.errors import BadInput
 from mosaic.fields import fail, non_negative_int, one_of, positive
 from mosaic.records import GpuTarget
@@ -220,20 +221,22 @@ class ScheduleConfig:
 
     # ------------------------------------------------------------------------------------------ gpu
     def check(self, gpu: GpuTarget) -> list[str]:
-        """Every way this config does not fit ``gpu`` (empty when it fits)."""
-        problems = []
-        if self.num_sms > gpu.sm_count:
-            problems.append(f"num_sms={self.num_sms} > {gpu.name} sm_count {gpu.sm_count}")
-        if self.threads_per_block > gpu.max_threads_per_block:
-            problems.append(f"threads_per_block={self.threads_per_block} > {gpu.name} max_threads_per_block "
-                            f"{gpu.max_threads_per_block}")
-        if self.smem_bytes > gpu.smem_per_block:
-            problems.append(f"smem_bytes={self.smem_bytes} > {gpu.name} smem_per_block {gpu.smem_per_block}")
-        if self.smem_bytes + gpu.smem_reserved_per_block > gpu.smem_per_sm:
-            problems.append(f"smem_bytes={self.smem_bytes} + reserved {gpu.smem_reserved_per_block} > {gpu.name} "
-                            f"smem_per_sm {gpu.smem_per_sm}")
-        if self.ring_bytes() and self.smem_bytes + self.ring_bytes() > gpu.smem_per_block:
-            problems.append(f"smem_bytes={self.smem_bytes} + weight_stream ring {self.ring_bytes()} > {gpu.name} "
+        """Every way this config does not fit ``gpu`` (empty when it fits): :mod:`mosaic.budget`'s rules, worded
+        for a config, then the prefetch ring's own bound."""
+        block = budget.Footprint(where="config", smem_bytes=self.smem_bytes, threads=self.threads_per_block,
+                                 sms=self.num_sms)
+        words = {"sm-count": f"num_sms={self.num_sms} > {gpu.name} sm_count {gpu.sm_count}",
+                 "threads-per-block": f"threads_per_block={self.threads_per_block} > {gpu.name} max_threads_per_block "
+                                      f"{gpu.max_threads_per_block}",
+                 "smem-per-block": f"smem_bytes={self.smem_bytes} > {gpu.name} smem_per_block {gpu.smem_per_block}",
+                 "smem-per-sm": f"smem_bytes={self.smem_bytes} + reserved {gpu.smem_reserved_per_block} > {gpu.name} "
+                                f"smem_per_sm {gpu.smem_per_sm}"}
+        found = {d.code for d in budget.diagnose(block, gpu, words)}
+        problems = [text for code, text in words.items() if code in found]
+        ring = self.ring_bytes()
+        if ring and budget.diagnose(budget.Footprint(where="config", smem_bytes=self.smem_bytes + ring), gpu,
+                                    ("smem-per-block",)):
+            problems.append(f"smem_bytes={self.smem_bytes} + weight_stream ring {ring} > {gpu.name} "
                             f"smem_per_block {gpu.smem_per_block}")
         need = self.prefetch_depth * self.prefetch_tile_bytes
         if need > self.smem_bytes:

@@ -257,3 +257,48 @@ def test_fuzzed_manifest(a_bundle, edits):
         for args in (["bundle", "verify", str(b)], ["bundle", "show", str(b)], ["lift", str(b)]):
             kept_promise(*main(*args))
         assert snapshot(Path(tmp)) == before
+
+
+@st.composite
+def valid_looking_campaigns(draw):
+    """Campaigns that parse, with settings a re-decision must cope with (knobs, limits, a smaller check shape)."""
+    data = dict(BASE)
+    knob_values = st.sampled_from([4, 5, 8, 0, -1, "naive", "hopper", "x", True, [128, 256], [1], None]) | json_values
+    for _ in range(draw(st.integers(1, 4))):
+        name = draw(st.sampled_from(["start_knobs", "reference_knobs", "beam", "budget_min", "max_candidates",
+                                     "check_shape", "noise_blocks", "runs_per_block", "rounds", "yardstick", "gpu",
+                                     "shape"]))
+        if name in ("start_knobs", "reference_knobs"):
+            data[name] = draw(st.dictionaries(st.sampled_from(["kernel", "stages", "tile_mn", "tile_k", "raster",
+                                                               "persistent", "bogus"]), knob_values, max_size=3))
+        elif name in ("beam", "max_candidates", "rounds", "runs_per_block"):
+            data[name] = draw(st.integers(1, 50))
+        elif name == "noise_blocks":
+            data[name] = draw(st.sampled_from([10, 12, 20, 40]))
+        elif name == "budget_min":
+            data[name] = draw(st.floats(min_value=1e-6, max_value=1e6))
+        elif name == "check_shape":
+            data[name] = draw(st.sampled_from(["64x64x64", "32x24x16", "1x1x1"]))
+        elif name == "shape":
+            data[name] = draw(st.sampled_from(["4096x4096x4096", "64x64x64", "8192x4096x8192"]))
+        elif name == "gpu":
+            data[name] = draw(st.sampled_from(["h200", "h100-sxm", "b200", "nope"]))
+        else:
+            data[name] = draw(st.booleans())
+    return data
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(data=valid_looking_campaigns())
+def test_fuzzed_campaign_offline(recorded, data):
+    text = "".join(f"{json.dumps(k)} = {toml_value(v)}\n" for k, v in data.items())
+    with tempfile.TemporaryDirectory(dir=recorded) as tmp:
+        src = Path(tmp) / "c"
+        src.mkdir()
+        (src / "bundles").symlink_to(recorded / "c" / "bundles", target_is_directory=True)
+        (src / "campaign.toml").write_text(text)
+        before = snapshot(recorded / "c")
+        rc, out, err = main("run", "--offline", str(src), "--out", str(Path(tmp) / "out"), "--quiet")
+        kept_promise(rc, out, err)
+        assert snapshot(recorded / "c") == before
+        assert sorted(p.name for p in Path(tmp).iterdir()) in (["c"], ["c", "out"])

@@ -301,3 +301,10 @@ def test_capture_force_replaces_only_a_bundle(tmp_path):
     one_error(*main("capture", "--lang", "cute", "--family", "gemm", "--shape", "64x64x64", "--dtype", "bf16",
                     "--lower-only", "--force", "-o", str(tmp_path / "file.bundle")), "is a file")
     assert (tmp_path / "file.bundle").read_text() == "x"
+
+
+def test_out_that_is_a_file_is_refused(finished, tmp_path):
+    src = campaign_copy(finished, tmp_path)
+    (tmp_path / "o").write_text("not a directory\n")
+    one_error(*main("run", "--offline", str(src), "--out", str(tmp_path / "o"), "--quiet"), "must be a directory")
+    assert (tmp_path / "o").read_text() == "not a directory\n"

@@ -1,4 +1,4 @@
-"""The grid-wide hand-off protocols alone (mosaic_amk/cuda/handoff.cu): the VM's counter (release add, relaxed
+"""The grid-wide hand-off protocols alone (mosaic_amk/bench/handoff.cu): the VM's counter (release add, relaxed
 polls, acquire fence), flag-in-data 64-bit words (NCCL's LL protocol) and cooperative grid.sync(), each a chain of
 dependent all-to-all stages of an n-float vector on one block per SM, interleaved launch by launch and checked for
 stale data. With ``--vm-skeleton`` it also times the CudaVM's sync-skeleton probe (every op skipped) of CUDA_DEFAULT

@@ -1,6 +1,6 @@
 """Where one decode step's time goes, task by task: a bench candidate (default: the CUDA VM's default config) built
 with AMK_TRACE, timed like the bench (64 steps in one launch after 4 warm-up steps) against the same config without
-the trace, then the last step's per-task stamps turned into a stage table (cuda/trace.py: each stage kind's share of
+the trace, then the last step's per-task stamps turned into a stage table (mosaic_amk/bench/trace.py: each stage kind's share of
 the step, its critical task's hand-off and body). The traced VM's greedy tokens must equal the plain VM's. ``--ab
 DEFINE`` (repeatable): also time the same config built with that extra define (e.g. AMK_SHORT_ROWS=0), interleaved,
 its tokens gated the same way. ``--defines A=1,B=2``: build every VM of the run (plain, traced, the --ab ones) with

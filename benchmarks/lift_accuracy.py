@@ -38,7 +38,8 @@ def load_cases() -> list[dict]:
 def compile_cuda(case: dict, cache: Path) -> Path:
     out = cache / f"{case['id']}.cubin"
     if not out.exists():
-        cmd = ["nvcc", "-cubin", "-arch=sm_90a", "-O3", *case["flags"], "-o", str(out), str(TRUTH / case["src"])]
+        arch = [] if any(f.startswith("-arch") for f in case["flags"]) else ["-arch=sm_90a"]
+        cmd = ["nvcc", "-cubin", *arch, "-O3", *case["flags"], "-o", str(out), str(TRUTH / case["src"])]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if proc.returncode:
             raise RuntimeError(f"{shlex.join(cmd)}: {proc.stderr.strip()[:300]}")

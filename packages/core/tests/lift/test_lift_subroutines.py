@@ -13,7 +13,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from mosaic.lift.cfg import build_cfg
 from mosaic.lift.fingerprint import lift_program
 from mosaic.lift.inputs import lift_path
@@ -111,3 +110,40 @@ def test_call_ret_bssy_warpsync_and_uniform_branches_parse():
     assert not cfg.loops or all(entry not in lp.blocks for lp in cfg.loops if lp.header in cfg.reachable)
     fp = lift_program(prog)
     assert fp.get("loops.depth").value == 0
+
+
+TMEM = (Path(__file__).resolve().parent / "corpus" / "truth" / "cuda" / "tmem.cu").read_text()
+
+
+@needs_nvcc
+def test_blackwell_tmem_kernel_with_uniform_branches_lifts(tmp_path):
+    # sm_100's uniform branches carry their condition as an operand (``BRA.U !UP0, `(.L_x_4)``): read as
+    # unconditional, the k-loop was unreachable and the kernel had no loop
+    src = tmp_path / "tmem.cu"
+    src.write_text(TMEM)
+    out = tmp_path / "tmem.cubin"
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_100a", "-O3", "-o", str(out), str(src)], check=True,
+                   capture_output=True, timeout=300)
+    fp = lift_path(out)
+    assert fp.unknown_opcodes == {}
+    assert fp.get("loops.depth").value == 1
+    assert "tmem" in fp.get("hot_loop.mix", "all").value
+    assert [r["name"] for r in fp.roles] == ["all"]  # warp 0's tcgen05.alloc retry is setup, not a role
+    assert fp.get("persistent").value is False
+    assert fp.get("transfer.store_form").value == ["st.global"]  # the allocator's ATOMS is no result store
+
+
+def test_predicate_operand_makes_a_branch_conditional():
+    prog = parse_sass("""
+        .section .text.k,"ax",@progbits
+.text.k:
+        /*0000*/                   UISETP.NE.AND UP0, UPT, UR4, 0x1, UPT ;
+        /*0010*/                   BRA.U !UP0, `(.L_x_1) ;
+        /*0020*/                   NOP ;
+.L_x_1:
+        /*0030*/                   EXIT ;
+""")["k"]
+    bra = prog.instructions[1]
+    assert bra.pred == "!UP0" and bra.predicated
+    cfg = build_cfg(prog)
+    assert len(cfg.blocks[cfg.block_of[1]].succs) == 2

@@ -297,7 +297,11 @@ def _instruction(add, insns, hot) -> None:
         # epilogue reads alpha and beta through pointers), not tiles
         forms.discard("ld.global")
     add("instruction", "transfer.form", sorted(forms), "set")
-    add("instruction", "transfer.store_form", sorted({v for k, v in _STORE.items() if k in classes}), "set")
+    stores = {v for k, v in _STORE.items() if k in classes and k != "atomic"}
+    if any(i.opclass == "atomic" and i.opcode != "ATOMS" and not any(m.startswith("shared") for m in i.mods)
+           for i in insns):
+        stores.add("atomic")  # global atomics and reductions; shared-memory ones (ATOMS) are no result store
+    add("instruction", "transfer.store_form", sorted(stores), "set")
     add("instruction", "barrier.ops", sorted(c for c in _BARRIERS if c in classes), "set")
     for space, ld, st in (("global", "ld.global", "st.global"), ("shared", "ld.shared", "st.shared")):
         add("instruction", f"access.{space}.load_width",
@@ -346,16 +350,27 @@ def is_persistent(program: Program, loops) -> bool:
         return False
     in_loop = {i.index for w in loops for i in w.body}
     grid_regs = _nctaid_regs(program, in_loop)
-    ctaid = {i.operands[0] for i in program.instructions
-             if i.opcode in _CTAID_READS and any(_CTAID_RE.search(o) for o in i.operands[1:])}
+    reads = [i for i in program.instructions
+             if i.opcode in _CTAID_READS and any(_CTAID_RE.search(o) for o in i.operands[1:])]
+    if reads:
+        writes: dict[str, int] = {}
+        for i in program.instructions:
+            if i.operands:
+                writes[i.operands[0]] = writes.get(i.operands[0], 0) + 1
     for w in loops:
         counters = stepped_counters(w.body)
+        own = {i.index for i in w.body}
+        # the block index: read in this loop (jax re-reads SR_CTAID.X each tile), or read once outside and
+        # never written again (a register reused as a counter later is no block index)
+        ctaid = {i.operands[0] for i in reads if i.index in own or writes.get(i.operands[0]) == 1}
         for i in w.body:
             srcs = [o.removesuffix(".reuse") for o in i.operands[1:]]
             if any(o in grid_regs or o in _NCTAID_SASS or o.startswith("%nctaid") for o in srcs):
                 return True
-            if i.opcode in _COMBINE and any(o in ctaid for o in srcs) and any(o in counters for o in srcs):
-                return True
+            if i.opcode in _COMBINE and ctaid:
+                blocks = {o for o in srcs if o in ctaid}
+                if blocks and any(o in counters and o not in blocks for o in srcs):
+                    return True
     return False
 
 

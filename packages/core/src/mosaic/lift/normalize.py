@@ -21,6 +21,8 @@ from mosaic.lift.opclass import REPLICATED
 
 _REG_RE = re.compile(r"^-?!?\|?(U?R|U?P|B|SR_)[\dZT]*")
 _SPIN_OK = {"mbar.wait", "branch", "sync", "nop", "int", "uniform", "move", "shuffle"}
+_WORK = {"mma", "ld.global", "st.global", "ld.shared", "st.shared", "tma.load", "tma.store", "cp.async",
+         "fp32.fma", "fp32.add", "fp32.mul", "fp16", "fp64", "mufu", "ldsm", "stsm"}
 _ISSUED = {"tma.load", "tma.store", "bulk.copy", "mbar.arrive.tx", "mbar.arrive", "other.prefetch", "fence"}
 
 
@@ -56,6 +58,8 @@ def is_spin_loop(cfg: CFG, loop: Loop) -> bool:
     classes = {i.opclass for i in insns}
     if "mbar.wait" in classes and classes <= _SPIN_OK:
         return True
+    if any(i.opcode in ("NANOSLEEP", "nanosleep") for i in insns) and not classes & _WORK:
+        return True  # a back-off retry (sm_100's tcgen05.alloc: UTCATOMSWS.FIND_AND_SET ... NANOSLEEP)
     if "setmaxnreg" in classes and classes <= _SPIN_OK | {"setmaxnreg"}:
         return True
     elect = any(i.opcode == "ELECT" for i in insns)

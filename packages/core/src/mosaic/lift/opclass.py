@@ -23,7 +23,7 @@ SASS_BASE = {
     "ARRIVES": "cp.async.arrive",
     # memory
     "LDG": "ld.global", "STG": "st.global", "LDS": "ld.shared", "STS": "st.shared", "LDSM": "ldsm",
-    "STSM": "stsm", "LDL": "ld.local", "STL": "st.local", "LDC": "ld.const", "ULDC": "ld.const",
+    "STSM": "stsm", "LDL": "ld.local", "STL": "st.local", "LDC": "ld.const", "ULDC": "ld.const", "LDCU": "ld.const",
     "LD": "ld.generic", "ST": "st.generic", "ATOM": "atomic", "ATOMG": "atomic", "ATOMS": "atomic",
     "RED": "atomic", "REDG": "atomic", "REDUX": "shuffle", "CCTL": "fence", "CCTLL": "fence",
     "LDTM": "tmem", "STTM": "tmem", "UTCBAR": "mbar.arrive", "UTCCP": "tmem", "UTCSHIFT": "tmem",

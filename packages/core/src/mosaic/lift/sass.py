@@ -20,6 +20,7 @@ _KERNEL_NVDISASM_RE = re.compile(r"^\s*\.text\.([\w.$]+)\s*:\s*$")
 _KERNEL_CUOBJDUMP_RE = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
 _TARGET_RE = re.compile(r"`\(([^)`]+)\)")
 _PRED_RE = re.compile(r"^@(!?U?P[0-7T])\s+")
+_PRED_OPERAND_RE = re.compile(r"!?U?P[0-6]")
 _ARCH_RE = re.compile(r"\b(?:\.target|code for)\s+(sm_\d+[af]?)")
 _BENIGN_PREFIXES = ("//", ".", "#", "Fatbin", "=", "arch", "code version", "host", "compile_size",
                     "code for", "Function", "identifier", "ptxasOptions", "----")
@@ -174,6 +175,9 @@ def _parse_insn(body: str, index: int, address: int, lineno: int, where: str,
             targets = tuple(labs)
         elif operands and re.fullmatch(r"0x[0-9a-fA-F]+", operands[-1]):
             targets = (f"@0x{int(operands[-1], 16):x}",)
+    if opcode in ("BRA", "BRX", "JMP", "JMX") and len(operands) >= 2 and _PRED_OPERAND_RE.fullmatch(operands[0]):
+        # sm_100's uniform branch ``BRA.U !UP0, `(.L_x_4)`` (and ``@!P1 BRA !P3, ...``): the condition is an operand
+        pred = pred or operands[0]
     cls = sass_class(opcode, mods)
     if opcode == "HFMA2" and "MMA" in mods and operands[1:3] == ("-RZ", "RZ"):
         cls = "move"  # the compiler's idiom for materialising a constant

@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[5]
 H200 = "packages/core/tests/data/h200"
-NVCC = "nvcc -cubin -arch=sm_90a -O3"
+NVCC = "nvcc -cubin -O3"  # -arch=sm_90a unless the case's flags name another
 
 # -- plain CUDA: (id, source, flags, labels) -----------------------------------------------------------
 PLAIN = {"roles": ["all"], "mma.form": [], "roles.registers": {}}
@@ -82,6 +82,9 @@ CUDA = [
     ("atomic-max-cas", "atomicmax.cu", [], {"transfer.store_form": ["atomic"], "loops.depth": 1,
                                             "persistent": False, "barrier.ops": []}),
     ("double-exp", "dexp.cu", [], {"div.form": [], "denormal.flush": "none", "loops.depth": 0}),
+    ("tmem-roundtrip-sm100a", "tmem.cu", ["-arch=sm_100a"], {"block.max_threads": [128, 1, 1], "loops.depth": 1,
+                                                             "persistent": False, "transfer.store_form": ["st.global"],
+                                                             "div.form": [], "exp.form": []}),
 ]
 
 # The planted kernels of corpus/src (pairs.json): each variant's define is its truth.
@@ -164,13 +167,18 @@ def cutlass_labels(bundle: Path) -> dict:
             "loop.unroll@producer": 1, "loop.unroll@consumer": 1, "loops.depth": 2}
 
 
+def arch_flag(flags: list[str]) -> str:
+    return "" if any(f.startswith("-arch") for f in flags) else "-arch=sm_90a"
+
+
 def build_cases() -> list[dict]:
     cases = []
     for folder, table in (("cuda", CUDA), ("../src", PLANTED)):
         for cid, src, flags, lab in table:
             base = PLAIN if "roles" not in lab else {}
             cases.append({"id": cid, "source": "cuda", "src": f"{folder}/{src}", "flags": flags,
-                          "build": f"{NVCC} {' '.join(flags)} -o {cid}.cubin {folder}/{src}".replace("  ", " "),
+                          "build": f"{NVCC} {arch_flag(flags)} {' '.join(flags)} -o {cid}.cubin {folder}/{src}"
+                          .replace("  ", " "),
                           "labels": {**base, **lab}})
     for cid, path, kind in PALLAS:
         root = REPO / path if kind == "bundle" else (REPO / path).parent

@@ -47,8 +47,10 @@ def test_label_matching_rules():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH (the CUDA cases compile here)")
 def test_every_key_meets_the_goal_on_the_corpus(tmp_path):
-    result = lift_accuracy.evaluate(lift_accuracy.load_cases(), tmp_path)
+    result = lift_accuracy.evaluate(lift_accuracy.load_cases(), tmp_path, lift_accuracy.load_pairs())
     assert not result["parse_failures"], result["parse_failures"]
+    assert len(result["pairs"]) >= 14 and [p for p in result["pairs"] if not p["ok"]] == []
+    assert {p["ref"] for p in result["pairs"] if p.get("same")} >= {"divide", "planted-stages2"}
     low = {k: (v["accuracy"], v["misses"]) for k, v in result["keys"].items() if v["accuracy"] < lift_accuracy.GOAL}
     assert not low, low
     assert result["meets_goal"]

@@ -31,6 +31,8 @@ CONFIGS = {
     "cute-128x128-s3-c1x2-persistent": {"tile_mn": (128, 128), "stages": 3, "cluster_mn": (1, 2),
                                         "persistent": True},
     "cute-64x64-s7-persistent": {"tile_mn": (64, 64), "stages": 7, "persistent": True, "epi_tile": (64, 32)},
+    "cute-128x128-s6": {"tile_mn": (128, 128), "stages": 6},
+    "cute-128x256-s4": {"tile_mn": (128, 256), "stages": 4, "epi_tile": (128, 32)},
     "cute-naive-16x16": {"kernel": "naive", "block_mn": (16, 16)},
     "cute-naive-32x8": {"kernel": "naive", "block_mn": (32, 8)},
 }

@@ -82,6 +82,8 @@ CUDA = [
     ("atomic-max-cas", "atomicmax.cu", [], {"transfer.store_form": ["atomic"], "loops.depth": 1,
                                             "persistent": False, "barrier.ops": []}),
     ("double-exp", "dexp.cu", [], {"div.form": [], "denormal.flush": "none", "loops.depth": 0}),
+    ("divide-compiled-again", "divide.cu", [], {"div.form": ["ieee"], "loops.depth": 1}),
+    ("softmax-rows-compiled-again", "softmax.cu", ["-DFAST=0"], {"exp.form": ["precise"], "div.form": ["ieee"]}),
     ("tmem-roundtrip-sm100a", "tmem.cu", ["-arch=sm_100a"], {"block.max_threads": [128, 1, 1], "loops.depth": 1,
                                                              "persistent": False, "transfer.store_form": ["st.global"],
                                                              "div.form": [], "exp.form": []}),
@@ -91,6 +93,8 @@ CUDA = [
 PLANTED = [
     ("planted-stages2", "stages.cu", ["-DSTAGES=2"], {"pipeline.stages": 2, "transfer.form": ["cp.async"],
                                                       "block.max_threads": [128, 1, 1]}),
+    ("planted-stages2-renamed", "stages_renamed.cu", ["-DSTAGES=2"], {"pipeline.stages": 2,
+                                                                       "transfer.form": ["cp.async"]}),
     ("planted-stages3", "stages.cu", ["-DSTAGES=3"], {"pipeline.stages": 3, "transfer.form": ["cp.async"]}),
     ("planted-stages4", "stages.cu", ["-DSTAGES=4"], {"pipeline.stages": 4, "transfer.form": ["cp.async"]}),
     ("planted-warp-specialised", "warpspec.cu", ["-DWS=1"], {
@@ -167,6 +171,26 @@ def cutlass_labels(bundle: Path) -> dict:
             "loop.unroll@producer": 1, "loop.unroll@consumer": 1, "loops.depth": 2}
 
 
+# Pairs that differ in one labelled way: the differing key must be a top-3 row of its layer; "same" pairs
+# (one kernel compiled twice) must give no row at all.
+PAIRS = [
+    {"ref": "cute-128x128-s4-cubin", "cand": "cute-128x128-s6-cubin", "differs": ["control", "pipeline.stages"]},
+    {"ref": "cute-128x128-s4-ptx", "cand": "cute-128x128-s6-ptx", "differs": ["control", "pipeline.stages"]},
+    {"ref": "cute-128x128-s4-cubin", "cand": "cute-128x256-s4-cubin", "differs": ["instruction", "mma.shape"]},
+    {"ref": "cute-128x128-s4-cubin", "cand": "cute-naive-16x16-cubin", "differs": ["launch", "roles"]},
+    {"ref": "pallas-128x128x64-s4-ptx", "cand": "pallas-128x128x64-s3-ptx", "differs": ["control", "pipeline.stages"]},
+    {"ref": "expf-precise", "cand": "expf-intrinsic", "differs": ["numerics", "exp.form"]},
+    {"ref": "saxpy-unroll1", "cand": "saxpy-unroll4", "differs": ["control", "loop.unroll"]},
+    {"ref": "saxpy-unroll4", "cand": "saxpy-unroll4-nofma", "differs": ["numerics", "fma.contraction"]},
+    {"ref": "divide", "cand": "fast-divide", "differs": ["numerics", "div.form"]},
+    {"ref": "planted-not-persistent", "cand": "planted-persistent", "differs": ["control", "persistent"]},
+    {"ref": "planted-not-warp-specialised", "cand": "planted-warp-specialised", "differs": ["launch", "roles"]},
+    {"ref": "divide", "cand": "divide-compiled-again", "same": True},
+    {"ref": "softmax-rows", "cand": "softmax-rows-compiled-again", "same": True},
+    {"ref": "planted-stages2", "cand": "planted-stages2-renamed", "same": True},
+]
+
+
 def arch_flag(flags: list[str]) -> str:
     return "" if any(f.startswith("-arch") for f in flags) else "-arch=sm_90a"
 
@@ -213,7 +237,9 @@ def build_cases() -> list[dict]:
 
 
 def render(cases: list[dict]) -> str:
-    return json.dumps({"comment": __doc__.strip().splitlines()[0], "cases": cases}, indent=1) + "\n"
+    ids = {c["id"] for c in cases}
+    assert all(p["ref"] in ids and p["cand"] in ids for p in PAIRS)
+    return json.dumps({"comment": __doc__.strip().splitlines()[0], "cases": cases, "pairs": PAIRS}, indent=1) + "\n"
 
 
 def main() -> None:

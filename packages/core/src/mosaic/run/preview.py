@@ -189,7 +189,13 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
                                      "time_ns": p.reference["recorded_time_ns"],
                                      "noise_ns": p.reference["recorded_noise_ns"]},
                           tried=frozenset({key}), knob_fields=fields)
-        proposer = make_proposer(c.proposer, c, knob_cls, catalog)
+        # A preview has no side effects: an agent's command (a campaign file may name any program) is never run
+        # here; the built-in knobs proposer shows what the first edits of the knob walk would be instead.
+        shown = shown_proposer(c)
+        if shown != c.proposer:
+            p.skipped.append(("the agent's proposals", "the 'command' proposer's program is not run in a preview; "
+                              "the first edits below are the built-in 'knobs' proposer's"))
+        proposer = make_proposer(shown, c, knob_cls, catalog)
         seen = {key}
         for prop in proposer.propose(request):
             if len(p.edits) >= SHOWN_EDITS:
@@ -206,7 +212,7 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
                 continue
             seen.add(k)
             p.edits.append({"ok": True, "key": k, "edit": prop.edit, "label": _edit_label(prop.edit)})
-        p.done.append(("proposals", f"the '{c.proposer}' proposer's first {len(p.edits)} edit(s) for the naive "
+        p.done.append(("proposals", f"the '{shown}' proposer's first {len(p.edits)} edit(s) for the naive "
                                     "translation"))
     else:
         p.skipped.append(("diff and proposals", "they need both the reference and the naive translation (above)"))
@@ -215,6 +221,11 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
     (out / "preview.json").write_text(json.dumps(p.to_json(), indent=1) + "\n")
     (out / "preview.md").write_text(render(p))
     return p
+
+
+def shown_proposer(c) -> str:
+    """The proposer whose first edits a preview shows: the campaign's own, except an agent's command, never run here."""
+    return "knobs" if c.proposer == "command" else c.proposer
 
 
 def render(p: Preview) -> str:
@@ -229,7 +240,7 @@ def render(p: Preview) -> str:
         lines += [f"| {r['rank']} | {r['layer']} | {r['key']} | {r['edit']} | {json.dumps(r['reference'])} | "
                   f"{json.dumps(r['candidate'])} |" for r in p.rows]
     if p.edits:
-        lines += ["", f"## First edits the '{c.proposer}' proposer would build", ""]
+        lines += ["", f"## First edits the '{shown_proposer(c)}' proposer would build", ""]
         for n, e in enumerate(p.edits, 1):
             if e["ok"]:
                 row = (e["edit"] or {}).get("row") or {}

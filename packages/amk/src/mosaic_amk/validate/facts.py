@@ -9,11 +9,12 @@ rule needs (no diagnostic is decided here; the rules in :mod:`mosaic_amk.validat
 2. *ordering*: the backward edges (a producer not earlier in the list than its waiter) and self-waits;
    :meth:`Facts.ordering` classifies them with a strongly-connected-components pass that runs only when
    there are any;
-3. *happens-before*: over the list order, ``pred[i]`` is the bitset (a Python int) of tasks guaranteed
+3. *happens-before*: over the list order, ``pred[i]`` is the set of tasks guaranteed
    to finish before task ``i`` starts: its SM predecessor and that one's ``pred``, and for each wait
    ``(c, t)`` on a counter with producers ``P``: the union of ``P`` and their ``pred`` when ``t == |P|``
    (an all-join), else only the *intersection* (whatever precedes every producer, since some unknown
-   ``t`` of them have finished);
+   ``t`` of them have finished); held as vector clocks (one latest task per SM, exact and linear in
+   memory: :mod:`mosaic_amk.validate.clocks`);
 4. *conflicts*: each buffer is a list of element segments holding its last writer and the readers
    since; each access (list order) is checked against every conflicting earlier access in its ``pred``
    (:meth:`Facts.conflicts`).
@@ -31,6 +32,7 @@ import attrs
 from mosaic_amk import ops as _ops
 from mosaic_amk.footprints import numel, row_len
 from mosaic_amk.schedule import Buffer, Schedule, Task
+from mosaic_amk.validate.clocks import inclusive_clocks, slots_of
 
 INIT_KINDS = frozenset(("weight", "input", "kv_cache"))  # valid before the launch starts
 SPECS = _ops.OP_SPECS
@@ -247,42 +249,18 @@ class Facts:
         return self._ordering
 
     # 3. happens-before --------------------------------------------------------------------------------
-    def happens_before(self) -> list[int]:
-        """pred[i]: bitset of tasks guaranteed to have finished before task i starts (list order must
-        be topological: call only without backward edges)."""
-        tasks, prods, ncnt = self.tasks, self.prods, self.s.num_counters
-        pred = [0] * self.n
-        last_on: dict[int, int] = {}
-        join_all: dict[int, int] = {}
-        join_any: dict[int, int] = {}
-        for i, t in enumerate(tasks):
-            prev = last_on.get(t.sm)
-            acc = (pred[prev] | (1 << prev)) if prev is not None else 0
-            last_on[t.sm] = i
-            for w in t.waits:
-                c, th = w.counter, w.threshold
-                if th < 1 or not 0 <= c < ncnt:
-                    continue
-                p = prods.get(c)
-                if not p or th > len(p):
-                    continue
-                if th == len(p):
-                    v = join_all.get(c)
-                    if v is None:
-                        v = 0
-                        for j in p:
-                            v |= pred[j] | (1 << j)
-                        join_all[c] = v
-                else:
-                    v = join_any.get(c)
-                    if v is None:
-                        v = -1
-                        for j in p:
-                            v &= pred[j] | (1 << j)
-                        join_any[c] = v
-                acc |= v
-            pred[i] = acc
-        return pred
+    def clocks(self):
+        """Per task (list order) its vector clock of ``pred[i] | {i}`` (:mod:`mosaic_amk.validate.clocks`),
+        and the SM slot of every task; None when the schedule uses more SMs than clocks are built for. List
+        order must be topological: call only without backward edges or self-waits."""
+        tasks = self.tasks
+        sms = [t.sm for t in tasks]
+        slot = slots_of(sms)
+        if slot is None:
+            return None
+        waits = [[(w.counter, w.threshold) for w in t.waits] for t in tasks]
+        clocks = inclusive_clocks(sms, [t.signal for t in tasks], waits, self.s.num_counters, slot)
+        return clocks, [slot[s] for s in sms]
 
     # 4. conflicting accesses --------------------------------------------------------------------------
     def conflicts(self) -> list[tuple[str, int, str, set]]:
@@ -290,47 +268,54 @@ class Facts:
         other task indices)`` in the order found: ``raw`` (a read whose writer is not a transitive
         predecessor), ``uninit`` (a read of rows nothing writes before it), ``waw`` (unordered writers),
         ``war`` (a write over rows that unordered readers may not have read yet). Empty when the list is
-        cyclic or not topological (happens-before is undefined there; the ordering rules report it)."""
+        cyclic or not topological (happens-before is undefined there; the ordering rules report it), and
+        when a malformed schedule spreads its tasks over more SMs than any GPU has (clocks.MAX_SLOTS)."""
         if self._conflicts is not None:
             return self._conflicts
-        if self.backward or self.self_waits:
+        got = None if (self.backward or self.self_waits) else self.clocks()
+        if got is None:
             self._conflicts = []
             return self._conflicts
-        pred = self.happens_before()
+        clocks, slot = got
         bufs = self.bufs
         segs = self.segments
         found: dict[tuple, set] = {}
         for i, (reads, writes) in enumerate(self.access):
-            mine = pred[i] | (1 << i)
+            clk = next(clocks)
+            if not reads and not writes:
+                continue
+            mine = clk.tolist()  # j happens before i (or is i) iff mine[slot[j]] >= j
             for name, lo, hi in reads:
                 st = segs.get(name)
                 if st is None:
-                    st = segs[name] = [[0], [_LAUNCH if bufs[name].kind in INIT_KINDS else _UNINIT], [0]]
+                    st = segs[name] = [[0], [_LAUNCH if bufs[name].kind in INIT_KINDS else _UNINIT], [[]]]
                 starts, writers, readers = st
                 a, b = _split(st, lo, hi)
                 for k in range(a, b):
                     w = writers[k]
                     if w >= 0:
-                        if not (mine >> w) & 1:
+                        if mine[slot[w]] < w:
                             found.setdefault(("raw", i, name), set()).add(w)
                     elif w == _UNINIT:
                         found.setdefault(("uninit", i, name), set())
-                    readers[k] |= 1 << i
+                    rd = readers[k]
+                    if not rd or rd[-1] != i:
+                        rd.append(i)
             for name, lo, hi in writes:
                 st = segs.get(name)
                 if st is None:
-                    st = segs[name] = [[0], [_LAUNCH if bufs[name].kind in INIT_KINDS else _UNINIT], [0]]
+                    st = segs[name] = [[0], [_LAUNCH if bufs[name].kind in INIT_KINDS else _UNINIT], [[]]]
                 starts, writers, readers = st
                 a, b = _split(st, lo, hi)
                 for k in range(a, b):
                     w = writers[k]
-                    if w >= 0 and not (mine >> w) & 1:
+                    if w >= 0 and mine[slot[w]] < w:
                         found.setdefault(("waw", i, name), set()).add(w)
-                    bad = readers[k] & ~mine
+                    bad = [r for r in readers[k] if mine[slot[r]] < r]
                     if bad:
-                        found.setdefault(("war", i, name), set()).update(_bits(bad))
+                        found.setdefault(("war", i, name), set()).update(bad)
                     writers[k] = i
-                    readers[k] = 0
+                    readers[k] = []
         self._conflicts = [(kind, i, name, others) for (kind, i, name), others in found.items()]
         return self._conflicts
 
@@ -418,20 +403,12 @@ def _split(st: list, lo: int, hi: int) -> tuple[int, int]:
         a += 1
         starts.insert(a, lo)
         writers.insert(a, writers[a - 1])
-        readers.insert(a, readers[a - 1])
+        readers.insert(a, readers[a - 1][:])
     b = bisect_right(starts, hi) - 1
     if starts[b] != hi:
         b += 1
         starts.insert(b, hi)
         writers.insert(b, writers[b - 1])
-        readers.insert(b, readers[b - 1])
+        readers.insert(b, readers[b - 1][:])
     return a, b
 
-
-def _bits(v: int) -> list[int]:
-    out = []
-    while v:
-        low = v & -v
-        out.append(low.bit_length() - 1)
-        v ^= low
-    return out

@@ -21,6 +21,7 @@ import numpy as np
 
 from mosaic_amk.footprints import numel
 from mosaic_amk.schedule import MAX_INPUTS, MAX_OUTPUTS, MAX_RANK, MAX_WAITS
+from mosaic_amk.validate.clocks import inclusive_clocks, slots_of
 from mosaic_amk.validate.facts import INIT_KINDS as _INIT_KINDS
 from mosaic_amk.validate.facts import SPECS as _SPECS
 from mosaic_amk.validate.facts import WHOLE_OPS as _WHOLE_OPS
@@ -31,6 +32,8 @@ _OPCODE = {name: k for k, name in enumerate(_OPS)}
 _ROW_OPS = {k: _SPECS[name].whole_prefix() for k, name in enumerate(_OPS) if _SPECS[name].whole_prefix() is not None}
 _PER_TASK_OPS = frozenset(k for k, name in enumerate(_OPS) if name not in _WHOLE_OPS and k not in _ROW_OPS)
 _INT_ONLY = frozenset((int,))
+# the counter-level closure holds a bitset of counters per counter and per reader: only for few counters
+_CLOSURE_COUNTERS = 4096
 
 
 class _BufView:
@@ -261,12 +264,9 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
                 direct |= aj[p] == key
         if not direct.all():  # transitive: through chains of all-join waits (counter level), else exact
             wj, ri = wj[~direct], ri[~direct]
-            mine = _counter_closure(w_task[full], wc_a[full], sig, ncnt, ri)
-            if not all(map(_has_bit, mine, sig[wj].tolist())):
-                pred = _pred_bits(c, nprod)
-                for j, i in zip(wj.tolist(), ri.tolist(), strict=True):
-                    if not (pred[i] >> j) & 1:
-                        return False
+            mine = _counter_closure(w_task[full], wc_a[full], sig, ncnt, ri) if ncnt <= _CLOSURE_COUNTERS else None
+            if (mine is None or not all(map(_has_bit, mine, sig[wj].tolist()))) and not _ordered(c, wj, ri):
+                return False
     # -- unreachable-output ---------------------------------------------------------------------------
     if c.outputs:
         n_w = np.bincount(w_b, minlength=nb)
@@ -286,7 +286,7 @@ def _counter_closure(w_task: Any, w_counter: Any, sig: Any, ncnt: int, readers: 
     """For each task in ``readers``, the bitset of counters all of whose producers are guaranteed to
     finish before it starts, following all-join waits only (``w_task``/``w_counter``: every all-join
     wait). An under-approximation of ``pred``: SM order and first-of-N waits are left out, so a pair it
-    cannot show ordered goes to the exact ``_pred_bits``.
+    cannot show ordered goes to the exact ``_ordered``.
 
     ``kc[d]``: counters complete before *every* task that all-joins ``d`` starts. A producer ``p`` of
     ``d`` that all-joins ``e`` knows ``e`` and ``kc[e]``; a task that all-joins ``d`` knows all of
@@ -308,44 +308,33 @@ def _counter_closure(w_task: Any, w_counter: Any, sig: Any, ncnt: int, readers: 
     return [per[k] for k in r_inv.tolist()]
 
 
-def _pred_bits(c: Any, nprod: Any) -> list[int]:
-    """``Facts.happens_before`` over columns, for a schedule whose waits passed the screen (so every
-    wait is satisfiable and all its producers are earlier): pred[i] as a bitset of task indices."""
-    n, sms, wlen = c.n, c.sms, c.wait_len
-    wc, wt = c.wait_counter, c.wait_threshold
-    prods: dict[int, list[int]] = {}
-    for i, s in enumerate(c.signals):
-        p = prods.get(s)
-        if p is None:
-            prods[s] = [i]
-        else:
-            p.append(i)
-    pb = [0] * n  # pred[i] | bit i
-    pred = [0] * n
-    last_on: dict[int, int] = {}
-    joins: dict[tuple[int, bool], int] = {}
-    k = 0
-    for i in range(n):
-        sm = sms[i]
-        prev = last_on.get(sm)
-        acc = pb[prev] if prev is not None else 0
-        last_on[sm] = i
-        for _ in range(wlen[i]):
-            cn = wc[k]
-            every = wt[k] == len(prods[cn])
-            k += 1
-            v = joins.get((cn, every))
-            if v is None:
-                if every:
-                    v = 0
-                    for j in prods[cn]:
-                        v |= pb[j]
-                else:
-                    v = -1
-                    for j in prods[cn]:
-                        v &= pb[j]
-                joins[(cn, every)] = v
-            acc |= v
-        pred[i] = acc
-        pb[i] = acc | (1 << i)
-    return pred
+def _ordered(c: Any, wj: Any, ri: Any) -> bool:
+    """Whether every writer ``wj[k]`` happens before its reader ``ri[k]``: the exact happens-before of
+    ``Facts.conflicts`` (vector clocks, :mod:`mosaic_amk.validate.clocks`) over columns, for a schedule whose
+    waits passed the screen (every wait satisfiable, all its producers earlier)."""
+    n, sms = c.n, c.sms
+    slot = slots_of(sms)
+    if slot is None:
+        return False
+    wc, wt, wlen = c.wait_counter, c.wait_threshold, c.wait_len
+    waits, k = [], 0
+    for m in wlen:
+        waits.append(list(zip(wc[k:k + m], wt[k:k + m], strict=True)))
+        k += m
+    order = np.argsort(ri, kind="stable")
+    ri_s, wj_s = ri[order], wj[order]
+    task_slot = np.fromiter(map(slot.__getitem__, sms), np.int64, n)
+    ws = task_slot[wj_s]
+    readers, start = np.unique(ri_s, return_index=True)
+    ends = np.append(start[1:], len(ri_s)).tolist()
+    readers, start = readers.tolist(), start.tolist()
+    q, nq = 0, len(readers)
+    for i, clk in enumerate(inclusive_clocks(sms, c.signals, waits, c.num_counters, slot)):
+        if i == readers[q]:
+            a, b = start[q], ends[q]
+            if not (clk[ws[a:b]] >= wj_s[a:b]).all():
+                return False
+            q += 1
+            if q == nq:
+                return True
+    return q == nq

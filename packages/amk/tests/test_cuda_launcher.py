@@ -58,7 +58,7 @@ def test_bf16_rounding():
 
 @pytest.mark.skipif(HAS_CUPY, reason="checks the no-GPU error path; cupy is installed here")
 def test_cli_without_gpu_is_one_line(tiny_checkpoint, capsys):
-    for args in (["amk", "generate", "--model", str(tiny_checkpoint("llama")), "--prompt", "1,2", "--vm", "cuda"],
+    for args in (["amk", "generate", "--model", str(tiny_checkpoint("llama")), "--prompt-ids", "1,2", "--vm", "cuda"],
                  ["amk", "bench", "--shape", "smollm2-135m"]):
         with pytest.raises(SystemExit) as exc:
             main(args)

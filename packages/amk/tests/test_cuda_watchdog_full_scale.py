@@ -99,7 +99,7 @@ def test_planted_deadlock_in_a_model_schedule(cuda_device):
 @pytest.mark.parametrize("family", ["llama", "smollm2"])
 def test_cli_generate_check_hf_matches(family, tiny_checkpoint, cuda_device):
     cmd = [sys.executable, "-c", "import sys; from mosaic.cli import main; sys.exit(main())", "amk", "generate",
-           "--model", str(tiny_checkpoint(family)), "--prompt", "1,2,3,4,5", "--tokens", "24", "--vm", "cuda",
+           "--model", str(tiny_checkpoint(family)), "--prompt-ids", "1,2,3,4,5", "--tokens", "24", "--vm", "cuda",
            "--check-hf", "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-2000:]

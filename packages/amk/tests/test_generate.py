@@ -48,7 +48,7 @@ def test_token_exact_parity_with_hf_eager(tiny_checkpoint, family, config):
 def test_generate_cli_check_hf(tiny_checkpoint, capsys):
     path = tiny_checkpoint("qwen2")
     with pytest.raises(SystemExit) as exc:
-        main(["amk", "generate", "--model", str(path), "--prompt", "1,2,3", "--tokens", "5", "--check-hf",
+        main(["amk", "generate", "--model", str(path), "--prompt-ids", "1,2,3", "--tokens", "5", "--check-hf",
               "--interleave", "pct", "--seed", "7", "--json"])
     assert exc.value.code == 0
     out = json.loads(capsys.readouterr().out)
@@ -65,7 +65,7 @@ def test_generate_cli_reports_a_mismatch_with_exit_1(tiny_checkpoint, capsys, mo
 
     monkeypatch.setitem(ops.KERNELS, "rope", wrong_rope)
     with pytest.raises(SystemExit) as exc:
-        main(["amk", "generate", "--model", str(path), "--prompt", "1,2,3,4,5,6", "--tokens", "8", "--check-hf"])
+        main(["amk", "generate", "--model", str(path), "--prompt-ids", "1,2,3,4,5,6", "--tokens", "8", "--check-hf"])
     captured = capsys.readouterr()
     assert exc.value.code == 1
     assert "MISMATCH" in captured.out and "max logit error" in captured.out
@@ -74,11 +74,11 @@ def test_generate_cli_reports_a_mismatch_with_exit_1(tiny_checkpoint, capsys, mo
 
 @pytest.mark.parametrize("argv, message", [
     (["--vm", "cuda"], "the CUDA VM needs cupy"),  # no GPU stack here: one line, exit 2
-    (["--prompt", "1,x"], "comma-separated token ids"),
-    (["--prompt", "1,100000"], "token ids in 0 .."),
+    (["--prompt-ids", "1,x"], "comma-separated token ids"),
+    (["--prompt-ids", "1,100000"], "token ids in 0 .."),
 ])
 def test_generate_cli_bad_input(tiny_checkpoint, capsys, argv, message):
-    args = ["amk", "generate", "--model", str(tiny_checkpoint("llama")), "--prompt", "1,2", *argv]
+    args = ["amk", "generate", "--model", str(tiny_checkpoint("llama")), "--prompt-ids", "1,2", *argv]
     with pytest.raises(SystemExit) as exc:
         main(args)
     err = capsys.readouterr().err

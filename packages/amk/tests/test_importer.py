@@ -175,7 +175,7 @@ def test_bad_checkpoints_are_one_line_errors(tiny_checkpoint, tmp_path, capsys):
             import_checkpoint(path)
         assert word in exc.value.line(), (path.name, exc.value.line())
         with pytest.raises(SystemExit) as code:
-            main(["amk", "generate", "--model", str(path), "--prompt", "1"])
+            main(["amk", "generate", "--model", str(path), "--prompt-ids", "1"])
         err = capsys.readouterr().err
         assert code.value.code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
 

@@ -3,7 +3,7 @@ token and logit by logit with the ReferenceVM's greedy decode of the same checkp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -31,18 +31,24 @@ class ParityResult:
 def hf_greedy(path: str | Path, prompt: Sequence[int], n_tokens: int) -> tuple[list[int], list[np.ndarray]]:
     """transformers' eager greedy ``generate`` in float32 on CPU: exactly ``n_tokens`` new tokens (no EOS
     stop), with the raw logits each token was chosen from."""
+    model, _ = load_hf(path, eager=True)
+    return hf_greedy_with(model, prompt, n_tokens)
+
+
+def hf_greedy_with(model, prompt: Sequence[int], n_tokens: int) -> tuple[list[int], list[np.ndarray]]:
+    """``hf_greedy`` with a model already loaded (any dtype/device: logits come back as float32 numpy)."""
     import torch
 
-    model, _ = load_hf(path, eager=True)
     gen = model.generation_config
     gen.eos_token_id = None
     gen.pad_token_id = 0
     with torch.no_grad():
-        out = model.generate(torch.tensor([list(prompt)], dtype=torch.long), max_new_tokens=n_tokens,
+        out = model.generate(torch.tensor([list(prompt)], dtype=torch.long, device=model.device),
+                             max_new_tokens=n_tokens,
                              min_new_tokens=n_tokens, do_sample=False, num_beams=1, output_logits=True,
                              return_dict_in_generate=True, generation_config=gen)
     tokens = out.sequences[0, len(prompt):].tolist()
-    return tokens, [step[0].float().numpy() for step in out.logits]
+    return tokens, [step[0].float().cpu().numpy() for step in out.logits]
 
 
 def compare(vm_tokens: Sequence[int], vm_logits: Sequence[np.ndarray], hf_tokens: Sequence[int],
@@ -387,3 +393,171 @@ def format_table(shapes: Sequence[ShapeParity]) -> str:
     lines.append(f"k = {shapes[0].k if shapes else DEFAULT_NEAR_TIE_ULPS} bf16 ulps; gap = reference logit of its "
                  "token minus of the other's token; DECISIVE must be 0 for a correct VM")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The parity criterion, decided before the runs (docs/amk.md "The parity criterion"), on a real checkpoint:
+# (1) float32: the VM's float32 greedy tokens equal HF eager float32's for the 8 PARITY_PROMPTS x 64 tokens;
+# (2) bf16: teacher-forced over HF eager bf16's own greedy tokens, every argmax disagreement of the VM is a
+#     near-tie within the envelope measured between HF's own bf16 variants in the same run (near_tie_criterion),
+#     zero decisive disagreements;
+# (3) teacher-forced perplexity equal to HF's within 1e-4 relative in float32 (mosaic_amk.perplexity).
+
+PARITY_PROMPTS = (  # fixed: real English and code, encoded with the checkpoint's tokenizer (no chat template)
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea, there lived",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "The three primary colors are",
+    "Water boils at 100 degrees Celsius because",
+    "import numpy as np\n\n# multiply two matrices\n",
+    "Here is a short list of tips for a healthy breakfast:\n1.",
+    "The theory of relativity, proposed by Albert Einstein,",
+)
+PARITY_TOKENS = 64
+
+
+@attrs.frozen
+class PromptParity:
+    prompt: str
+    prompt_ids: tuple
+    result: ParityResult
+
+    @property
+    def matched(self) -> int:
+        """Generated tokens equal to HF's before the first mismatch."""
+        r = self.result
+        return len(r.hf_tokens) if r.first_mismatch is None else r.first_mismatch
+
+    def to_json(self) -> dict:
+        return {"prompt": self.prompt, "prompt_ids": list(self.prompt_ids), "matched": self.matched,
+                **self.result.to_json()}
+
+
+@attrs.frozen
+class Float32Parity:
+    """Criterion (1): every prompt's free-running greedy tokens equal, all ``n_tokens`` of them."""
+
+    rows: tuple  # PromptParity
+    n_tokens: int
+    seconds: dict = attrs.field(factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.result.ok for r in self.rows)
+
+    def table(self) -> str:
+        lines = [f"{'#':>2} {'prompt ids':>10} {'matched':>9} {'first mismatch':>14} {'max |logit err|':>15}  prompt"]
+        for i, r in enumerate(self.rows):
+            fm = "-" if r.result.first_mismatch is None else str(r.result.first_mismatch)
+            lines.append(f"{i:>2} {len(r.prompt_ids):>10} {r.matched:>4}/{self.n_tokens:<4} {fm:>14} "
+                         f"{r.result.max_logit_error:>15.3g}  {r.prompt[:40]!r}")
+        ok = sum(r.result.ok for r in self.rows)
+        lines.append(f"criterion (1) float32: {ok}/{len(self.rows)} prompts x {self.n_tokens} tokens equal to HF "
+                     f"eager float32: {'PASS' if self.ok else 'FAIL'}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"criterion": "float32-greedy", "ok": self.ok, "n_tokens": self.n_tokens,
+                "prompts": [r.to_json() for r in self.rows], "seconds": dict(self.seconds)}
+
+
+def float32_parity(model_dir: str | Path, prompts: Sequence[str] = PARITY_PROMPTS, n_tokens: int = PARITY_TOKENS,
+                   config=None, gpu=None, vm_generate=None) -> Float32Parity:
+    """Criterion (1) on the CPU: the ReferenceVM (or ``vm_generate(ids, n) -> (tokens, logits)``) against HF
+    eager float32 greedy ``generate``, prompt by prompt (one VM, its schedules shared between prompts)."""
+    import time
+
+    from mosaic_amk.text import encode, load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir, hint="the parity prompts are text")
+    t0 = time.perf_counter()
+    if vm_generate is None:
+        from mosaic_amk.importer import import_checkpoint
+        from mosaic_amk.reference_vm import ReferenceVM
+
+        vm = ReferenceVM(import_checkpoint(model_dir), config, gpu)
+        vm_generate = vm.generate
+    model, _ = load_hf(model_dir, eager=True)
+    t_load = time.perf_counter() - t0
+    rows, t_vm, t_hf = [], 0.0, 0.0
+    for text in prompts:
+        ids = encode(tokenizer, text)
+        t = time.perf_counter()
+        tokens, logits = vm_generate(ids, n_tokens)
+        t_vm += time.perf_counter() - t
+        t = time.perf_counter()
+        hf = hf_greedy_with(model, ids, n_tokens)
+        t_hf += time.perf_counter() - t
+        rows.append(PromptParity(text, tuple(ids), compare(tokens, logits, *hf)))
+    return Float32Parity(tuple(rows), n_tokens, {"load": round(t_load, 2), "vm": round(t_vm, 2),
+                                                 "hf": round(t_hf, 2)})
+
+
+def variant_envelope(runs: Sequence[Forced]) -> int:
+    """The envelope of HF's own bf16 variants against the reference, in bf16 ulps: the largest error any
+    variant made in the difference of the reference's top-two logits, or in the gap of any token pair it
+    flipped (0 when the variants are bit-identical to the reference)."""
+    pair = [p for f in runs for p in f.pair_error_ulps]
+    gaps = [d.gap_ulps for f in runs for d in f.disagreements if d.gap_ulps is not None]
+    return int(max([0, *pair, *gaps]))
+
+
+@attrs.frozen
+class NearTieVerdict:
+    """Criterion (2) for one decoder: its teacher-forced disagreements with the reference, judged against
+    the envelope of HF's own variants."""
+
+    envelope_ulps: int
+    variants: tuple  # (name, tuple of Forced per prompt) of each HF variant against the reference
+    candidate: tuple  # Forced per prompt, judged with k = envelope_ulps
+
+    @property
+    def positions(self) -> int:
+        return sum(f.positions for f in self.candidate)
+
+    @property
+    def disagreements(self) -> int:
+        return sum(len(f.disagreements) for f in self.candidate)
+
+    @property
+    def near_ties(self) -> int:
+        return sum(f.near_ties for f in self.candidate)
+
+    @property
+    def decisive(self) -> int:
+        return sum(f.decisive for f in self.candidate)
+
+    @property
+    def ok(self) -> bool:
+        return self.decisive == 0
+
+    def line(self) -> str:
+        var = ", ".join(f"{n}: {sum(len(f.disagreements) for f in fs)} flips" for n, fs in self.variants)
+        return (f"criterion (2) bf16: {self.positions} teacher-forced positions, {self.disagreements} argmax "
+                f"disagreements, {self.near_ties} near-ties (<= {self.envelope_ulps} ulps, the envelope of {var}), "
+                f"{self.decisive} decisive: {'PASS' if self.ok else 'FAIL'}")
+
+    def to_json(self) -> dict:
+        return {"criterion": "bf16-near-tie", "ok": self.ok, "envelope_ulps": self.envelope_ulps,
+                "positions": self.positions, "disagreements": self.disagreements, "near_ties": self.near_ties,
+                "decisive": self.decisive, "variants": {n: [f.to_json() for f in fs] for n, fs in self.variants},
+                "candidate": [f.to_json() for f in self.candidate]}
+
+
+def near_tie_criterion(reference: Sequence[tuple], variants: Mapping[str, Sequence[tuple]],
+                       candidate: Sequence[tuple]) -> NearTieVerdict:
+    """Criterion (2). ``reference``: per prompt (greedy tokens, logits) of HF eager bf16; ``variants``: per HF
+    variant name, per prompt (argmax, logits) teacher-forced over the reference's tokens (e.g. batch > 1,
+    static cache + CUDA graph); ``candidate``: the same for the decoder under test. A candidate disagreement
+    is a near-tie when the reference's logit of its token exceeds its logit of the candidate's choice by at
+    most the envelope (``variant_envelope``); anything else (or a token outside the vocabulary) is decisive."""
+    if not variants:
+        raise ValueError("near_tie_criterion: the envelope needs at least one HF variant")
+    n = len(reference)
+    if len(candidate) != n or any(len(v) != n for v in variants.values()):
+        raise ValueError("near_tie_criterion: every decoder needs one run per reference prompt")
+    var = tuple((name, tuple(forced(r[0], r[1], v[0], v[1]) for r, v in zip(reference, runs, strict=True)))
+                for name, runs in variants.items())
+    k = variant_envelope([f for _, fs in var for f in fs])
+    cand = tuple(forced(r[0], r[1], c[0], c[1], k) for r, c in zip(reference, candidate, strict=True))
+    return NearTieVerdict(k, var, cand)

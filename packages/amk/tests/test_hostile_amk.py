@@ -197,3 +197,135 @@ def test_a_race_at_the_end_of_a_long_chain_is_still_found():
     assert got.codes() == {"unordered-read"}
     assert got.lines() == validate_rules(raw).lines()
     assert "tasks 19998, 19999" in got.lines()[0]
+
+
+# -- 3. physical bounds in the validator; hostile checkpoint configs and weights at import ---------------------
+
+def _base():
+    """test_validator's seven-task base schedule (rmsnorm, GEMVs, KV appends, attention, add)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_validator_cases", Path(__file__).with_name("test_validator.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.base()
+
+
+@pytest.mark.parametrize("field, value", [("num_sms", 10**300), ("num_sms", 100_000), ("num_counters", 10**30)],
+                         ids=["sms-10^300", "sms-100000", "counters-10^30"])
+def test_validator_bounds_sms_and_counters(field, value):
+    raw = _base().to_json()
+    raw[field] = value
+    got = validate(raw)
+    assert not got.ok and "capacity" in got.codes(), got.lines()
+    assert got.lines() == validate_rules(raw).lines()
+    assert all(len(line) < 400 for line in got.lines())
+
+
+def test_validator_bounds_head_dim_and_buffer_elements():
+    from mosaic_amk.schedule import Buffer
+
+    import attrs
+
+    s = _base()
+    tasks = list(s.tasks)
+    tasks[5] = attrs.evolve(tasks[5], params={**tasks[5].params, "head_dim": 10**12})
+    got = validate(attrs.evolve(s, tasks=tuple(tasks)))
+    assert "capacity" in got.codes() and any("head_dim <= 1024" in line for line in got.lines()), got.lines()
+    bufs = list(s.buffers)
+    bufs[4] = Buffer("y", "f32", (2**20, 2**20), "activation")
+    got = validate(attrs.evolve(s, buffers=tuple(bufs)))
+    assert "capacity" in got.codes(), got.lines()
+
+
+def test_validator_bounds_through_the_cli(tmp_path, capsys):
+    raw = _base().to_json()
+    raw["num_sms"] = 10**30
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(raw))
+    code, out, err = cli(capsys, "validate", str(p))
+    assert code == 1 and "[capacity]" in out and "Traceback" not in out + err
+
+
+def _edit_config(ckpt, tmp_path, **changes):
+    import shutil
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(ckpt, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(changes)
+    (d / "config.json").write_text(json.dumps(cfg))  # json.dumps writes NaN/Infinity as HF does
+    return d
+
+
+CONFIG_CASES = [
+    ({"partial_rotary_factor": "abc"}, "partial_rotary_factor"),
+    ({"rope_scaling": {"rope_type": "default", "partial_rotary_factor": "abc"}}, "partial_rotary_factor"),
+    ({"quantization_config": "gptq"}, "quantization_config"),
+    ({"layer_types": 5}, "layer_types"),
+    ({"layer_types": ["full_attention", 5]}, "layer_types"),
+    ({"rms_norm_eps": float("nan")}, "rms_norm_eps"),
+    ({"rope_theta": float("inf")}, "rope_theta"),
+    ({"pretraining_tp": [1]}, "pretraining_tp"),
+]
+
+
+@pytest.mark.parametrize("changes, needle", CONFIG_CASES)
+@pytest.mark.parametrize("verb", ["lower", "generate"])
+def test_hostile_config_is_one_line_through_the_cli(tiny_checkpoint, tmp_path, capsys, changes, needle, verb):
+    d = _edit_config(tiny_checkpoint("llama"), tmp_path, **changes)
+    args = ["lower", "--model", str(d), "-o", str(tmp_path / "s.json")] if verb == "lower" else \
+        ["generate", "--model", str(d), "--prompt-ids", "1,2", "--tokens", "1"]
+    refused(capsys, args, needle, str(d))
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_config_json_that_is_a_device_deep_or_huge_integer(tiny_checkpoint, tmp_path, capsys):
+    import shutil
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint("llama"), d)
+    out = ["lower", "--model", str(d), "-o", str(tmp_path / "s.json")]
+    (d / "config.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    refused(capsys, out, "config.json")
+    (d / "config.json").write_text('{"a": ' + "[" * 70 + "]" * 70 + "}")
+    refused(capsys, out, "nesting")
+    (d / "config.json").write_text('{"vocab_size": ' + "9" * 5000 + "}")
+    refused(capsys, out, "digits")
+    (d / "config.json").unlink()
+    (d / "config.json").symlink_to("/dev/zero")
+    refused(capsys, out, "config.json")  # /dev/zero is never read
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nan_or_inf_weight_is_refused_naming_the_tensor(tiny_checkpoint, tmp_path, capsys, bad):
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint("llama"), d)
+    (st,) = d.glob("*.safetensors")
+    tensors = load_file(st)
+    name = "model.layers.1.mlp.up_proj.weight"
+    tensors[name] = tensors[name].copy()
+    tensors[name].flat[3] = bad
+    save_file(tensors, st, metadata={"format": "pt"})
+    refused(capsys, ["lower", "--model", str(d), "-o", str(tmp_path / "s.json")], name, "NaN or inf")
+
+
+def test_model_spec_refuses_a_nan_eps_and_names_a_nan_weight():
+    import attrs
+    import numpy as np
+    from mosaic.errors import BadInput
+
+    from mosaic_amk.tiny_models import tiny_model
+
+    spec = tiny_model("llama")
+    for field in ("rms_norm_eps", "attention_scaling"):
+        with pytest.raises(BadInput, match=field):
+            attrs.evolve(spec, **{field: float("nan")})
+    w = dict(spec.weights)
+    w["model.norm.weight"] = np.full_like(w["model.norm.weight"], np.nan)
+    assert attrs.evolve(spec, weights=w).check_weights() == ["model.norm.weight holds NaN or inf"]

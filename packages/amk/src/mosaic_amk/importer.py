@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from mosaic import limits
 from mosaic.errors import BadInput
 
 from mosaic_amk.model import INV_FREQ, ModelSpec
@@ -61,19 +62,23 @@ def _r_rope(cfg):
     rp = _rope_params(cfg)
     if rp["rope_type"] not in SUPPORTED_ROPE_TYPES:
         return f"rope_type {rp['rope_type']!r} (supported: {', '.join(SUPPORTED_ROPE_TYPES)})"
-    if float(rp.get("partial_rotary_factor", 1.0)) != 1.0:
-        return f"partial_rotary_factor {rp['partial_rotary_factor']} (only full rotary embeddings)"
+    prf = rp.get("partial_rotary_factor", 1.0)
+    if not _number(prf) or float(prf) != 1.0:
+        return f"partial_rotary_factor {prf!r} (only full rotary embeddings: 1.0)"
     return None
 
 
 def _r_quantized(cfg):
     q = cfg.get("quantization_config")
-    return None if not q else f"quantization_config {dict(q).get('quant_method', '?')!r} (only unquantized weights)"
+    method = q.get("quant_method", "?") if isinstance(q, Mapping) else q
+    return None if not q else f"quantization_config {method!r} (only unquantized weights)"
 
 
 def _r_layer_types(cfg):
-    kinds = set(cfg.get("layer_types") or ())
-    bad = sorted(kinds - {"full_attention", "sliding_attention"})
+    types = cfg.get("layer_types") or ()
+    if not isinstance(types, list | tuple):
+        return f"layer_types {types!r} (must be a list of full_attention / sliding_attention)"
+    bad = sorted({repr(k) if not isinstance(k, str) else k for k in types} - {"full_attention", "sliding_attention"})
     return None if not bad else f"layer_types {bad} (only full_attention and sliding_attention)"
 
 
@@ -89,15 +94,38 @@ def _r_gqa(cfg):
     return None
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _r_finite(cfg):
+    """Every number of the config (top level and rope parameters) finite: a NaN rms_norm_eps imports silently
+    otherwise and every logit is NaN."""
+    rp = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    items = [*cfg.items(), *((f"rope_scaling.{k}", v) for k, v in (rp.items() if isinstance(rp, Mapping) else ()))]
+    bad = [f"{k} {v!r}" for k, v in items if isinstance(v, float) and not math.isfinite(v)]
+    return None if not bad else f"{', '.join(bad)} (must be finite numbers)"
+
+
 SUPPORT_RULES: tuple[tuple[str, Callable[[Mapping[str, Any]], str | None]], ...] = (
     ("model-type", _r_model_type), ("activation", _r_activation), ("rope", _r_rope),
     ("quantized", _r_quantized), ("layer-types", _r_layer_types), ("pretraining-tp", _r_tp), ("gqa", _r_gqa),
+    ("finite", _r_finite),
 )
 
 
 def unsupported_reasons(cfg: Mapping[str, Any]) -> list[str]:
-    """Every reason the config cannot be imported (empty when it is supported)."""
-    return [r for _, rule in SUPPORT_RULES if (r := rule(cfg))]
+    """Every reason the config cannot be imported (empty when it is supported); a rule that meets a value of
+    the wrong type reports it as its reason instead of raising."""
+    out = []
+    for name, rule in SUPPORT_RULES:
+        try:
+            r = rule(cfg)
+        except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+            r = f"{name}: a config value of the wrong type ({type(exc).__name__}: {str(exc)[:120]})"
+        if r:
+            out.append(r)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ rope
@@ -129,10 +157,22 @@ def _read_config(root: Path) -> dict:
     path = root / "config.json"
     if not path.is_file():
         raise BadInput("checkpoint has no config.json", str(root))
-    try:
-        cfg = json.loads(path.read_text())
+    where = str(path)
+    data = limits.read_bytes(path, "json_bytes", where)  # a regular file of bounded size
+    digits = limits.limit("int_digits")
+
+    def bounded_int(text: str) -> int:
+        if len(text.lstrip("-")) > digits:
+            raise limits.refuse("int_digits", len(text.lstrip("-")), where)
+        return int(text)
+
+    try:  # NaN/Infinity parse (as transformers reads them) and are refused by the `finite` support rule
+        cfg = json.loads(data.decode("utf-8"), parse_int=bounded_int)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise BadInput(f"config.json is not valid JSON: {exc}", str(path)) from None
+        raise BadInput(f"config.json is not valid JSON: {exc}", where) from None
+    except RecursionError:
+        raise BadInput("config.json is not valid JSON: nested too deeply", where) from None
+    limits.check_tree(cfg, where)
     if not isinstance(cfg, dict):
         raise BadInput("config.json is not a JSON object", str(path))
     return cfg

@@ -7,6 +7,8 @@ tied embeddings there is no ``lm_head.weight``: the LM head reads ``model.embed_
 
 from __future__ import annotations
 
+import math
+
 import attrs
 import numpy as np
 from mosaic.fields import fail, one_of, positive
@@ -21,6 +23,17 @@ def _weights(inst, attribute, value) -> None:
         fail(inst, attribute, "<...>", "a dict of name to float32 numpy array")
 
 
+def _finite_positive(inst, attribute, value) -> None:
+    positive(inst, attribute, value)
+    if not math.isfinite(value):
+        fail(inst, attribute, value, "a finite positive number")
+
+
+def _finite(inst, attribute, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        fail(inst, attribute, value, "a finite number")
+
+
 @attrs.frozen(eq=False)
 class ModelSpec:
     """A decoder-only Llama-family model: RMSNorm, RoPE attention with GQA, SwiGLU MLP."""
@@ -33,11 +46,11 @@ class ModelSpec:
     num_heads: int = attrs.field(validator=positive)
     num_kv_heads: int = attrs.field(validator=positive)
     head_dim: int = attrs.field(validator=positive)
-    rms_norm_eps: float = attrs.field(validator=positive)
+    rms_norm_eps: float = attrs.field(validator=_finite_positive)
     max_position_embeddings: int = attrs.field(validator=positive)
     tie_word_embeddings: bool
     rope_type: str = "default"
-    attention_scaling: float = 1.0
+    attention_scaling: float = attrs.field(default=1.0, validator=_finite)
     qkv_bias: bool = False  # Qwen2, or Llama attention_bias
     o_bias: bool = False  # Llama attention_bias
     mlp_bias: bool = False  # Llama mlp_bias
@@ -107,12 +120,13 @@ class ModelSpec:
         return shapes
 
     def check_weights(self) -> list[str]:
-        """Problems with ``weights`` against ``expected_shapes`` (missing, extra, wrong shape)."""
+        """Problems with ``weights`` against ``expected_shapes`` (missing, extra, wrong shape, NaN or inf)."""
         want = self.expected_shapes()
         problems = [f"missing tensor {n}" for n in want if n not in self.weights]
         problems += [f"unexpected tensor {n}" for n in self.weights if n not in want]
         problems += [f"{n} has shape {list(self.weights[n].shape)}, expected {list(s)}"
                      for n, s in want.items() if n in self.weights and self.weights[n].shape != s]
+        problems += [f"{n} holds NaN or inf" for n, w in self.weights.items() if not np.isfinite(w).all()]
         return problems
 
     def num_params(self) -> int:

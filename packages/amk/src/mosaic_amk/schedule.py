@@ -35,6 +35,13 @@ MAX_INPUTS = 8
 MAX_OUTPUTS = 4
 MAX_WAITS = 8
 MAX_RANK = 4
+# Physical bounds the validator's `capacity` rule checks (no GPU, no VM goes past them): SMs per GPU
+# (an H200 has 132), counters, elements of one buffer (2**36 bf16 = 128 GiB) and a head's dimension
+# (the CUDA VM's attention reads at most 512; 1024 leaves room for any real model).
+MAX_SMS = 1024
+MAX_COUNTERS = 2**24
+MAX_ELEMENTS = 2**36
+MAX_HEAD_DIM = 1024
 
 
 class ScheduleFormatError(BadInput):

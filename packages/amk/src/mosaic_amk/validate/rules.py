@@ -20,16 +20,20 @@ from mosaic.errors import CheckFailed, Diagnostic
 from mosaic_amk.footprints import numel
 from mosaic_amk.schedule import (
     FORMAT,
+    MAX_COUNTERS,
+    MAX_ELEMENTS,
+    MAX_HEAD_DIM,
     MAX_INPUTS,
     MAX_OUTPUTS,
     MAX_RANK,
+    MAX_SMS,
     MAX_WAITS,
     VERSION,
     Buffer,
     Schedule,
     Task,
 )
-from mosaic_amk.validate.facts import INIT_KINDS, Facts, where
+from mosaic_amk.validate.facts import INIT_KINDS, SPECS, Facts, where
 
 Found = list[tuple[tuple, Diagnostic]]  # (report key, diagnostic)
 
@@ -121,19 +125,40 @@ def rule_malformed(f: Facts) -> Found:
 
 
 def rule_capacity(f: Facts) -> Found:
-    """More than 8 inputs, 4 outputs or 8 waits on a task, or a buffer of rank > 4 (the VM ABI)."""
+    """More than 8 inputs, 4 outputs or 8 waits on a task, or a buffer of rank > 4 (the VM ABI); more SMs,
+    counters, buffer elements or a larger head_dim than any GPU or VM has (schedule.MAX_*)."""
     out = []
-    for j, b in enumerate(f.s.buffers):
+    s = f.s
+    if s.num_sms > MAX_SMS:
+        out.append(((0, 2), Diagnostic("capacity", "schedule", f"num_sms <= {MAX_SMS}", _short(s.num_sms),
+                                       "more SMs than any GPU has")))
+    if s.num_counters > MAX_COUNTERS:
+        out.append(((0, 3), Diagnostic("capacity", "schedule", f"num_counters <= {MAX_COUNTERS}",
+                                       _short(s.num_counters), "more counters than the VM holds")))
+    for j, b in enumerate(s.buffers):
         if len(b.shape) > MAX_RANK:
             out.append(((1, j, 1), Diagnostic("capacity", f"buffer {b.name}", f"rank <= {MAX_RANK}", len(b.shape),
                                               "buffer rank exceeds the VM ABI")))
+        elif b.shape and min(b.shape) >= 1 and numel(b.shape) > MAX_ELEMENTS:
+            out.append(((1, j, 3), Diagnostic("capacity", f"buffer {b.name}", f"<= {MAX_ELEMENTS} elements",
+                                              _short(numel(b.shape)), "buffer larger than any GPU's memory")))
     for i, t in enumerate(f.tasks):
         ins, outs, waits = t.inputs, t.outputs, t.waits
         if len(ins) > MAX_INPUTS or len(outs) > MAX_OUTPUTS or len(waits) > MAX_WAITS:
             out.append(((3, i, 3), Diagnostic(
                 "capacity", where(t.id), f"<= {MAX_INPUTS} inputs, {MAX_OUTPUTS} outputs, {MAX_WAITS} waits",
                 f"{len(ins)} inputs, {len(outs)} outputs, {len(waits)} waits", "task descriptor exceeds the VM ABI")))
+        spec = SPECS.get(t.op)
+        hd = t.params.get("head_dim") if spec is not None and "head_dim" in spec.params else None
+        if _is_int(hd) and hd > MAX_HEAD_DIM:
+            out.append(((3, i, 3, 1), Diagnostic("capacity", where(t.id), f"head_dim <= {MAX_HEAD_DIM}", _short(hd),
+                                                 "head_dim larger than any VM's attention")))
     return out
+
+
+def _short(v: int) -> Any:
+    """An integer as itself, or its digit count when it is too long to print."""
+    return v if abs(v) < 10**40 else f"an integer of {len(str(abs(v)))} digits"
 
 
 def rule_unsatisfiable_wait(f: Facts) -> Found:
@@ -266,7 +291,8 @@ def rule_unreachable_output(f: Facts) -> Found:
 RULES: tuple[Rule, ...] = (
     Rule("malformed", "bad reference, bad arity, missing parameter, out-of-bounds counter, SM, buffer or rows, "
                       "duplicate id or name, a write to a weight, not a schedule structure", rule_malformed),
-    Rule("capacity", "more than 8 inputs, 4 outputs or 8 waits on a task, or a buffer of rank > 4 (the VM ABI)",
+    Rule("capacity", "more than 8 inputs, 4 outputs or 8 waits on a task, or a buffer of rank > 4 (the VM ABI); "
+                     "more SMs, counters, buffer elements or a larger head_dim than any GPU or VM has",
          rule_capacity),
     Rule("unsatisfiable-wait", "threshold < 1, a counter with no producer, or threshold > its producer count",
          rule_unsatisfiable_wait),

@@ -20,7 +20,16 @@ from typing import Any
 import numpy as np
 
 from mosaic_amk.footprints import numel
-from mosaic_amk.schedule import MAX_INPUTS, MAX_OUTPUTS, MAX_RANK, MAX_WAITS
+from mosaic_amk.schedule import (
+    MAX_COUNTERS,
+    MAX_ELEMENTS,
+    MAX_HEAD_DIM,
+    MAX_INPUTS,
+    MAX_OUTPUTS,
+    MAX_RANK,
+    MAX_SMS,
+    MAX_WAITS,
+)
 from mosaic_amk.validate.clocks import inclusive_clocks, slots_of
 from mosaic_amk.validate.facts import INIT_KINDS as _INIT_KINDS
 from mosaic_amk.validate.facts import SPECS as _SPECS
@@ -54,7 +63,7 @@ def screen(c: Any) -> bool:
 def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - one straight pass
     n, nsm, ncnt = c.n, c.num_sms, c.num_counters
     # -- malformed/capacity (schedule and buffers) ------------------------------------------------------
-    if nsm < 1 or ncnt < 0:
+    if nsm < 1 or ncnt < 0 or nsm > MAX_SMS or ncnt > MAX_COUNTERS:
         return False
     names, shapes, kinds = c.buf_names, c.buf_shapes, c.buf_kinds
     nb = len(names)
@@ -95,6 +104,8 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
             return False
     # -- malformed: references, weights written, op table, parameters, arity ------------------------------
     rows = np.fromiter(map(itemgetter(0), shapes), np.int64, nb)
+    if nb and max(map(numel, shapes)) > MAX_ELEMENTS:
+        return False
     size = np.fromiter(map(numel, shapes), np.int64, nb)  # elements
     rlen = size // rows  # elements per row of axis 0 (extents checked >= 1 above)
     is_weight = np.fromiter((k == "weight" for k in kinds), bool, nb)
@@ -124,6 +135,10 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
             got = list(map(itemgetter(*spec.params), group))  # KeyError: a missing parameter
             if len(spec.params) == 1:
                 got = [(v,) for v in got]
+        if "head_dim" in spec.params:
+            hd = list(map(itemgetter(spec.params.index("head_dim")), got))
+            if not set(map(type, hd)) <= _INT_ONLY or max(hd) > MAX_HEAD_DIM:
+                return False
         want = len(spec.inputs)
         for flag, _ in spec.optional:  # every optional flag is a required parameter too
             vals = list(map(itemgetter(spec.params.index(flag)), got))

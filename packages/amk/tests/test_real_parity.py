@@ -134,7 +134,8 @@ def test_bf16_criterion_run_with_hf_static_cache_and_batch_variants(smollm2_chec
 def test_bf16_parity_cli_needs_a_gpu(smollm2_checkpoint, capsys):
     from mosaic.cli import main
 
-    with pytest.raises(SystemExit) as exc:
-        main(["amk", "parity", "--model", str(smollm2_checkpoint), "--criterion", "bf16", "--prompts", "1"])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and "cupy" in err and len(err.strip().splitlines()) == 1, err
+    for extra in (["--criterion", "bf16"], ["--vm", "cuda"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["amk", "parity", "--model", str(smollm2_checkpoint), "--prompts", "1", *extra])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "cupy" in err and len(err.strip().splitlines()) == 1, err

@@ -193,13 +193,15 @@ def perplexity_cmd(model_dir: str, text_path: str | None, vm: str, max_tokens: i
 @click.option("--criterion", type=click.Choice(["float32", "bf16"]), default="float32", show_default=True,
               help="float32: (1) ReferenceVM greedy tokens vs HF eager float32 (CPU); bf16: (2) the CUDA VM "
                    "teacher-forced vs HF eager bf16, near-ties within HF's own variants' envelope (GPU).")
+@click.option("--vm", type=click.Choice(["reference", "cuda"]), default="reference", show_default=True,
+              help="--criterion float32: the ReferenceVM (CPU) or the CUDA VM in its f32 mode (GPU).")
 @click.option("--prompts", "n_prompts", default=8, show_default=True, type=click.IntRange(1, 8),
               help="The first N of the 8 fixed parity prompts (parity.PARITY_PROMPTS).")
 @click.option("--tokens", "n_tokens", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--config", "config_path", type=click.Path(path_type=str), help="ScheduleConfig TOML.")
 @click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def parity_cmd(model_dir: str, criterion: str, n_prompts: int, n_tokens: int, config_path: str | None,
+def parity_cmd(model_dir: str, criterion: str, vm: str, n_prompts: int, n_tokens: int, config_path: str | None,
                gpu_name: str, as_json: bool) -> None:
     """The parity criterion on the fixed prompts (default 8 x 64): (1) float32, the ReferenceVM's greedy tokens
     equal to HF eager float32's (CPU); (2) bf16, the CUDA VM teacher-forced (GPU). Exit 1 when it fails."""
@@ -211,8 +213,20 @@ def parity_cmd(model_dir: str, criterion: str, n_prompts: int, n_tokens: int, co
 
     if criterion == "bf16":
         return _bf16_parity(model_dir, PARITY_PROMPTS[:n_prompts], n_tokens, config_path, gpu_name, as_json)
-    gpu, config = _gpu_and_config(gpu_name, config_path)
-    result = float32_parity(model_dir, PARITY_PROMPTS[:n_prompts], n_tokens, config, gpu)
+    vm_generate = None
+    if vm == "cuda":  # the CUDA VM's f32 mode on the ModelSpec's float32 weights, against HF eager float32 (CPU)
+        from mosaic_amk.cuda.commands import _gpu_config
+        from mosaic_amk.cuda.cuda_vm import CudaVM
+        from mosaic_amk.cuda.launcher import _cupy
+        from mosaic_amk.importer import import_checkpoint
+
+        gpu, config = _gpu_config(gpu_name, config_path)
+        _cupy()
+        cuda_vm = CudaVM(import_checkpoint(model_dir), config, gpu, mode="f32", max_positions=256 + n_tokens)
+        vm_generate = cuda_vm.generate
+    else:
+        gpu, config = _gpu_and_config(gpu_name, config_path)
+    result = float32_parity(model_dir, PARITY_PROMPTS[:n_prompts], n_tokens, config, gpu, vm_generate)
     click.echo(json.dumps(result.to_json()) if as_json else result.table() + f"\nseconds: {result.seconds}")
     if not result.ok:
         bad = [r for r in result.rows if not r.result.ok]

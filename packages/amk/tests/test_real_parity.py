@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-import os
-
 import attrs
 import numpy as np
 import pytest
@@ -25,11 +23,10 @@ from mosaic_amk.parity import (
 )
 
 pytestmark = pytest.mark.slow
-FULL = os.environ.get("MOSAIC_AMK_FULL_CRITERIA") == "1"
 
 
 def test_criterion_1_float32_greedy_tokens_equal_hf_eager(smollm2_checkpoint):
-    """All 8 prompts x 64 tokens (CI too)."""
+    """All 8 prompts x 64 tokens (CI too: 96 s on the 2 idle dev cores)."""
     result = float32_parity(smollm2_checkpoint, PARITY_PROMPTS, PARITY_TOKENS)
     print(result.table(), result.seconds)
     assert len(result.rows) == 8 and result.n_tokens == 64

@@ -104,3 +104,44 @@ class GemmKnobs:
 
 
 FAMILY_KNOBS = {"gemm": GemmKnobs}
+
+
+# -- knob dependencies (data for the ``knobs`` proposer's compound edits; mosaic.proposers.dependencies) ------
+
+def mainloop_smem_bytes(k: GemmKnobs) -> int:
+    """A lower bound of the shared memory a hopper build asks: its A and B stages (16-bit elements)."""
+    return k.stages * (k.tile_mn[0] + k.tile_mn[1]) * k.tile_k * 2
+
+
+def can_implement(knobs: GemmKnobs, spec, gpu) -> list:
+    """The CPU predicate (no compile): the tiling divides the shape, and the stages of the tile fit shared memory
+    and the cluster fits the GPU (mosaic.budget's rules); the lowering's own budget check stays the truth."""
+    from mosaic import budget
+    from mosaic.errors import Diagnostic, RecordError
+
+    out = []
+    if knobs.kernel == "naive":
+        return out
+    try:
+        knobs.check_shape(spec.shape["m"], spec.shape["n"], spec.shape["k"])
+    except (RecordError, KeyError) as exc:
+        out.append(Diagnostic("CUTE-SHAPE", "tile_mn", "a tiling that divides the shape", knobs.tile_mn, str(exc)))
+    fp = budget.Footprint(where="stages", smem_bytes=mainloop_smem_bytes(knobs),
+                          cluster_size=knobs.cluster_mn[0] * knobs.cluster_mn[1])
+    out += budget.diagnose(fp, gpu, ("smem-per-block", "cluster-size"))
+    return out
+
+
+def _dependencies():
+    from mosaic.proposers.dependencies import Dependencies, Dependency
+
+    return Dependencies(check=can_implement, rules=(
+        Dependency("smem-per-block", ("tile_mn", "tile_k", "stages"), {"stages": (4, 3, 2)},
+                   "tile x stages share the shared memory: a bigger tile leaves room for fewer stages"),
+        Dependency("CUTE-SHAPE", ("tile_mn", "cluster_mn"), {"cluster_mn": ((1, 1),)},
+                   "tiles x cluster must divide the problem"),
+        Dependency("cluster-size", ("cluster_mn",), {"cluster_mn": ((1, 1),)}, "the cluster must fit the GPU"),
+    ))
+
+
+GemmKnobs.DEPENDENCIES = _dependencies()

@@ -185,3 +185,56 @@ def render(knobs: GemmKnobs, dtype: str) -> str:
         text = text.replace("{{" + key + "}}", str(val))
     header = "// knobs: " + ", ".join(f"{a.name}={getattr(knobs, a.name)}" for a in attrs.fields(GemmKnobs))
     return f"// dtype: {dtype}\n{header}\n{text}"
+
+
+# -- knob dependencies (data for the ``knobs`` proposer's compound edits; mosaic.proposers.dependencies) ------
+
+ACCUMULATOR_REGISTERS = 128  # fp32 accumulators one consumer thread holds before the tile spills
+
+
+def _accumulators_per_thread(k: dict) -> float:
+    """A ping-pong consumer warpgroup holds a whole tile; cooperative splits tile_m over two warpgroups."""
+    threads = 256 if k.get("kernel_schedule") == "cooperative" else 128
+    return k["tile_m"] * k["tile_n"] / threads
+
+
+def can_implement(knobs: GemmKnobs, spec: KernelSpec, gpu: GpuTarget) -> list[Diagnostic]:
+    """The plugin's CPU predicate (no nvcc): every rule of :data:`RULES`."""
+    return problems(knobs, spec, gpu)
+
+
+def _dependencies():
+    from mosaic.proposers.dependencies import Dependencies, Dependency
+
+    return Dependencies(check=can_implement, rules=(
+        Dependency("CUTLASS-EPILOGUE", ("kernel_schedule", "epilogue_schedule"),
+                   {"epilogue_schedule": ("tma-cooperative", "tma", "no-smem"),
+                    "kernel_schedule": ("cooperative", "pingpong", "tma-ws")},
+                   "the epilogue schedule must match the kernel schedule"),
+        Dependency("CUTLASS-STREAMK", ("tile_scheduler", "kernel_schedule"),
+                   {"kernel_schedule": ("cooperative",), "tile_scheduler": ("persistent", "default")},
+                   "stream-K is built on the cooperative kernel"),
+        Dependency("CUTLASS-SCHEDULER", ("tile_scheduler", "kernel_schedule"),
+                   {"kernel_schedule": ("cooperative", "pingpong"), "tile_scheduler": ("default",)},
+                   "tma-ws takes no explicit tile scheduler"),
+        Dependency("CUTLASS-COOP-TILE", ("kernel_schedule", "tile_m"),
+                   {"kernel_schedule": ("pingpong",), "tile_m": (128, 256)},
+                   "the cooperative schedule splits tile_m over two 64-row consumer warpgroups"),
+        Dependency("CUTLASS-SMEM", ("stages", "tile_m", "tile_n", "tile_k"), {"stages": ("auto", 4, 3, 2)},
+                   "a bigger tile leaves room for fewer stages"),
+        Dependency("CUTLASS-CLUSTER", ("cluster_m", "cluster_n"), {"cluster_m": (1, 2), "cluster_n": (1, 2)},
+                   "the cluster must fit the GPU"),
+        Dependency("CUTLASS-ACCUMULATORS", ("tile_m", "tile_n", "kernel_schedule"),
+                   {"kernel_schedule": ("cooperative",)},
+                   f"more than {ACCUMULATOR_REGISTERS} fp32 accumulators per consumer thread spill (tile_n=256 on "
+                   "ping-pong, 128x256, ran 3,252 us on the H200); cooperative splits the tile over two warpgroups",
+                   needs=lambda k: _accumulators_per_thread(k) > ACCUMULATOR_REGISTERS),
+        Dependency("CUTLASS-MULTICAST", ("tile_m", "tile_n", "cluster_m"), {"cluster_m": (2,)},
+                   "a tile twice as wide as tall loads twice as much B as A per stage: a 2x1 cluster multicasts B "
+                   "to both CTAs (cooperative 128x256 c2x1 measured 185.07 us on the H200; cuBLAS's choice)",
+                   needs=lambda k: k["tile_n"] >= 2 * k["tile_m"] and k.get("cluster_m") == 1
+                   and k.get("kernel_schedule") == "cooperative"),
+    ))
+
+
+GemmKnobs.DEPENDENCIES = _dependencies()

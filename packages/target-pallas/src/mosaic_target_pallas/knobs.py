@@ -118,3 +118,40 @@ class AttentionKnobs:
 
 
 FAMILY_KNOBS = {"gemm": GemmKnobs, "attention": AttentionKnobs}
+
+
+# -- knob dependencies (data for the ``knobs`` proposer's compound edits; mosaic.proposers.dependencies) ------
+
+def pipeline_smem_bytes(k: GemmKnobs) -> int:
+    """A lower bound of the shared memory: ``max_concurrent_steps`` A and B blocks of the CTA tile (16-bit)."""
+    tm, tn = k.cta_tile()
+    return k.max_concurrent_steps * (tm + tn) * k.tile_k * 2
+
+
+def can_implement(knobs: GemmKnobs, spec, gpu) -> list:
+    """The CPU predicate (no lowering): the tiling divides the shape and the steps of the tile fit shared
+    memory (mosaic.budget's rule)."""
+    from mosaic import budget
+    from mosaic.errors import Diagnostic, RecordError
+
+    out = []
+    try:
+        knobs.check_shape(spec.shape["m"], spec.shape["n"], spec.shape["k"])
+    except (RecordError, KeyError) as exc:
+        out.append(Diagnostic("PALLAS-SHAPE", "tile", "a tiling that divides the shape", knobs.cta_tile(), str(exc)))
+    out += budget.diagnose(budget.Footprint(where="steps", smem_bytes=pipeline_smem_bytes(knobs)), gpu,
+                           ("smem-per-block",))
+    return out
+
+
+def _dependencies():
+    from mosaic.proposers.dependencies import Dependencies, Dependency
+
+    return Dependencies(check=can_implement, rules=(
+        Dependency("smem-per-block", ("tile_m", "tile_n", "tile_k", "max_concurrent_steps"),
+                   {"max_concurrent_steps": (4, 3, 2)},
+                   "tile x steps share the shared memory: a bigger tile leaves room for fewer steps"),
+    ))
+
+
+GemmKnobs.DEPENDENCIES = _dependencies()

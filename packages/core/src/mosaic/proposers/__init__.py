@@ -69,6 +69,7 @@ class Request:
     repair: Mapping | None = None
     history: Sequence[Mapping] = ()
     knob_fields: Mapping | None = None  # knob name -> default, from the target backend's knob class
+    gpu: Mapping | None = None  # the campaign's GPU record (JSON), for the target's can-implement checks
 
     def to_json(self) -> dict:
         return {"format": "mosaic-proposal-request", "version": 1, "campaign": dict(self.campaign),

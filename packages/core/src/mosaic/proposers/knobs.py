@@ -37,6 +37,15 @@ The campaign's history (``Request.history``: every built edit with its outcome) 
   are budgets that tile, stages and epilogue share: ``tile_mn=(128, 256)`` fails with 5 stages and builds
   with 4), so only the same edit on the same other knobs is a retry.
 
+Compound edits (:mod:`mosaic.proposers.dependencies`): when the target's knob class carries a
+``DEPENDENCIES`` table, each single edit is checked on the CPU by the plugin's can-implement predicate (with
+the campaign's shape and the request's GPU record) and the table's known-partner rules. One that is
+unbuildable or known to need a partner becomes the smallest compound edit that passes (breadth first over
+the partners the violated rules name; the edit's own knob stays as set): still ONE edit aimed at ONE row,
+``{"kind": "knob", "knob", "value", ..., "compound": true, "parts": [{knob, value, was[, rule, why]}]}``,
+its first part the edit itself. When none exists the single edit is kept (the build decides). A part is no
+revert (only the edit's own knob is); a rejected compound is a retry only on the same whole knob set.
+
 The output is a list, best first; the loop takes the first whose candidate it has not built.
 """
 
@@ -49,8 +58,10 @@ from typing import Any
 import attrs
 
 from mosaic.catalog import concepts_for_feature
-from mosaic.errors import RecordError
+from mosaic.errors import MosaicError, RecordError
 from mosaic.proposers import Proposal, Request
+from mosaic.proposers.dependencies import complete, dependencies_of, violations
+from mosaic.records import GpuTarget, KernelSpec
 
 #: diff row key -> catalog fingerprint features that reveal the concept behind it
 ROW_FEATURES = {
@@ -156,7 +167,13 @@ def candidate_values(current: Any, default: Any, row, pinned: str | None, side: 
         return vals
     ref = _ints(row.reference)
     if isinstance(current, bool):
-        vals.append(not current)
+        # a boolean moves in the direction the row points: to the reference's value when the row states one
+        # (never away from it), otherwise flipped
+        if isinstance(row.reference, bool):
+            if row.reference != current:
+                vals.append(row.reference)
+        else:
+            vals.append(not current)
     elif isinstance(current, int):
         if ref and len(ref) == 1:
             vals.append(ref[0])
@@ -213,7 +230,8 @@ def blocked(history: Iterable, interacts: dict[str, set[str]]) -> tuple[set, set
             reverts.add((knob, _hashable(edit.get("was"))))
         elif h.get("outcome") in REJECTED:
             knobs = h.get("knobs") or {}
-            others = [k for k in knobs if k != knob] if h["outcome"] == UNBUILDABLE else interacts.get(knob, ())
+            exact = h["outcome"] == UNBUILDABLE or edit.get("compound")  # a compound: its whole knob set
+            others = [k for k in knobs if k != knob] if exact else interacts.get(knob, ())
             retries.add((knob, _hashable(edit.get("value")), _context(knobs, others)))
     return reverts, retries
 
@@ -223,8 +241,29 @@ class KnobsProposer:
 
     def __init__(self, campaign, knob_cls: type | None, catalog) -> None:
         self.target = campaign.target
+        self.campaign = campaign
         self.knob_cls = knob_cls
         self.catalog = catalog
+        self.deps = dependencies_of(knob_cls)
+
+    def _spec_gpu(self, request: Request) -> tuple[KernelSpec | None, GpuTarget | None]:
+        """The kernel spec and GPU record the plugin's can-implement predicate checks against."""
+        c = self.campaign
+        try:
+            spec = KernelSpec(family=c.family, shape=dict(c.shape), dtype=c.dtype, language=self.target, knobs={})
+        except (AttributeError, MosaicError, TypeError, ValueError):
+            spec = None
+        gpu = None
+        try:
+            if request.gpu:
+                gpu = GpuTarget.from_json(request.gpu)
+            elif getattr(c, "gpu", None):
+                from mosaic.plugins import host
+
+                gpu = host().get("gpus", c.gpu)
+        except (MosaicError, KeyError, TypeError, ValueError):
+            gpu = None
+        return spec, gpu
 
     def _defaults(self, knobs: dict) -> dict:
         if self.knob_cls is not None and attrs.has(self.knob_cls):
@@ -279,6 +318,9 @@ class KnobsProposer:
             for concept, _ in found:
                 support[concept] = support.get(concept, 0) + 1
         seen: set = set()
+        deps = self.deps if self.knob_cls is not None else None
+        spec, gpu = self._spec_gpu(request) if deps is not None else (None, None)
+        dep_interacts = {k: interacts.get(k, set()) | v for k, v in deps.interacting().items()} if deps else {}
         for row, found in mapped:
             for concept, side in sorted(found, key=lambda item: -support[item[0]]):
                 for knob, pinned in self._knobs_of(concept):
@@ -296,7 +338,18 @@ class KnobsProposer:
                         if not self._valid(new):
                             continue
                         val = _hashable(value)
-                        if (knob, val) in reverts or (knob, val, _context(new, interacts.get(knob, ()))) in retries \
+                        if (knob, val) in reverts:
+                            continue
+                        parts = None
+                        if deps is not None and violations(deps, self.knob_cls, new, spec, gpu):
+                            # unbuildable, or known to need a partner: the smallest buildable compound edit,
+                            # keeping the knob (and what its value implies) as this edit sets it
+                            fixed = {knob, *implied}
+                            parts = complete(deps, self.knob_cls, new, fixed, spec, gpu)
+                            if parts:
+                                new = {**new, **{p["knob"]: p["value"] for p in parts}}
+                        context = dep_interacts.get(knob, ()) if parts else interacts.get(knob, ())
+                        if (knob, val, _context(new, context)) in retries \
                                 or (knob, val, _context(new, [k for k in new if k != knob])) in retries:
                             continue
                         identity = _hashable(new)
@@ -310,6 +363,13 @@ class KnobsProposer:
                                         "reference": row.reference, "candidate": row.candidate}}
                         if implied:
                             edit["implies"] = implied
+                        if parts:
+                            edit["compound"] = True
+                            edit["parts"] = [{"knob": knob, "value": edit["value"], "was": edit["was"]}] + [
+                                {"knob": k, "value": v, "was": current[k]} for k, v in implied.items()] + [
+                                {"knob": p["knob"], "value": p["value"], "was": p["was"], "rule": p["code"],
+                                 "why": (deps.rule(p["code"]).why if deps.rule(p["code"]) else "")}
+                                for p in parts]
                         yield Proposal(True, request.parent, edit,
                                        {k: list(v) if isinstance(v, tuple) else v for k, v in new.items()})
 

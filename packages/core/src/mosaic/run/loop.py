@@ -270,7 +270,7 @@ class Loop:
                        reference={"key": REFERENCE, "language": self.c.source, "knobs": dict(self.c.reference_knobs),
                                   "time_ns": self.noise.reference_time, "noise_ns": self.noise.value},
                        tried=frozenset(self.tried), repair=self.repair, history=tuple(proposer_history(self.events)),
-                       knob_fields=fields)
+                       knob_fields=fields, gpu=self.gpu.to_json())
 
     def next_proposal(self, member: Member) -> Proposal:
         rec = self.recorded.proposals.get(self.step) if self.recorded else None

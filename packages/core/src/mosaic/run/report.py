@@ -97,6 +97,8 @@ def build_report(events: list[dict]) -> dict:
 
 def _edit_text(e: dict) -> str:
     ed = e.get("edit") or {}
+    if ed.get("kind") == "knob" and ed.get("parts"):  # one compound edit: its parts, the edit's own first
+        return "compound: " + " + ".join(f"{p['knob']}={json.dumps(p.get('value'))}" for p in ed["parts"])
     if ed.get("kind") == "knob" and "knob" in ed:
         return f"{ed['knob']}={json.dumps(ed.get('value'))}"
     if ed.get("kind") == "source":

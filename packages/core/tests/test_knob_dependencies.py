@@ -1,0 +1,88 @@
+"""Knob dependencies as data (mosaic.proposers.dependencies) and the knobs proposer's compound edits, on a
+toy knob class and on the CuTe plugin's table (tile <-> stages <-> shared memory); booleans move the way the
+row points."""
+
+import sys
+from pathlib import Path
+
+import attrs
+from mosaic.catalog import catalog_from_host
+from mosaic.errors import Diagnostic
+from mosaic.plugins import host
+from mosaic.proposers import Request
+from mosaic.proposers.dependencies import Dependencies, Dependency, complete, dependencies_of, violations
+from mosaic.proposers.knobs import KnobsProposer, candidate_values
+from mosaic.records import Discrepancy, KernelSpec
+from mosaic.run.campaign import Campaign
+
+sys.path.insert(0, str(Path(__file__).parent))
+import run_fixture as rf  # noqa: E402
+
+
+@attrs.frozen
+class Toy:
+    a: int = 1
+    b: str = "x"
+    c: int = 1
+
+
+def _check(k, spec, gpu):
+    out = []
+    if k.a == 2 and k.b != "y":
+        out.append(Diagnostic("TOY-AB", "b", "y", k.b, "a=2 needs b=y"))
+    if k.b == "y" and k.c == 1:
+        out.append(Diagnostic("TOY-BC", "c", ">1", k.c, "b=y needs c>1"))
+    return out
+
+
+TOY = Dependencies(check=_check, rules=(
+    Dependency("TOY-AB", ("a", "b"), {"b": ("z", "y")}),
+    Dependency("TOY-BC", ("b", "c"), {"c": (2, 3)}),
+    Dependency("TOY-PAIR", ("a", "c"), {"c": (3,)}, needs=lambda k: k["a"] == 3 and k["c"] != 3),
+))
+SPEC = KernelSpec("gemm", {"m": 8, "n": 8, "k": 8}, "bf16", "toy", {})
+
+
+def test_complete_finds_the_fewest_partner_changes_in_rule_then_value_order():
+    gpu = host().get("gpus", "h200")
+    assert violations(TOY, Toy, {"a": 2, "b": "x", "c": 1}, SPEC, gpu) == ["TOY-AB"]
+    parts = complete(TOY, Toy, {"a": 2, "b": "x", "c": 1}, {"a"}, SPEC, gpu)
+    assert [(p["knob"], p["value"], p["code"]) for p in parts] == [("b", "y", "TOY-AB"), ("c", 2, "TOY-BC")]
+    assert complete(TOY, Toy, {"a": 1, "b": "x", "c": 1}, {"a"}, SPEC, gpu) == []  # nothing needed
+    assert complete(TOY, Toy, {"a": 2, "b": "x", "c": 1}, {"a", "b"}, SPEC, gpu) is None  # b may not move
+    # a known partner: builds, but the table says it wants one
+    assert [(p["knob"], p["value"]) for p in complete(TOY, Toy, {"a": 3, "b": "x", "c": 1}, {"a"}, SPEC, gpu)] == [
+        ("c", 3)]
+    assert complete(TOY, Toy, {"a": 2, "b": "x", "c": 1}, {"a"}, SPEC, gpu, max_parts=1) is None
+
+
+def test_cute_declares_tile_stages_shared_memory_and_a_bigger_tile_takes_fewer_stages():
+    knob_cls = host().get("languages", "cute").backend.knobs("gemm")
+    deps = dependencies_of(knob_cls)
+    assert deps is not None and deps.rule("smem-per-block").knobs == ("tile_mn", "tile_k", "stages")
+    campaign = Campaign(source="pallas", target="cute", family="gemm", shape=rf.SHAPE, dtype="bf16", gpu="h200")
+    p = KnobsProposer(campaign, knob_cls, catalog_from_host(host()))
+    five = {**rf.HOPPER, "stages": 5, "persistent": True}
+    rows = [Discrepancy("instruction", "mma.shape", ["m64n256k16"], ["m64n128k16"], 1, "knob")]
+    out = p.propose(Request(campaign={}, parent="p", knobs=five, rows=rows, layers=(), incumbent={}, reference={},
+                            tried=frozenset(), gpu=host().get("gpus", "h200").to_json()))
+    # 5 stages of a 128x256x64 bf16 tile need 245760 B > 232448: the tile comes with 4 stages, one edit
+    first = out[0]
+    assert first.edit["knob"] == "tile_mn" and first.edit["value"] == [128, 256] and first.edit["compound"]
+    assert [(x["knob"], x["value"]) for x in first.edit["parts"]] == [("tile_mn", [128, 256]), ("stages", 4)]
+    assert first.knobs["stages"] == 4 and knob_cls(**first.knobs)
+
+
+def test_without_a_gpu_record_or_a_table_the_edits_stay_single():
+    knob_cls = host().get("languages", "cute").backend.knobs("gemm")
+    p = KnobsProposer(Campaign(source="pallas", target="cute", family="gemm", shape=rf.SHAPE, dtype="bf16",
+                               gpu="h200"), None, catalog_from_host(host()))
+    assert p.deps is None and dependencies_of(knob_cls) is not None
+
+
+def test_booleans_move_the_way_the_row_points():
+    row = Discrepancy("control", "persistent", True, False, 1, "rewrite")
+    assert candidate_values(False, False, row, None, "both") == [True]
+    assert candidate_values(True, False, row, None, "both") == []  # never away from the reference
+    grid = Discrepancy("launch", "grid", [132, 1, 1], [1024, 1, 1], 1, "knob")
+    assert candidate_values(False, False, grid, None, "both") == [True]  # no boolean stated: flipped

@@ -1,0 +1,137 @@
+"""Compound knob edits for CUTLASS: the plugin's dependency table (gemm.DEPENDENCIES) and its CPU predicate
+(gemm.can_implement) drive the ``knobs`` proposer; no GPU and no nvcc."""
+
+from types import SimpleNamespace
+
+import pytest
+from mosaic.catalog import catalog_from_host
+from mosaic.plugins import host
+from mosaic.proposers import Request
+from mosaic.proposers.dependencies import dependencies_of, violations
+from mosaic.proposers.knobs import KnobsProposer
+from mosaic.records import Discrepancy, KernelSpec
+from mosaic_target_cutlass import gemm
+
+SHAPE = {"m": 4096, "n": 4096, "k": 4096}
+#: the recorded CUTLASS campaign's incumbent (pallas -> cutlass 4096^3 on the H200, 186.16 us): ping-pong +
+#: persistent on a 128x128 tile
+INCUMBENT = {"tile_m": 128, "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluster_n": 1, "stages": "auto",
+             "kernel_schedule": "pingpong", "epilogue_schedule": "tma", "tile_scheduler": "persistent"}
+#: the rows of that campaign's last diffs: the consumer loop's MMAs per k-step (jax's CTA tile is 128x256),
+#: then the grid (persistence)
+ROWS = (Discrepancy("instruction", "hot_loop.mix", {"mma": 8.0, "wgmma.sync": 0.25}, {"mma": 4.0, "wgmma.sync": 0.25},
+                    1, "knob"),
+        Discrepancy("launch", "grid", [132, 1, 1], [1, 132, 1], 2, "knob"))
+#: what the campaign had accepted (its history): ping-pong, then the persistent scheduler
+HISTORY = (
+    {"step": 1, "key": "a", "parent": "n", "outcome": "faster", "accepted": True,
+     "edit": {"kind": "knob", "knob": "kernel_schedule", "value": "pingpong", "was": "cooperative"},
+     "knobs": {**INCUMBENT, "tile_scheduler": "default"}},
+    {"step": 2, "key": "b", "parent": "a", "outcome": "faster", "accepted": True,
+     "edit": {"kind": "knob", "knob": "tile_scheduler", "value": "persistent", "was": "default"}, "knobs": INCUMBENT},
+    {"step": 3, "key": "c", "parent": "b", "outcome": "slower", "accepted": False,
+     "edit": {"kind": "knob", "knob": "tile_n", "value": 256, "was": 128}, "knobs": {**INCUMBENT, "tile_n": 256}},
+)
+
+
+def proposals(knobs=INCUMBENT, rows=ROWS, history=HISTORY):
+    h = host()
+    knob_cls = h.get("languages", "cutlass").backend.knobs("gemm")
+    campaign = SimpleNamespace(source="pallas", target="cutlass", family="gemm", shape=SHAPE, dtype="bf16",
+                               gpu="h200")
+    p = KnobsProposer(campaign, knob_cls, catalog_from_host(h))
+    req = Request(campaign={}, parent="b", knobs=knobs, rows=rows, layers=(), incumbent={}, reference={},
+                  tried=frozenset(), history=history, gpu=h.get("gpus", "h200").to_json())
+    return p.propose(req)
+
+
+def builds(knobs: dict) -> list[str]:
+    """The plugin's own CPU checks: every rule of gemm.problems."""
+    spec = KernelSpec("gemm", SHAPE, "bf16", "cutlass", knobs)
+    return [d.code for d in gemm.can_implement(gemm.GemmKnobs(**knobs), spec, host().get("gpus", "h200"))]
+
+
+def test_the_table_is_data_beside_the_knob_class():
+    deps = dependencies_of(gemm.GemmKnobs)
+    assert deps is gemm.GemmKnobs.DEPENDENCIES and deps.check is gemm.can_implement
+    codes = {r.code for r in deps.rules}
+    assert {"CUTLASS-EPILOGUE", "CUTLASS-STREAMK", "CUTLASS-SCHEDULER", "CUTLASS-COOP-TILE"} <= codes
+    fields = {a.name for a in gemm.GemmKnobs.__attrs_attrs__}
+    for r in deps.rules:
+        assert set(r.knobs) <= fields and set(r.partners) <= fields, r.code
+        for knob, values in r.partners.items():  # every partner value is legal for its field
+            for v in values:
+                gemm.GemmKnobs(**{knob: v, **({"kernel_schedule": "pingpong", "epilogue_schedule": "tma"}
+                                             if knob == "tile_m" and v == 64 else {})})
+
+
+def test_from_the_cutlass_incumbent_the_tile_row_gets_the_cooperative_128x256_tile_with_a_2x1_cluster():
+    out = proposals()
+    first = out[0].edit
+    assert first["compound"] is True and first["concept"] == "cta-tile"
+    assert first["row"]["key"] == "hot_loop.mix" and first["row"]["rank"] == 1  # ONE edit aimed at ONE row
+    assert [(p["knob"], p["value"]) for p in first["parts"]] == [
+        ("tile_n", 256), ("kernel_schedule", "cooperative"), ("epilogue_schedule", "tma-cooperative"),
+        ("cluster_m", 2)]
+    assert [p.get("rule") for p in first["parts"]] == [None, "CUTLASS-ACCUMULATORS", "CUTLASS-EPILOGUE",
+                                                       "CUTLASS-MULTICAST"]
+    assert out[0].knobs == {**INCUMBENT, "tile_n": 256, "kernel_schedule": "cooperative",
+                            "epilogue_schedule": "tma-cooperative", "cluster_m": 2}
+    assert builds(dict(out[0].knobs)) == []
+
+
+def test_every_compound_edit_builds_together_while_its_single_edit_did_not():
+    h = host()
+    deps = gemm.GemmKnobs.DEPENDENCIES
+    spec = KernelSpec("gemm", SHAPE, "bf16", "cutlass", {})
+    compound = [p for p in proposals() if p.edit.get("compound")]
+    assert len(compound) >= 3
+    seen = set()
+    for p in compound:
+        parts = p.edit["parts"]
+        assert parts[0]["knob"] == p.edit["knob"] and parts[0]["value"] == p.edit["value"]
+        together = {**INCUMBENT, **{x["knob"]: x["value"] for x in parts}}
+        assert together == dict(p.knobs) and builds(together) == []  # every part, together, builds
+        assert violations(deps, gemm.GemmKnobs, together, spec, h.get("gpus", "h200")) == []
+        single = {**INCUMBENT, p.edit["knob"]: p.edit["value"]}
+        # alone the edit did not build (the plugin's checks) or needed a declared partner
+        assert violations(deps, gemm.GemmKnobs, single, spec, h.get("gpus", "h200"))
+        seen.add((p.edit["knob"], p.edit["value"]))
+    assert {("tile_n", 256), ("tile_scheduler", "stream-k"), ("kernel_schedule", "tma-ws")} <= seen
+    assert builds({**INCUMBENT, "tile_scheduler": "stream-k"}) == ["CUTLASS-STREAMK"]
+    assert builds({**INCUMBENT, "kernel_schedule": "tma-ws"}) == ["CUTLASS-SCHEDULER"]
+    stream_k = next(p for p in compound if p.edit["value"] == "stream-k")
+    assert [(x["knob"], x["value"]) for x in stream_k.edit["parts"]] == [
+        ("tile_scheduler", "stream-k"), ("kernel_schedule", "cooperative"), ("epilogue_schedule", "tma-cooperative")]
+
+
+def test_singles_that_build_stay_single_and_a_rejected_compound_is_not_proposed_again():
+    out = proposals()
+    singles = [p for p in out if not p.edit.get("compound")]
+    assert singles and all(builds(dict(p.knobs)) == [] for p in singles)
+    assert ("tile_n", 64) in [(p.edit["knob"], p.edit["value"]) for p in singles]
+    first = out[0]
+    rejected = {"step": 4, "key": "d", "parent": "b", "outcome": "slower", "accepted": False, "edit": first.edit,
+                "knobs": dict(first.knobs)}
+    again = proposals(history=(*HISTORY, rejected))
+    assert dict(first.knobs) not in [dict(p.knobs) for p in again]
+
+
+@pytest.mark.parametrize("knobs, codes", [
+    ({**INCUMBENT, "tile_n": 256}, ["CUTLASS-ACCUMULATORS"]),
+    ({**INCUMBENT, "tile_n": 256, "kernel_schedule": "cooperative"}, ["CUTLASS-EPILOGUE", "CUTLASS-MULTICAST"]),
+    ({**INCUMBENT, "tile_n": 256, "kernel_schedule": "cooperative", "epilogue_schedule": "tma-cooperative"},
+     ["CUTLASS-MULTICAST"]),
+    ({**INCUMBENT, "tile_m": 64, "tile_n": 256}, []),  # ping-pong 64x256: 128 accumulators per thread
+])
+def test_violations_name_the_rules(knobs, codes):
+    spec = KernelSpec("gemm", SHAPE, "bf16", "cutlass", {})
+    assert violations(gemm.GemmKnobs.DEPENDENCIES, gemm.GemmKnobs, knobs, spec, host().get("gpus", "h200")) == codes
+
+
+def test_the_report_lists_the_parts_of_a_compound_edit():
+    from mosaic.run.report import _edit_text
+
+    first = proposals()[0]
+    assert _edit_text({"edit": first.edit}) == ('compound: tile_n=256 + kernel_schedule="cooperative" + '
+                                                'epilogue_schedule="tma-cooperative" + cluster_m=2')

@@ -8,7 +8,10 @@
    before rewrites) -> build (an unbuildable setting is recorded and stepped over) -> numerics gate (a failing
    candidate goes back for repair, never compared or timed) -> time interleaved A B A B against the incumbent
    -> the roofline guard (no time below the physical floor of the problem on the GpuTarget) -> the one rule,
-   :func:`mosaic.timing.accept`, with the measured noise -> a small beam keeps the best few.
+   :func:`mosaic.timing.accept`, with the measured noise -> a small beam keeps the best few. A rejected
+   candidate that is closer in fingerprint but slower is kept in the beam (never the incumbent: the rule is
+   unchanged) and expanded for the next ``BEAM_HOLD_STEPS`` steps, its children timed against the incumbent,
+   so a structural step that is briefly slower is not lost.
 4. Stop when the incumbent is within the reference's noise or faster (measured interleaved against the
    reference), when the budget (device minutes, timed candidates) is spent, or when no edit is left; list
    every remaining difference by name.
@@ -42,6 +45,7 @@ from mosaic.timing import Noise, measure_noise
 
 MAX_PROPOSER_FAILURES = 3  # consecutive rejected proposals before a beam member counts as exhausted
 PREFETCH_AHEAD = 6  # untried proposals handed to a workbench's prefetch (live: lowered in the background)
+BEAM_HOLD_STEPS = 2  # follow-up steps a closer-but-slower candidate is kept and expanded for (a structural step)
 
 
 # -- state ---------------------------------------------------------------------------------------------------
@@ -54,6 +58,7 @@ class Member:
     rows: tuple
     failures: int = 0
     exhausted: bool = False
+    hold: int = 0  # follow-up steps left: a closer-but-slower candidate kept (not the incumbent) and expanded
 
     def summary(self) -> dict:
         return {"key": self.kernel.key, "knobs": dict(self.kernel.spec.knobs), "time_ns": self.time,
@@ -301,7 +306,10 @@ class Loop:
         return Proposal(False, member.kernel.key, reason="no untried edit for this kernel", done=True)
 
     def iterate(self) -> str | None:
-        member = next(m for m in self.beam if not m.exhausted)
+        member = next((m for m in self.beam if m.hold > 0 and not m.exhausted), None) \
+            or next(m for m in self.beam if not m.exhausted)
+        if member.hold > 0:
+            member.hold -= 1
         self.step += 1
         step = self.step
         p = self.next_proposal(member)
@@ -356,9 +364,11 @@ class Loop:
             return self.stop_reason()
         if dec.accepted:
             self.set_incumbent(cand)
+        if dec.closer_but_slower and not dec.accepted:
+            cand.hold = BEAM_HOLD_STEPS
         pool = [m for m in self.beam if m.kernel.key != (cand.kernel.key)] + [cand]
         inc_key = self.incumbent.kernel.key
-        pool.sort(key=lambda m: (m.kernel.key != inc_key, m.time, m.distance, m.kernel.key))
+        pool.sort(key=lambda m: (m.kernel.key != inc_key, m.hold <= 0, m.time, m.distance, m.kernel.key))
         self.beam = pool[: self.c.beam]
         self.emit("beam", members=[m.summary() for m in self.beam])
         return self.stop_reason()

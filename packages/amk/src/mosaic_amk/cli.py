@@ -86,7 +86,7 @@ def generate_cmd(model_dir: str, prompt: str | None, prompt_ids: str | None, cha
         if tokenizer is not None and not as_json:
             click.echo(f"prompt ids: {','.join(map(str, ids))}", err=True)
         return generate_cuda(model_dir, ",".join(map(str, ids)), n_tokens, check_hf, config_path, gpu_name,
-                             as_json, unsafe)
+                             as_json, unsafe, tokenizer=tokenizer)
     gpu, config = _gpu_and_config(gpu_name, config_path)
     spec = import_checkpoint(model_dir)
     bad = [t for t in ids if not 0 <= t < spec.vocab_size]

@@ -31,14 +31,16 @@ def _gpu_config(gpu_name: str, config_path: str | None):
 
 
 def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, config_path: str | None,
-                  gpu_name: str, as_json: bool, unsafe: bool) -> None:
-    """Greedy decode with the CUDA VM; --check-hf compares with transformers' eager bf16 generate on the GPU."""
+                  gpu_name: str, as_json: bool, unsafe: bool, tokenizer=None) -> None:
+    """Greedy decode with the CUDA VM; --check-hf compares with transformers' eager bf16 generate on the GPU.
+    ``tokenizer`` (the prompt was text): the generated ids are decoded and printed too."""
     from mosaic.errors import BadInput, CheckFailed, Diagnostic
 
     from mosaic_amk.bench import hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
     from mosaic_amk.cuda.launcher import _cupy
     from mosaic_amk.parity import compare
+    from mosaic_amk.text import decode
 
     ids = _ids(prompt)
     gpu, config = _gpu_config(gpu_name, config_path)
@@ -62,9 +64,13 @@ def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, co
         at = mismatch_margin(result, list(hf_logits[0]))
     if as_json:
         check = {"check_hf": {**result.to_json(), "at_mismatch": at.to_json() if at else None}} if result else {}
-        click.echo(json.dumps({"tokens": tokens, "vm": "cuda", "rope_order": vm.config.rope_order, **check}))
+        text = {"prompt_ids": ids, "text": decode(tokenizer, tokens)} if tokenizer is not None else {}
+        click.echo(json.dumps({"tokens": tokens, **text, "vm": "cuda", "rope_order": vm.config.rope_order,
+                               **check}))
     else:
         click.echo(",".join(map(str, tokens)))
+        if tokenizer is not None:
+            click.echo(f"text: {decode(tokenizer, tokens)!r}")
         if result:
             click.echo(f"hf eager bf16 (GPU): {','.join(map(str, result.hf_tokens))}")
             click.echo(check_hf_line(result, at))

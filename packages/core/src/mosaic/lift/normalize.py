@@ -161,15 +161,59 @@ def pipeline_steps(w: WorkLoop) -> int:
     @P2 BRA`` past a second ``TRYWAIT`` of the same operands). A loop whose waits all sit in their own spin
     loops counts those. 0 without mbarrier waits."""
     inline = [i for i in w.body if i.opclass == "mbar.wait" and i.index not in w.spin]
-    steps, last = 0, None
+    steps, last, counted = 0, None, []
     for i in inline:
         if last is not None and last.operands[1:] == i.operands[1:] and i.index - last.index <= 4:
             continue
         steps += 1
+        counted.append(i)
         last = i
     # CUTLASS's consumer tests the barrier (``try_wait`` into a token) and only then spins on the same barrier
     tested = {_barrier(i) for i in inline}
-    return steps + sum(1 for b in w.spin_waits if not (b and b in tested))
+    spins = [b for b in w.spin_waits if not (b and b in tested)]
+    return steps + len(spins) - _same_stage_waits([_barrier(i) for i in counted] + spins, w.body)
+
+
+_SLOT = re.compile(r"\[([^\]+]+?)(?:\+(0x[0-9a-fA-F]+|\d+))?\]")
+
+
+def _slot(addr: str, defs: dict) -> tuple[str, int] | None:
+    """(base, byte offset) of an mbarrier operand: ``[UR10+0x1e020]``, or PTX's ``[%r61]`` with ``add.s32 %r61,
+    %r77, 122912`` in the loop."""
+    m = _SLOT.fullmatch(addr)
+    if m is None:
+        return None
+    base, off = m.group(1), int(m.group(2), 0) if m.group(2) else 0
+    while base in defs and off < 2**31:
+        base, extra = defs.pop(base)
+        off += extra
+    return base, off
+
+
+def _same_stage_waits(addrs: list[str], body) -> int:
+    """Waits of one trip on one stage of different rings, counted once: Triton's pipelined ``tl.dot`` loop keeps
+    one mbarrier ring per group of loads and waits on each at the same stage (``[UR10+0x1e000]`` and
+    ``[UR10+0x1e020]``: two arrays of 8-byte barriers, not successive stages, which sit 8 bytes apart). For the
+    waits on one base: their count minus the longest run of offsets 8 bytes apart."""
+    defs = {}
+    for i in body:
+        if i.opcode == "add" and len(i.operands) == 3 and re.fullmatch(r"-?\d+", i.operands[2]):
+            defs[i.operands[0]] = (i.operands[1], int(i.operands[2]))
+    by_base: dict[str, set[int]] = {}
+    for a in addrs:
+        slot = _slot(a, dict(defs))
+        if slot is not None:
+            by_base.setdefault(slot[0], set()).add(slot[1])
+    extra = 0
+    for offsets in by_base.values():
+        if len(offsets) < 2:
+            continue
+        ordered, run, best = sorted(offsets), 1, 1
+        for a, b in zip(ordered, ordered[1:], strict=False):
+            run = run + 1 if b - a == 8 else 1
+            best = max(best, run)
+        extra += len(ordered) - best
+    return extra
 
 
 def loop_unroll(w: WorkLoop) -> int:

@@ -10,7 +10,8 @@ wins; its code is reported with the value):
   ``add``) is compared for (in)equality with a constant N (``ISETP.NE.AND P, PT, R, 0x6``: CUTLASS's
   ``PipelineState`` wraps its index at N) or masked with N-1 (``LOP3.LUT R, c, 0x3, RZ, 0xc0``: index mod
   a power of two, as Pallas lowers ``step % max_concurrent_steps``) or divided by N with a magic multiply
-  (``mul.hi x, 0xAAAAAAAB; shr 1; mul.lo q, 3; sub``: index mod 3) -> N.
+  (``mul.hi x, 0xAAAAAAAB; shr 1; mul.lo q, 3; sub``: index mod 3), or compared with N-1 (``GT``) / N
+  (``GE``) by a predicate that resets it to 0 (Triton: ``setp.gt.s32 p, r, 2; selp.b32 r, 0, r, p``) -> N.
 - ``S2`` unrolled barrier ring: the hot loop waits on mbarriers at N >= 2 distinct constant offsets 8 bytes
   apart (``TRYWAIT [UR17+0x20]`` ... ``[UR17+0x38]``: the loop unrolled over the whole ring) -> N.
 - ``S3`` prologue groups: async-copy groups (``cp.async`` commits, mbarrier expect-tx arrivals) issued in
@@ -41,16 +42,39 @@ def _imm(op: str) -> int | None:
     return None
 
 
+#: an ordered compare of the next index with a constant c whose predicate resets the index to 0 (``i + 1 > 2 ?
+#: 0 : i + 1``: Triton's ``setp.gt.s32 p, r, 2; selp.b32 r, 0, r, p``, ``UISETP.GT.AND UP0, UPT, UR7, 0x2;
+#: USEL UR7, UR7, URZ, !UP0``): N = c + this
+_ORDERED_WRAP = {"GT": 1, "GE": 0, "LT": 0, "LE": 1}
+_SELECT = {"SEL", "USEL", "selp"}
+_ZERO = {"RZ", "URZ", "0"}
+
+
+def _resets_to_zero(body, pred: str) -> bool:
+    """A select in the loop body that picks 0 under ``pred`` (or its negation)."""
+    for i in body:
+        if i.opcode in _SELECT and len(i.operands) >= 4 and i.operands[-1].lstrip("!") == pred and \
+                _ZERO & {o.removesuffix(".reuse") for o in i.operands[1:3]}:
+            return True
+    return False
+
+
 def stage_index_wrap(loop: WorkLoop, kernel) -> int | None:
     counters = stepped_counters(loop.body)
     found: Counter = Counter()
     for i in loop.body:
         ops = [o.removesuffix(".reuse") for o in i.operands]
+        ordered = [_ORDERED_WRAP[m.upper()] for m in i.mods if m.upper() in _ORDERED_WRAP]
         if i.opcode in _CMP and ({"NE", "EQ", "ne", "eq"} & set(i.mods)):
             regs = [o for o in ops if counters.get(o) == 1]
             consts = [_imm(o) for o in ops[1:] if _imm(o) is not None]
             if regs and consts and 2 <= consts[0] <= MAX_STAGES:
                 found[consts[0]] += 1
+        elif i.opcode in _CMP and ordered and ops:
+            regs = [o for o in ops[1:] if counters.get(o) == 1]
+            consts = [_imm(o) for o in ops[1:] if _imm(o) is not None]
+            if regs and consts and 2 <= consts[0] + ordered[0] <= MAX_STAGES and _resets_to_zero(loop.body, ops[0]):
+                found[consts[0] + ordered[0]] += 1
         elif i.opcode in _AND and len(ops) >= 3 and (i.opcode == "and" or "0xc0" in ops):
             srcs = ops[1:]
             regs = [o for o in srcs if o in counters]

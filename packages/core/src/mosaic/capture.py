@@ -29,7 +29,8 @@ import attrs
 import numpy as np
 
 from mosaic.errors import BadInput, MosaicError
-from mosaic.families import FAMILIES, make_inputs
+from mosaic.families import make_inputs
+from mosaic.fields import name_field
 from mosaic.records import KernelSpec
 
 STATUSES = ("ok", "lowered", "unbuildable", "numerics-failed", "crashed", "timeout", "failed")
@@ -40,7 +41,7 @@ class CaptureOptions:
     lower_only: bool = False
     timeout: float = 1800.0
     seed: int = 0
-    values: str = attrs.field(default="normal", validator=attrs.validators.in_(("normal", "int")))
+    values: str = attrs.field(default="normal", validator=name_field)  # a distribution (mosaic.families)
     warmup: int = 10
     runs: int = 50  # timed runs per block
     blocks: int = 20  # interleaved self-pairs (A A' A A' ... per block); noise from their differences
@@ -61,39 +62,12 @@ class CaptureResult:
                 "message": self.message, "summary": self.summary}
 
 
-def _shape_dims(family: str) -> tuple[str, ...] | None:
-    """The ``MxNxK``-style order for the families capture can generate inputs for (:mod:`mosaic.families`)."""
-    f = FAMILIES.get(family)
-    return f.dims if f is not None and f.make_inputs is not None else None
-
-
 def parse_shape(family: str, text: str) -> dict[str, int]:
-    """``4096x4096x4096`` (in the family's dimension order) or ``m=4096,n=4096,k=4096``."""
-    from mosaic.families import MAX_DIM, MAX_SHAPE_TEXT
+    """``4096x4096x4096`` (in the family's dimension order) or ``m=4096,n=4096,k=4096``: the family
+    registry's parser (:func:`mosaic.families.parse_shape`)."""
+    from mosaic.families import parse_shape as family_shape
 
-    if len(text) > MAX_SHAPE_TEXT:
-        raise BadInput(f"a shape of {len(text):,} characters is over the limit of {MAX_SHAPE_TEXT}", "--shape")
-    try:
-        if "=" in text:
-            pairs = [p.split("=", 1) for p in text.split(",") if p]
-            shape = {k.strip(): int(v) for k, v in pairs}
-        else:
-            dims = _shape_dims(family)
-            if dims is None:
-                raise BadInput(f"family '{family}' has no MxNxK shape convention; write dim=value,...", "--shape")
-            values = [int(v) for v in text.lower().split("x")]
-            if len(values) != len(dims):
-                raise BadInput(f"shape '{text}' needs {len(dims)} dimensions ({'x'.join(d.upper() for d in dims)})",
-                               "--shape")
-            shape = dict(zip(dims, values, strict=True))
-    except ValueError:
-        raise BadInput(f"shape '{text}' is not {'x'.join(_shape_dims(family) or ('M', 'N', 'K')).upper()} "
-                       "of positive integers", "--shape") from None
-    if any(v < 1 for v in shape.values()):
-        raise BadInput(f"shape '{text}' has a non-positive dimension", "--shape")
-    if any(v > MAX_DIM for v in shape.values()):
-        raise BadInput(f"shape '{text}' has a dimension over the limit of 2**40", "--shape")
-    return shape
+    return family_shape(family, text, "--shape")
 
 
 def parse_knobs(items: tuple[str, ...] | list[str]) -> dict[str, Any]:

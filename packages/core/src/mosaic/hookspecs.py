@@ -16,7 +16,7 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
-    from mosaic.records import Construct, GpuTarget, Language, Oracle, Proposer
+    from mosaic.records import Construct, Family, GpuTarget, Language, Oracle, Proposer
 
 PROJECT = "mosaic"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -53,6 +53,18 @@ def register_oracles(register: Callable[[Oracle], None]) -> None:
     """Register float64 reference models, one per kernel family (``gemm``, ``rmsnorm``, ...).
 
     :param register: call once per :class:`~mosaic.records.Oracle`; keyed by family.
+    """
+
+
+@hookspec
+def register_families(register: Callable[[Family], None]) -> None:
+    """Register kernel families (``gemm``, ``attention``, ...): dimensions and shape parser, input
+    generators, the name of the float64 oracle, FLOP and byte counts (the physical floor) and yardsticks.
+
+    :param register: call once per :class:`~mosaic.records.Family`; ``name`` is what users pass to
+        ``--family``. A name registered twice (by two plugins, or by a plugin and mosaic-core, whose
+        built-ins go through this same hook) is a conflict and stops the command with one error line
+        naming both distributions.
     """
 
 

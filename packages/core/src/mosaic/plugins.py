@@ -20,7 +20,7 @@ import pluggy
 
 from mosaic import hookspecs
 from mosaic.errors import PluginError
-from mosaic.records import Construct, GpuTarget, Language, Oracle, Proposer
+from mosaic.records import Construct, Family, GpuTarget, Language, Oracle, Proposer
 
 GROUP = hookspecs.PROJECT
 ALLOW_ENV = "MOSAIC_LOAD_PLUGINS"
@@ -32,8 +32,15 @@ REGISTRIES: dict[str, tuple[str, type]] = {
     "gpus": ("register_gpus", GpuTarget),
     "constructs": ("register_constructs", Construct),
     "oracles": ("register_oracles", Oracle),
+    "families": ("register_families", Family),
     "proposers": ("register_proposers", Proposer),
 }
+SINGULAR = {"families": "family"}  # a registry kind's one-item name where dropping the "s" is wrong
+
+
+def singular(kind: str) -> str:
+    """``gpus`` -> ``gpu``, ``families`` -> ``family``."""
+    return SINGULAR.get(kind, kind[:-1])
 
 
 @attrs.define
@@ -142,7 +149,7 @@ class PluginHost:
                 name = item.name
                 if name in registry:
                     first = registry[name]
-                    raise PluginError(f"{kind[:-1]} '{name}' is registered by both {first.distribution} "
+                    raise PluginError(f"{singular(kind)} '{name}' is registered by both {first.distribution} "
                                       f"and {_info.distribution}")
                 registry[name] = Registered(item, _info.name, _info.distribution)
 
@@ -176,7 +183,7 @@ class PluginHost:
         registry = self.registries[kind]
         if name not in registry:
             known = ", ".join(sorted(registry)) or "none installed"
-            raise PluginError(f"unknown {kind[:-1]} '{name}'; known: {known}")
+            raise PluginError(f"unknown {singular(kind)} '{name}'; known: {known}")
         return registry[name].item
 
     def add_commands(self, cli: Any) -> None:

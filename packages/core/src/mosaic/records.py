@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from mosaic.errors import RecordError
-from mosaic.fields import dim3, fail, name_field, non_negative_int, one_of, positive, sm_arch, to_dim3
+from mosaic.fields import NAME_RE, dim3, fail, name_field, non_negative_int, one_of, positive, sm_arch, to_dim3
 
 LAYERS = ("launch", "instruction", "control", "sequence", "numerics", "machine")
 EDIT_CLASSES = ("knob", "rewrite")
@@ -242,3 +242,99 @@ class Proposer:
     name: str = attrs.field(validator=name_field)
     summary: str = attrs.field(validator=attrs.validators.instance_of(str))
     factory: Any = attrs.field(eq=False)
+
+
+def _names(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    """A tuple of distinct lower-case names (dimension, distribution or yardstick names)."""
+    if not isinstance(value, tuple) or not all(isinstance(v, str) and NAME_RE.match(v) for v in value) \
+            or len(set(value)) != len(value):
+        fail(inst, attribute, value, "a tuple of distinct lower-case names")
+
+
+def _dtypes(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, tuple) or any(v not in DTYPES for v in value):
+        fail(inst, attribute, value, f"a tuple of formats from {', '.join(DTYPES)}")
+
+
+def _callable_or_none(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not callable(value):
+        fail(inst, attribute, value, "a callable or None")
+
+
+@attrs.frozen
+class Yardstick:
+    """A library implementation of a family, timed beside the candidates (declared data plus one callable).
+
+    ``name`` is what users, the journal and the yardstick's KernelSpec (as its ``language``) call it:
+    ``cublas``, ``torch-sdpa``, ``flash-attn-4``. ``library`` is the distribution that provides it (what to
+    install). ``runnable(inputs, dtype, device="cuda")`` returns a :class:`mosaic.backend.Runnable` on the
+    family's inputs; it imports its library only when called and runs on the GPU (torch ones also run on
+    ``device="cpu"`` for tests of the contract). ``requires`` says what else it needs (``sm_90a or sm_100a``); ``call`` is the function it times (the name its KernelSpec records).
+    """
+
+    name: str = attrs.field(validator=name_field)
+    summary: str = attrs.field(validator=attrs.validators.instance_of(str))
+    library: str = attrs.field(validator=attrs.validators.instance_of(str))
+    dtypes: tuple = attrs.field(converter=tuple, validator=_dtypes)
+    runnable: Any = attrs.field(eq=False, validator=_callable_or_none)
+    requires: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    call: str = attrs.field(default="", validator=attrs.validators.instance_of(str))  # e.g. torch.matmul
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "summary": self.summary, "library": self.library, "dtypes": list(self.dtypes),
+                "requires": self.requires, "call": self.call}
+
+
+@attrs.frozen
+class Family:
+    """One kernel family (``register_families``): what core needs to generate, check and judge its kernels.
+
+    ``dims``: the dimension names in the order ``--shape AxBxC`` lists them; ``optional_dims``: more shape
+    entries a shape may carry (name -> what it means and its default, e.g. attention's ``kv_heads``).
+    ``canonical(shape)`` (optional) checks the relations between dimensions and drops optional ones that
+    equal their default, raising ``ValueError`` with a readable message. ``work(shape, e)`` -> (FLOPs, bytes
+    moved) for elements of ``e`` bytes: the physical floor is ``max(flops / peak, bytes / bandwidth)`` on a
+    :class:`GpuTarget`, and ``floor`` says it as a formula. ``make_inputs(shape, dtype, seed, values)`` ->
+    float32 arrays holding values of ``dtype`` (None: capture cannot generate inputs), for the formats in
+    ``dtypes`` and the value distributions named in ``distributions``. ``oracle``: the name of its float64
+    reference in the oracle registry (``register_oracles``). ``yardsticks``: the libraries timed beside it.
+    """
+
+    name: str = attrs.field(validator=name_field)
+    summary: str = attrs.field(validator=attrs.validators.instance_of(str))
+    dims: tuple = attrs.field(converter=tuple, validator=_names)
+    work: Any = attrs.field(eq=False, validator=_callable_or_none)
+    floor: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    optional_dims: Mapping = attrs.field(factory=dict, converter=_to_dict)
+    canonical: Any = attrs.field(default=None, eq=False, validator=_callable_or_none)
+    dtypes: tuple = attrs.field(default=(), converter=tuple, validator=_dtypes)
+    distributions: tuple = attrs.field(default=(), converter=tuple, validator=_names)
+    make_inputs: Any = attrs.field(default=None, eq=False, validator=_callable_or_none)
+    oracle: str = attrs.field(default=attrs.Factory(lambda self: self.name, takes_self=True),
+                              validator=name_field)
+    yardsticks: tuple = attrs.field(default=(), converter=tuple)
+
+    @dims.validator
+    def _dims(self, attribute, value):
+        if not value:
+            fail(self, attribute, value, "at least one dimension name")
+
+    @optional_dims.validator
+    def _optional(self, attribute, value):
+        if not isinstance(value, dict) or not all(isinstance(k, str) and NAME_RE.match(k) and isinstance(v, str)
+                                                  for k, v in value.items()) or set(value) & set(self.dims):
+            fail(self, attribute, value, "a mapping of dimension name (not one of dims) to its description")
+
+    @yardsticks.validator
+    def _yardsticks(self, attribute, value):
+        if not all(isinstance(y, Yardstick) for y in value) or len({y.name for y in value}) != len(value):
+            fail(self, attribute, value, "a tuple of Yardstick records with distinct names")
+
+    @work.validator
+    def _work(self, attribute, value):
+        if value is None:
+            fail(self, attribute, value, "a callable work(shape, element_bytes) -> (flops, bytes)")
+
+    def yardstick(self, name: str) -> Yardstick | None:
+        """The yardstick called ``name`` (None: the family has none of that name)."""
+        return next((y for y in self.yardsticks if y.name == name), None)

@@ -27,8 +27,9 @@ def _is_bundle(path: Path) -> bool:
 @click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False), help="X.bundle to write.")
 @click.option("--timeout", default=1800.0, show_default=True, help="Seconds before the capture process is killed.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the generated inputs.")
-@click.option("--values", type=click.Choice(["normal", "int"]), default="normal", show_default=True,
-              help="Input values: normal (rounded to dtype) or small integers (bit-exact check).")
+@click.option("--values", default="normal", show_default=True,
+              help="Input value distribution: normal (rounded to dtype), int (small integers: bit-exact check), "
+                   "large, equal-rows, denormal (see `mosaic families`).")
 @click.option("--runs", default=50, show_default=True, help="Timed runs per block.")
 @click.option("--blocks", default=20, show_default=True, help="Blocks of runs (their spread is the noise).")
 @click.option("--name", default="", help="Kernel name recorded in the spec.")
@@ -63,6 +64,10 @@ def capture(language, family, shape, dtype, knobs, gpu, lower_only, out, timeout
                        f"{', '.join(lang.families) or 'nothing yet'}", "--family")
     spec = KernelSpec(family=family, shape=parse_shape(family, shape), dtype=dtype, language=language,
                       knobs=parse_knobs(knobs), name=name)
+    if not lower_only:  # the family must generate these inputs: one clear line, exit 2, before any child
+        from mosaic.families import input_generator
+
+        input_generator(spec, values)
     if lang.backend is not None:  # validate knobs here: one clear line, exit 2
         knob_cls = lang.backend.knobs(family)
         try:

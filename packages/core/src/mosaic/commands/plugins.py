@@ -15,7 +15,7 @@ def _provides_summary(provides: list[str], most: int = 3) -> str:
         by_kind.setdefault(kind, []).append(name)
     parts = []
     for kind, names in by_kind.items():
-        parts += [f"{len(names)} {kind}s"] if len(names) > most else [f"{kind}:{n}" for n in names]
+        parts += [f"{len(names)} {'families' if kind == 'family' else kind + 's'}"] if len(names) > most else [f"{kind}:{n}" for n in names]
     return ", ".join(parts)
 
 
@@ -23,14 +23,14 @@ def _provides_summary(provides: list[str], most: int = 3) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plugins(as_json: bool) -> None:
     """List installed plugins and what each registers."""
-    from mosaic.plugins import host
+    from mosaic.plugins import host, singular
 
     h = host()
     infos = [info.to_json() for info in h.plugins.values()]
     owned: dict[str, list[str]] = {}
     for kind, registry in h.registries.items():
         for name, reg in registry.items():
-            owned.setdefault(reg.plugin, []).append(f"{kind[:-1]}:{name}")
+            owned.setdefault(reg.plugin, []).append(f"{singular(kind)}:{name}")
     for name, plugin in h.commands.items():
         owned.setdefault(plugin, []).append(f"command:{name}")
     for info in infos:

@@ -182,7 +182,7 @@ def _preview(campaign, out: Path, why: str, quiet: bool) -> int:
 def _check_known(campaign, where: str | None) -> None:
     """Every name a live campaign uses must be installed (a preview of an unknown language is no preview)."""
     from mosaic.errors import PluginError
-    from mosaic.families import FAMILIES
+    from mosaic.families import registry as families
     from mosaic.plugins import host
     from mosaic.proposers import proposers
 
@@ -193,8 +193,9 @@ def _check_known(campaign, where: str | None) -> None:
             h.get(kind, name)
         except PluginError as exc:
             raise BadInput(exc.what, where or flag) from None
-    if campaign.family not in FAMILIES:
-        raise BadInput(f"unknown family '{campaign.family}'; known: {', '.join(sorted(FAMILIES))}", where or "--family")
+    known_families = families()
+    if campaign.family not in known_families:
+        raise BadInput(f"unknown family '{campaign.family}'; known: {', '.join(known_families)}", where or "--family")
     known = proposers()
     if campaign.proposer not in known:
         raise BadInput(f"unknown proposer '{campaign.proposer}'; known: {', '.join(known)}", where or "--proposer")

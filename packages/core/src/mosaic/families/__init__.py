@@ -1,31 +1,100 @@
-"""Kernel-family facts, one module per family: dimensions and the shape parser, seeded inputs, the work
-(FLOPs and bytes) behind the physical floor, element sizes, and the yardstick hook.
+"""Kernel families: one :class:`~mosaic.records.Family` record per family -- its dimensions and shape
+parser, seeded input generators (formats, seeds, value distributions including adversarial ones), the
+name of its float64 oracle (:mod:`mosaic.oracle`), FLOP and byte counts (the physical floor on a
+GpuTarget) and its yardsticks -- in a registry that plugins extend through ``register_families``.
 
-``FAMILIES`` maps a family name to its :class:`~mosaic.families.family.Family`. The float64 oracles stay in
-:mod:`mosaic.oracle` (a plugin registry of their own). A new family is a module here with a ``FAMILY``
-record, added to ``FAMILIES``.
+:func:`registry` is the built-ins (:mod:`mosaic.families.builtin`, one module per family beside it:
+``gemm``, ``attention``, ``rmsnorm``, ``softmax``) plus every plugin's; :func:`get` finds one by name.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from mosaic.errors import BadInput, MosaicError
-from mosaic.families import attention, gemm, rmsnorm, softmax
-from mosaic.families.family import DTYPE_BYTES, Family, dtype_bytes
+from mosaic.errors import BadInput, MosaicError, PluginError
+from mosaic.families.floor import DTYPE_BYTES, dtype_bytes, floor_ns
+from mosaic.families.inputs import DISTRIBUTIONS
+from mosaic.records import Family, Yardstick
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (gemm.FAMILY, rmsnorm.FAMILY, softmax.FAMILY, attention.FAMILY)}
-YARDSTICK = gemm.CUBLAS  # the yardstick's language name (a library call, no lowering)
+YARDSTICK = "cublas"  # the GEMM yardstick's language name (a library call, no lowering); see yardsticks()
 
-__all__ = ["FAMILIES", "YARDSTICK", "DTYPE_BYTES", "Family", "dtype_bytes", "dims", "parse_shape", "make_inputs",
-           "physical_floor_ns", "yardstick_runnable"]
+__all__ = ["FAMILIES", "YARDSTICK", "DTYPE_BYTES", "DISTRIBUTIONS", "Family", "Yardstick", "registry", "get",
+           "providers", "dtype_bytes", "dims", "parse_shape", "input_generator", "make_inputs", "physical_floor_ns",
+           "first_yardstick", "yardstick_names", "yardstick_runnable"]
+
+_CACHE: dict[int, tuple[Any, dict[str, Family], dict[str, str]]] = {}
+
+
+def _collect() -> tuple[dict[str, Family], dict[str, str]]:
+    from mosaic.families import builtin
+    from mosaic.plugins import host
+
+    h = host()
+    cached = _CACHE.get(id(h))
+    if cached is not None and cached[0] is h:
+        return cached[1], cached[2]
+    found: dict[str, Family] = {}
+    owner: dict[str, str] = {}
+
+    def register(item: Family) -> None:
+        if not isinstance(item, Family):
+            raise PluginError(f"mosaic-core registered a {type(item).__name__} where register_families takes a "
+                              "Family")
+        found[item.name] = item
+        owner[item.name] = "mosaic-core"
+
+    builtin.register_families(register)
+    for name, reg in h.registries["families"].items():
+        if name in found:
+            raise PluginError(f"family '{name}' is built into mosaic-core and registered again by "
+                              f"{reg.distribution}")
+        found[name] = reg.item
+        owner[name] = reg.distribution
+    _CACHE.clear()
+    _CACHE[id(h)] = (h, dict(sorted(found.items())), owner)
+    return _CACHE[id(h)][1], owner
+
+
+def registry() -> dict[str, Family]:
+    """Every family: the built-ins plus those plugins register through ``register_families``, by name."""
+    return dict(_collect()[0])
+
+
+def providers() -> dict[str, str]:
+    """family name -> the distribution that registered it (``mosaic-core`` for the built-ins)."""
+    return dict(_collect()[1])
+
+
+def get(name: str) -> Family | None:
+    """The family called ``name``, or None."""
+    return _collect()[0].get(name)
+
+
+class _Families(Mapping):
+    """``FAMILIES``: a live, read-only view of :func:`registry` (plugins' families included)."""
+
+    def __getitem__(self, name: str) -> Family:
+        return _collect()[0][name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_collect()[0])
+
+    def __len__(self) -> int:
+        return len(_collect()[0])
+
+
+FAMILIES: Mapping[str, Family] = _Families()
+
+
+def _known() -> str:
+    return ", ".join(_collect()[0])
 
 
 def dims(family: str) -> tuple[str, ...] | None:
-    """The family's dimension names in ``--shape AxBxC`` order (None for a family core does not know)."""
-    f = FAMILIES.get(family)
+    """The family's dimension names in ``--shape AxBxC`` order (None for a family nobody registered)."""
+    f = get(family)
     return f.dims if f is not None else None
 
 
@@ -34,9 +103,12 @@ MAX_SHAPE_TEXT = 200  # characters of a shape written as text
 
 
 def parse_shape(family: str, shape: Any, where: str = "--shape") -> dict[str, int]:
-    """``4096x4096x4096`` (dimension order of the family), ``m=4096,n=4096,k=4096`` or a mapping."""
+    """``4096x4096x4096`` (dimension order of the family), ``m=4096,n=4096,k=4096`` or a mapping; a family's
+    optional dimensions (attention's ``kv_heads``, ``causal``) only by name. Returns the canonical shape
+    (optional dimensions that hold their default are dropped)."""
     if isinstance(shape, str) and len(shape) > MAX_SHAPE_TEXT:
         raise BadInput(f"a shape of {len(shape):,} characters is over the limit of {MAX_SHAPE_TEXT}", where)
+    f = get(family)
     if isinstance(shape, Mapping):
         out = dict(shape)
     elif isinstance(shape, str) and "=" in shape:
@@ -44,25 +116,39 @@ def parse_shape(family: str, shape: Any, where: str = "--shape") -> dict[str, in
         for part in shape.split(","):
             name, _, value = part.partition("=")
             out[name.strip()] = _int(value, where)
-    elif isinstance(shape, str) and re.fullmatch(r"\d+(x\d+)*", shape.strip()):
-        values = [_int(v, where) for v in shape.strip().split("x")]
-        names = dims(family)
-        if names is None:
+    elif isinstance(shape, str) and re.fullmatch(r"\d+(x\d+)*", shape.strip().lower()):
+        values = [_int(v, where) for v in shape.strip().lower().split("x")]
+        if f is None:
             raise BadInput(f"family '{family}' has no default dimension order; write the shape as name=value,...",
                            where)
+        names = f.dims
         if len(values) != len(names):
             raise BadInput(f"{family} shape needs {len(names)} dimensions ({'x'.join(names)}), got {shape!r}", where)
         out = dict(zip(names, values, strict=True))
     else:
         raise BadInput(f"shape {shape!r} is not AxBxC, name=value,... or a table", where)
+    optional = set(f.optional_dims) if f is not None else set()
     for k, v in out.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise BadInput(f"shape dimension {str(k)[:40]}={_show(v)} must be a positive integer", where)
+        low = 0 if k in optional else 1
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            what = "a non-negative" if low == 0 else "a positive"
+            raise BadInput(f"shape dimension {str(k)[:40]}={_show(v)} must be {what} integer", where)
         if v > MAX_DIM:
             raise BadInput(f"shape dimension {str(k)[:40]}={_show(v)} is over the limit of 2**40", where)
-    names = dims(family)
-    if names is not None and set(out) != set(names):
-        raise BadInput(f"{family} shape needs dimensions {', '.join(names)}; got {', '.join(sorted(out))}", where)
+    if f is not None:
+        missing, extra = set(f.dims) - set(out), set(out) - set(f.dims) - optional
+        if missing or extra:
+            more = f" (optional: {', '.join(f.optional_dims)})" if f.optional_dims else ""
+            raise BadInput(f"{family} shape needs dimensions {', '.join(f.dims)}{more}; got {', '.join(sorted(out))}",
+                           where)
+        if f.canonical is not None:
+            try:
+                out = dict(f.canonical(out))
+            except ValueError as exc:
+                raise BadInput(str(exc), where) from None
+        zero = sorted(k for k, v in out.items() if v < 1)
+        if zero:
+            raise BadInput(f"{family} shape dimension {zero[0]}={out[zero[0]]} must be a positive integer", where)
     return out
 
 
@@ -78,29 +164,59 @@ def _show(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def make_inputs(spec, seed: int, values: str) -> dict:
-    """Seeded inputs for ``spec``'s family, as float32 arrays representable in ``spec.dtype``
-    (``values``: ``normal`` or ``int``; see the family's ``make_inputs``)."""
-    f = FAMILIES.get(spec.family)
-    if f is None or f.make_inputs is None:
+def input_generator(spec, values: str) -> Family:
+    """The family of ``spec`` once it is known to generate ``spec.dtype`` inputs from distribution ``values``;
+    raises BadInput (one line) otherwise. ``mosaic capture`` asks before it starts a child."""
+    f = get(spec.family)
+    if f is None:
+        raise BadInput(f"unknown family '{spec.family}'; known: {_known()}", "--family")
+    if f.make_inputs is None:
         raise BadInput(f"capture has no input generator for family '{spec.family}' yet", "--family")
-    return f.make_inputs(spec.shape, spec.dtype, seed, values)
+    if f.distributions and values not in f.distributions:
+        raise BadInput(f"family '{spec.family}' has no value distribution '{values}'; it has: "
+                       f"{', '.join(f.distributions)}", "--values")
+    if f.dtypes and spec.dtype not in f.dtypes:
+        raise BadInput(f"family '{spec.family}' generates inputs in {', '.join(f.dtypes)}, not {spec.dtype}",
+                       "--dtype")
+    return f
+
+
+def make_inputs(spec, seed: int, values: str) -> dict:
+    """Seeded inputs for ``spec``'s family, as float32 arrays representable in ``spec.dtype``, drawn from the
+    distribution ``values`` (``normal``, ``int``, ``large``, ``equal-rows``, ``denormal``: see
+    :mod:`mosaic.families.inputs` and each family's ``make_inputs``)."""
+    return input_generator(spec, values).make_inputs(dict(spec.shape), spec.dtype, seed, values)
 
 
 def physical_floor_ns(family: str, shape: Mapping[str, int], dtype: str, gpu) -> float:
     """max(flops / peak, bytes / bandwidth) for the problem on the GPU record (0 when the family is unknown)."""
-    f = FAMILIES.get(family)
-    if f is None:
-        return 0.0
-    flops, nbytes = f.work(dict(shape), dtype_bytes(dtype))
-    peak = gpu.peak_fp8_tflops if dtype.startswith("fp8") else gpu.peak_bf16_tflops
-    return max(flops / (peak * 1e12), nbytes / (gpu.hbm_bandwidth_gbs * 1e9)) * 1e9
+    f = get(family)
+    return 0.0 if f is None else floor_ns(f, shape, dtype, gpu)
 
 
-def yardstick_runnable(spec, inputs: Mapping[str, Any]):
-    """The yardstick's Runnable (cuBLAS) for ``spec``'s problem on these inputs."""
-    f = FAMILIES.get(spec.family)
-    if f is None or f.yardstick is None:
-        covers = ", ".join(n for n, x in FAMILIES.items() if x.yardstick is not None)
-        raise MosaicError(f"the cuBLAS yardstick covers {covers}, not {spec.family}", "yardstick")
-    return f.yardstick(inputs, spec.dtype)
+def yardstick_names() -> set[str]:
+    """The name of every family's every yardstick (each one's KernelSpec ``language``)."""
+    return {y.name for f in _collect()[0].values() for y in f.yardsticks}
+
+
+def first_yardstick(family: str) -> Yardstick:
+    """The yardstick a campaign of ``family`` times beside its candidates: the family's first (cuBLAS for
+    GEMM). Raises MosaicError for a family with none."""
+    f = get(family)
+    if f is None or not f.yardsticks:
+        raise MosaicError(f"family '{family}' has no yardstick" if f is not None else
+                          f"unknown family '{family}'; known: {_known()}", "yardstick")
+    return f.yardsticks[0]
+
+
+def yardstick_runnable(spec, inputs: Mapping[str, Any], device: str = "cuda"):
+    """The Runnable of ``spec``'s family's yardstick named ``spec.language`` (``cublas`` for GEMM) on these
+    inputs."""
+    f = get(spec.family)
+    y = f.yardstick(spec.language) if f is not None else None
+    if y is None:
+        covers = ", ".join(n for n, x in _collect()[0].items() if x.yardstick(spec.language) is not None)
+        has = ", ".join(x.name for x in f.yardsticks) if f is not None else ""
+        raise MosaicError(f"the {spec.language} yardstick covers {covers or 'no family'}, not {spec.family}"
+                          + (f" (whose yardsticks are {has})" if has else ""), "yardstick")
+    return y.runnable(inputs, spec.dtype, device)

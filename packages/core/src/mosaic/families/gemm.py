@@ -1,4 +1,4 @@
-"""GEMM (``c = a @ b``, ``m x n x k``): dimensions, seeded inputs, work, and the cuBLAS yardstick.
+"""GEMM (``c = a @ b``, ``m x n x k``, row-major): dimensions, seeded inputs, work, and the cuBLAS yardstick.
 
 The float64 oracle is :mod:`mosaic.oracle.gemm`. The yardstick is ``torch.matmul(a, b, out=c)`` with
 reduced-precision reductions turned off, so cuBLAS accumulates in fp32 like the kernels it is compared
@@ -11,11 +11,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from mosaic.errors import MosaicError
-from mosaic.families.family import Family
+from mosaic.families import inputs as dist
+from mosaic.records import Family, Yardstick
 
 DIMS = ("m", "n", "k")
 CUBLAS = "cublas"  # the yardstick's language name (a library call, no lowering)
 _DTYPES = ("bf16", "f16")
+DTYPES = ("bf16", "f16", "f32")
+DISTRIBUTIONS = ("normal", "int", "large", "equal-rows", "denormal")
+FLOOR = "max(2*m*n*k / peak, e*(m*k + k*n + m*n) / bandwidth)"
 
 
 def work(shape: Mapping[str, int], e: float) -> tuple[float, float]:
@@ -30,10 +34,15 @@ def make_inputs(shape: Mapping[str, int], dtype: str, seed: int, values: str) ->
     ``normal``: standard normal values rounded to the dtype (a realistic spread of magnitudes).
     ``int``: integers in [-4, 4], whose products and sums are exact in fp32 for K < 2^20, so the oracle
     demands a bit-exact result.
+    ``large``: magnitudes 2^e..2^(e+1) with e the largest for which K products stay below a quarter of
+    fp32's and the output format's range (e = 56 for bf16 at K = 4096; 0 for f16 there).
+    ``equal-rows``: every row of ``a`` and of ``b`` one repeated value, so every row of ``c`` is one value.
+    ``denormal``: ``a`` subnormal in the dtype, ``b`` integers in [-4, 4]: exact products in fp32's subnormal
+    range; a kernel that flushes ``a`` to zero returns zeros and fails the bit-exact check.
     """
     import numpy as np
 
-    from mosaic.oracle.formats import fmt
+    from mosaic.oracle.formats import ACCUMULATOR, fmt
 
     m, n, k = (shape[d] for d in DIMS)
     rng = np.random.default_rng(seed)
@@ -41,6 +50,13 @@ def make_inputs(shape: Mapping[str, int], dtype: str, seed: int, values: str) ->
     if values == "int":
         a = rng.integers(-4, 5, size=(m, k)).astype(np.float32)
         b = rng.integers(-4, 5, size=(k, n)).astype(np.float32)
+    elif values == "large":
+        e = dist.large_exponent(f, (ACCUMULATOR.emax, np.log2(k), 2), (f.emax, np.log2(k), 2))
+        a, b = dist.magnitude(rng, (m, k), f, e), dist.magnitude(rng, (k, n), f, e)
+    elif values == "equal-rows":
+        a, b = dist.equal_rows(rng, (m, k), f), dist.equal_rows(rng, (k, n), f)
+    elif values == "denormal":
+        a, b = dist.subnormal(rng, (m, k), f), dist.small_ints(rng, (k, n))
     else:
         a = f.round(rng.standard_normal((m, k), dtype=np.float32)).astype(np.float32)
         b = f.round(rng.standard_normal((k, n), dtype=np.float32)).astype(np.float32)
@@ -88,4 +104,9 @@ def runnable_factory(spec, gpu, inputs: Mapping[str, Any]) -> TorchMatmul:
     return TorchMatmul(inputs, spec.dtype)
 
 
-FAMILY = Family("gemm", DIMS, work, make_inputs, yardstick)
+CUBLAS_YARDSTICK = Yardstick(
+    CUBLAS, "torch.matmul(a, b, out=c): cuBLAS, fp32 accumulation (reduced-precision reductions off)", "torch",
+    _DTYPES, lambda inputs, dtype, device="cuda": TorchMatmul(inputs, dtype, device), call="torch.matmul")
+
+FAMILY = Family("gemm", "c = a @ b, a (m x k), b (k x n), row-major", DIMS, work, floor=FLOOR, dtypes=DTYPES,
+                distributions=DISTRIBUTIONS, make_inputs=make_inputs, oracle="gemm", yardsticks=(CUBLAS_YARDSTICK,))

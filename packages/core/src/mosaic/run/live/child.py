@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from mosaic.errors import MosaicError
-from mosaic.families import YARDSTICK as YARDSTICK_LANGUAGE  # a library call, no lowering
+from mosaic.families import yardstick_names  # library calls, no lowering
 from mosaic.records import KernelSpec
 from mosaic.run.live.protocol import REQUEST_FORMAT, knob_label
 
 
 def prepare(spec: KernelSpec, gpu, workdir: Path, inputs: Mapping[str, Any]):
     """A Runnable for ``spec`` on the GPU: its language backend's ``prepare()``, or cuBLAS for ``cublas``."""
-    if spec.language == YARDSTICK_LANGUAGE:
+    if spec.language in yardstick_names():
         from mosaic.families import yardstick_runnable
 
         return yardstick_runnable(spec, inputs)

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from mosaic.errors import BadInput, MosaicError
-from mosaic.families import YARDSTICK as YARDSTICK_LANGUAGE  # a library call, no lowering
+from mosaic.families import first_yardstick  # a library call, no lowering
 from mosaic.records import KernelSpec
 from mosaic.run.live.protocol import REQUEST_FORMAT, ChildResult, knob_label, result_problem, tail
 from mosaic.run.live.worker import Workers
@@ -271,12 +271,13 @@ class LiveWorkbench:
         from mosaic.bundle import load_bundle
         from mosaic.capture import CaptureOptions
 
+        yard = first_yardstick(ref_spec.family)  # the family's first: cuBLAS (torch.matmul) for gemm
         spec = KernelSpec(family=ref_spec.family, shape=dict(ref_spec.shape), dtype=ref_spec.dtype,
-                          language=YARDSTICK_LANGUAGE, knobs={}, name="torch.matmul")
+                          language=yard.name, knobs={}, name=yard.call)
         dest = self.bundles / f"{YARDSTICK}.bundle"
         opts = CaptureOptions(blocks=max(5, self.c.rounds), runs=self.c.runs_per_block,
                               timeout=self.timeouts.yardstick)
-        self.progress("yardstick cuBLAS (torch.matmul): capture in its own process")
+        self.progress(f"yardstick {yard.name} ({yard.call}): capture in its own process")
         r = run_child({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(dest.resolve()),
                        "options": attrs.asdict(opts), "extra": run_meta(YARDSTICK, "yardstick"),
                        "oracle_cache": str(self.oracle_cache.resolve())},
@@ -289,7 +290,7 @@ class LiveWorkbench:
             from mosaic.run.workbench import time_of
 
             if self.yard_blocks:
-                self.progress(f"yardstick cuBLAS: {time_of(self.yard_blocks) / 1e3:.2f} us")
+                self.progress(f"yardstick {yard.name}: {time_of(self.yard_blocks) / 1e3:.2f} us")
         else:
             why = r.data.get("capture", {}).get("message") or r.message or tail(r.output)
             self.progress(f"yardstick cuBLAS not measured ({status}): {why}")

@@ -68,10 +68,22 @@ def _r_rope(cfg):
     return None
 
 
+QUANT_SUPPORTED = ("int8 weight-only (compressed-tensors int-quantized: 8-bit symmetric int, strategy channel, "
+                   "no activation quantization) or a .gguf file's own Q8_0 / Q4_1 blocks")
+
+
 def _r_quantized(cfg):
     q = cfg.get("quantization_config")
+    if not q:
+        return None
+    from mosaic_amk.int8_checkpoint import int8_config_problem
+
     method = q.get("quant_method", "?") if isinstance(q, Mapping) else q
-    return None if not q else f"quantization_config {method!r} (only unquantized weights)"
+    method = getattr(method, "value", method)  # transformers' QuantizationMethod enum
+    if method == "gguf":  # transformers' record of a GGUF file it loaded (gguf_weights.import_gguf reads its blocks)
+        return None
+    problem = int8_config_problem(q) if method == "compressed-tensors" else "not an accepted method"
+    return None if problem is None else f"quantization_config {method!r}: {problem} (supported: {QUANT_SUPPORTED})"
 
 
 def _r_layer_types(cfg):
@@ -218,12 +230,25 @@ def load_hf(path: str | Path, *, eager: bool = True):
 
 
 def import_checkpoint(path: str | Path) -> ModelSpec:
-    """Read a checkpoint directory into a ModelSpec, or raise UnsupportedModel / BadInput."""
+    """Read a checkpoint directory (or a ``.gguf`` file: its Q8_0 / Q4_1 blocks kept, gguf_weights.py; or a directory
+    of int8 weight-only tensors, int8_checkpoint.py) into a ModelSpec, or raise UnsupportedModel / BadInput."""
     root = Path(path)
+    if root.suffix == ".gguf" and root.is_file():  # the GGUF's Q8_0 / Q4_1 blocks read natively
+        from mosaic_amk.gguf_weights import import_gguf
+
+        return import_gguf(root)
     cfg = _read_config(root)
     reasons = unsupported_reasons(cfg)
     if reasons:
         raise UnsupportedModel(str(root), reasons)
+    q = cfg.get("quantization_config")
+    if q:
+        method = q.get("quant_method") if isinstance(q, Mapping) else q
+        if method == "gguf":
+            raise BadInput("config.json records a GGUF file: pass the .gguf file itself as the model", str(root))
+        from mosaic_amk.int8_checkpoint import import_int8
+
+        return import_int8(root, cfg)
     _check_files(root)
     model, info = load_hf(root)
     return spec_from_hf(model, info, str(root))

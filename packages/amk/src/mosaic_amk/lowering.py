@@ -16,6 +16,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget
 
@@ -84,7 +85,8 @@ class _Builder:
             w = self.model.weights.get(blocked[0] if blocked else name)
             if w is None:
                 raise BadInput(f"model has no weight {name}")
-            self.buffers[name] = Buffer(name, "f32", tuple(w.shape), "weight")
+            dtype = "f32" if isinstance(w, np.ndarray) else w.format  # a quant.QuantizedTensor: its format
+            self.buffers[name] = Buffer(name, dtype, tuple(w.shape), "weight")
         return name
 
     def buf(self, name: str, shape: tuple, kind: str = "activation", dtype: str = "f32") -> str:

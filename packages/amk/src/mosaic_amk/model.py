@@ -1,6 +1,7 @@
 """ModelSpec: the architecture of a Llama-family decoder and its weights as numpy float32 arrays.
 
-Weight names are the checkpoint's own state-dict names (``model.layers.3.self_attn.q_proj.weight``), plus
+A weight may also be a :class:`mosaic_amk.quant.QuantizedTensor` (int8 per row, GGUF Q8_0 / Q4_1 blocks): the
+GEMVs and the embedding read it natively (quant.py's arithmetic). Weight names are the checkpoint's own state-dict names (``model.layers.3.self_attn.q_proj.weight``), plus
 ``rope.inv_freq`` (the RoPE inverse frequencies after any rope scaling, shape ``[head_dim // 2]``). With
 tied embeddings there is no ``lm_head.weight``: the LM head reads ``model.embed_tokens.weight``.
 """
@@ -18,9 +19,12 @@ INV_FREQ = "rope.inv_freq"
 
 
 def _weights(inst, attribute, value) -> None:
+    from mosaic_amk.quant import QuantizedTensor
+
     if not isinstance(value, dict) or not all(
-            isinstance(k, str) and isinstance(v, np.ndarray) and v.dtype == np.float32 for k, v in value.items()):
-        fail(inst, attribute, "<...>", "a dict of name to float32 numpy array")
+            isinstance(k, str) and ((isinstance(v, np.ndarray) and v.dtype == np.float32)
+                                    or isinstance(v, QuantizedTensor)) for k, v in value.items()):
+        fail(inst, attribute, "<...>", "a dict of name to float32 numpy array (or quant.QuantizedTensor)")
 
 
 def _finite_positive(inst, attribute, value) -> None:
@@ -126,8 +130,13 @@ class ModelSpec:
         problems += [f"unexpected tensor {n}" for n in self.weights if n not in want]
         problems += [f"{n} has shape {list(self.weights[n].shape)}, expected {list(s)}"
                      for n, s in want.items() if n in self.weights and self.weights[n].shape != s]
-        problems += [f"{n} holds NaN or inf" for n, w in self.weights.items() if not np.isfinite(w).all()]
+        problems += [f"{n} holds NaN or inf" for n, w in self.weights.items()
+                     if isinstance(w, np.ndarray) and not np.isfinite(w).all()]  # a QuantizedTensor checks its own
         return problems
+
+    def quantized(self) -> dict[str, str]:
+        """The quantized weights: name -> format (quant.FORMATS); empty for a float32 model."""
+        return {n: w.format for n, w in self.weights.items() if not isinstance(w, np.ndarray)}
 
     def num_params(self) -> int:
         return sum(int(w.size) for n, w in self.weights.items() if n != INV_FREQ)

@@ -16,6 +16,8 @@ Conventions (documented in docs/amk.md):
   ``[0, position]`` (or the last ``window`` of them when ``window > 0``).
 - Every other task writes its whole output.
 - Reductions accumulate in float32 unless stated; the ReferenceVM is float32 end to end.
+- A weight may be a quantized tensor (mosaic_amk.quant: int8 per row, GGUF Q8_0 / Q4_1): the GEMVs then run
+  quant.matvec's exactly defined float32 arithmetic and the embedding dequantises its row (quant.embed_row).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 
 from mosaic_amk import footprints as fp
 from mosaic_amk import rope_order
+from mosaic_amk.quant import embed_row, rows_of
 from mosaic_amk.footprints import Interval, Shape, rows_footprint, split_range
 
 F32 = np.float32
@@ -178,7 +181,7 @@ def _rows(params: Mapping[str, Any]) -> slice:
 
 def op_embed(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], p: Mapping[str, Any]) -> None:
     table, token = ins
-    outs[0][...] = table[int(token[0])]
+    outs[0][...] = embed_row(table, int(token[0]))
 
 
 def _rmsnorm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -194,7 +197,7 @@ def op_rmsnorm(ins, outs, p) -> None:
 def op_gemv(ins, outs, p) -> None:
     x, w = ins[0], ins[1]
     r = _rows(p)
-    y = w[r] @ x
+    y = rows_of(w, r, x)
     k = 2
     if p.get("bias"):
         y = y + ins[k][r]
@@ -211,8 +214,8 @@ def _silu(v: np.ndarray) -> np.ndarray:
 def op_gemv_silu_mul(ins, outs, p) -> None:
     x, wg, wu = ins[:3]
     r = _rows(p)
-    g = wg[r] @ x
-    u = wu[r] @ x
+    g = rows_of(wg, r, x)
+    u = rows_of(wu, r, x)
     if p.get("bias"):
         g = g + ins[3][r]
         u = u + ins[4][r]
@@ -336,7 +339,7 @@ def _gemv_pre(ins, p, k: int) -> tuple[np.ndarray, np.ndarray]:
     if p.get("norm"):
         x = _rmsnorm(x, rest.pop(0), p["eps"])
     r = _rows(p)
-    y = w[r] @ x
+    y = rows_of(w, r, x)
     if p.get("bias"):
         y = y + rest.pop(0)[r]
     return y

@@ -29,6 +29,7 @@ from mosaic_amk.ops import KERNELS
 from mosaic_amk.schedule import Schedule, Task
 
 _NP = {"f32": np.float32, "i32": np.int32}
+_QUANT = ("int8", "q8_0", "q4_1")  # quant.FORMATS: weight buffers bound to a quant.QuantizedTensor
 
 
 class VMError(BadInput):
@@ -72,8 +73,9 @@ class ReferenceVM:
         arrays: dict[str, np.ndarray] = {}
         for buf in schedule.buffers:
             dtype = _NP.get(buf.dtype)
-            if dtype is None:
-                raise VMError(f"buffer {buf.name}: dtype {buf.dtype} is not run by the ReferenceVM (f32, i32)")
+            if dtype is None and not (buf.dtype in _QUANT and buf.kind == "weight"):
+                raise VMError(f"buffer {buf.name}: dtype {buf.dtype} is not run by the ReferenceVM (f32, i32; "
+                              "int8 / q8_0 / q4_1 weights)")
             if buf.kind == "weight":
                 w = self.model.weights.get(buf.name)
                 if w is None and rope_order.split_name(buf.name):
@@ -82,8 +84,8 @@ class ReferenceVM:
                         w = rope_order.resolve(self.model.weights.get, buf.name)
                         if w is not None:
                             self._derived[buf.name] = w
-                if w is None or tuple(w.shape) != tuple(buf.shape):
-                    raise VMError(f"weight buffer {buf.name} {list(buf.shape)} does not match the model")
+                if w is None or tuple(w.shape) != tuple(buf.shape) or getattr(w, "format", "f32") != buf.dtype:
+                    raise VMError(f"weight buffer {buf.name} {buf.dtype} {list(buf.shape)} does not match the model")
                 arrays[buf.name] = w
             elif buf.kind == "kv_cache":
                 cache = self.kv.get(buf.name)

@@ -76,6 +76,8 @@ def resolve(get: Callable[[str], Any], name: str) -> Any:
     if arr is None or not arr.shape or arr.shape[0] % hd or hd % BLOCK:
         return None
     idx = rows(arr.shape[0], hd)
+    if hasattr(arr, "take_rows"):  # a quant.QuantizedTensor: whole rows move with their blocks
+        return arr.take_rows(idx)
     if isinstance(arr, np.ndarray):
         return np.ascontiguousarray(arr[idx])
     if hasattr(arr, "index_select"):  # torch

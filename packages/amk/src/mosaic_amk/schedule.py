@@ -28,7 +28,7 @@ from mosaic.fields import fail
 
 FORMAT = "mosaic-amk-schedule"
 VERSION = 1
-DTYPES = ("bf16", "f32", "i8", "i4", "i32")
+DTYPES = ("bf16", "f32", "i8", "i4", "i32", "int8", "q8_0", "q4_1")  # the last three: quant.FORMATS (weights)
 BUFFER_KINDS = ("weight", "activation", "kv_cache", "input", "output", "scratch")
 # The VM's task-descriptor ABI (fixed slots): checked by the validator's `capacity` rule.
 MAX_INPUTS = 8

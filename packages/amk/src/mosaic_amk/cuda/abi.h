@@ -69,6 +69,10 @@
 #define DT_F32 0
 #define DT_BF16 1
 #define DT_I32 2
+// quantized weights (mosaic_amk/quant.py): one buffer of 16-byte-aligned planes, codes | scales (| mins)
+#define DT_Q8_0 3     // GGUF Q8_0: int8 codes [rows, K], float16 block scales [rows, K / 32]
+#define DT_Q4_1 4     // GGUF Q4_1: 4-bit codes [rows, K / 2] (GGUF nibble order), float16 scales and mins [rows, K / 32]
+#define DT_INT8 5     // int8 weight-only: int8 codes [rows, K], float32 row scales [rows]
 
 // buffer record words
 #define B_DTYPE 0

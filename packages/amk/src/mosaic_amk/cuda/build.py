@@ -20,7 +20,7 @@ from mosaic.toolchain.ptxas import kernel_resources
 
 SOURCE_DIR = Path(__file__).parent
 # every source of the VM (the cache key hashes them): vm.cu, the ABI and the micro-kernels, one family per header
-KERNELS = ("common", "gemv_rows", "embed", "rmsnorm", "gemv", "elementwise", "rope", "attention", "argmax")
+KERNELS = ("common", "gemv_rows", "gemv_quant", "embed", "rmsnorm", "gemv", "elementwise", "rope", "attention", "argmax")
 SOURCES = ("vm.cu", *(f"kernels/{k}.cuh" for k in KERNELS), "abi.h")
 ARCH = "sm_90a"
 KERNEL = "amk_vm"

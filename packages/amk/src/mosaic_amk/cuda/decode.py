@@ -53,7 +53,7 @@ def decode(enc: Encoded) -> Schedule:
                           outputs=tuple(names[rec[E.W_OUT + k]] for k in range(rec[E.W_NOUT])),
                           waits=tuple(Wait(rec[E.W_WAIT + 2 * k], rec[E.W_WAIT + 2 * k + 1]) for k in range(rec[E.W_NWAIT])),
                           signal=rec[E.W_SIGNAL], params=params))
-    dtype_back = {E.DT_BF16: "bf16", E.DT_F32: "f32", E.DT_I32: "i32"}
+    dtype_back = {E.DT_BF16: "bf16", E.DT_F32: "f32", E.DT_I32: "i32", **{d: f for f, d in E.QUANT_DT.items()}}
     buffers = tuple(Buffer(b.name, dtype_back[b.dtype], b.shape, b.kind) for b in enc.buffers)
     return Schedule(num_sms=enc.num_sms, buffers=buffers, num_counters=enc.num_counters, tasks=tuple(tasks),
                     outputs=tuple(enc.outputs),
@@ -78,6 +78,7 @@ def expected_abi() -> Mapping[str, int]:
          "W_POS": E.W_POS, "W_PART": E.W_PART, "W_PF": E.W_PF, "W_ID": E.W_ID, "F_BIAS": E.F_BIAS, "F_RESID": E.F_RESID,
          "F_RUNTIME_POS": E.F_RUNTIME_POS, "F_NORM": E.F_NORM, "F_ROPE": E.F_ROPE, "F_KV_STAGE": E.F_KV_STAGE,
          "F_ROPE_BLOCK": E.F_ROPE_BLOCK, "DT_F32": E.DT_F32, "DT_BF16": E.DT_BF16, "DT_I32": E.DT_I32,
+         "DT_Q8_0": E.DT_Q8_0, "DT_Q4_1": E.DT_Q4_1, "DT_INT8": E.DT_INT8,
          "B_DTYPE": E.B_DTYPE, "B_KIND": E.B_KIND, "B_RANK": E.B_RANK, "B_D0": E.B_D0, "B_ROW": E.B_ROW,
          "AMK_NUM_OPS": len(OPS)}
     d.update({f"OP_{name.upper()}": code for name, code in E.OP_CODE.items()})

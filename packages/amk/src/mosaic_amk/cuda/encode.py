@@ -9,7 +9,9 @@ the launcher refuses what the validator rejects unless ``unsafe=True``.
 
 Device dtypes (the precision contract, docs/amk-cuda.md): weight buffers are stored in bf16 (whatever the
 schedule declares: the schedule's float32 is the reference semantics), except a weight used as RoPE
-``inv_freq`` (float32); activations, outputs, scratch and the KV cache are float32; ``i32`` stays int32.
+``inv_freq`` (float32) and a quantized weight (schedule dtype int8 / q8_0 / q4_1: its own format, QUANT_DT, read
+natively by the GEMVs and the embedding, quant.py); activations, outputs, scratch and the KV cache are float32;
+``i32`` stays int32.
 
 Position: tasks whose ``position`` parameter equals the schedule's position are flagged
 ``F_RUNTIME_POS``; the VM then uses the launch's position argument, so one encoding serves every decode
@@ -42,8 +44,10 @@ W_NH, W_NKV, W_HD, W_WINDOW, W_PAGE, W_EPS, W_SCALE, W_ASCALE, W_POS = range(36,
 W_PART, W_PF, W_ID = 45, 48, 60
 F_BIAS, F_RESID, F_RUNTIME_POS, F_NORM, F_ROPE, F_KV_STAGE, F_ROPE_BLOCK = 1, 2, 4, 8, 16, 32, 64
 DT_F32, DT_BF16, DT_I32 = 0, 1, 2
-DTYPE_NAMES = {DT_F32: "f32", DT_BF16: "bf16", DT_I32: "i32"}
-ITEMSIZE = {DT_F32: 4, DT_BF16: 2, DT_I32: 4}
+DT_Q8_0, DT_Q4_1, DT_INT8 = 3, 4, 5  # quantized weights (quant.py): planes of codes, scales (, mins)
+QUANT_DT = {"q8_0": DT_Q8_0, "q4_1": DT_Q4_1, "int8": DT_INT8}
+DTYPE_NAMES = {DT_F32: "f32", DT_BF16: "bf16", DT_I32: "i32", DT_Q8_0: "q8_0", DT_Q4_1: "q4_1", DT_INT8: "int8"}
+ITEMSIZE = {DT_F32: 4, DT_BF16: 2, DT_I32: 4}  # per element; quantized buffers: quant.device_nbytes
 B_DTYPE, B_KIND, B_RANK, B_D0, B_ROW = 0, 1, 2, 3, 7
 
 # op codes: the order of abi.h's OP_* constants
@@ -74,6 +78,11 @@ ROLE_DTYPES: dict[str, dict[str, int]] = {
     "argmax_partial": {"logits": _A, "val": _A, "idx": _I},
     "argmax_combine": {"val": _A, "idx": _I, "token": _I},
 }
+# the weight roles whose micro-kernel also reads a quantized weight natively (kernels/gemv_quant.cuh; embed: a row
+# dequantised): the buffer may then be any of QUANT_DT instead of bf16
+QUANT_ROLES = {("embed", "table"), ("gemv", "w"), ("rmsnorm_gemv", "w"), ("gemv_rope", "w"), ("gemv_rope_append", "w"),
+               ("gemv_silu_mul", "w_gate"), ("gemv_silu_mul", "w_up"), ("rmsnorm_gemv_silu_mul", "w_gate"),
+               ("rmsnorm_gemv_silu_mul", "w_up")}
 # ops whose inv_freq input is read as float32 (the host builds the RoPE table from it)
 ROPE_OPS = ("rope", "rope_append", "gemv_rope", "gemv_rope_append")
 F32_WEIGHT_ROLES = {(op, "inv_freq") for op in ROPE_OPS}
@@ -99,6 +108,10 @@ class DeviceBuffer:
 
     @property
     def nbytes(self) -> int:
+        if self.dtype in DTYPE_NAMES and DTYPE_NAMES[self.dtype] in QUANT_DT:
+            from mosaic_amk.quant import device_nbytes
+
+            return device_nbytes(DTYPE_NAMES[self.dtype], self.shape)
         return self.size * ITEMSIZE[self.dtype]
 
     @property
@@ -183,8 +196,14 @@ def device_dtypes(schedule: Schedule) -> dict[str, int]:
     out = {}
     for b in schedule.buffers:
         if b.dtype in ("i8", "i4"):
-            raise EncodeError(f"buffer {b.name}: dtype {b.dtype} is not run by the CUDA VM (bf16, f32, i32)")
-        if b.dtype == "i32":
+            raise EncodeError(f"buffer {b.name}: dtype {b.dtype} is not run by the CUDA VM (bf16, f32, i32; "
+                              "int8 / q8_0 / q4_1 weights)")
+        if b.dtype in QUANT_DT:
+            if b.kind != "weight" or len(b.shape) != 2 or b.shape[1] % 32:
+                raise EncodeError(f"buffer {b.name}: a {b.dtype} buffer must be a 2-D weight with a multiple of 32 "
+                                  "columns")
+            out[b.name] = QUANT_DT[b.dtype]
+        elif b.dtype == "i32":
             out[b.name] = DT_I32
         elif b.kind == "weight":
             out[b.name] = DT_F32 if b.name in f32_weights else DT_BF16
@@ -238,8 +257,7 @@ def _check_op(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[str, Devi
             if w.shape != ws[0].shape:
                 bad("gate and up weights differ in shape")
         rows, k = ws[0].shape
-        if k % 8:
-            bad(f"in-features {k} of {ws[0].name} must be a multiple of 8 (16-byte bf16 vector loads)")
+        _check_weight_format(ws, k, bad)
         if _len(roles["x"]) != k:
             bad(f"x has {_len(roles['x'])} elements, the weight has {k} columns")
         if not 0 <= r0 < r1 <= rows or r1 > _len(out_roles["y"]):
@@ -297,6 +315,17 @@ def _check_op(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[str, Devi
         _check_fused_gemv(t, roles, out_roles, bad)
 
 
+def _check_weight_format(ws: list[DeviceBuffer], k: int, bad) -> None:
+    """A GEMV's weights: bf16 with in-features a multiple of 8 (16-byte vector loads), or quantized (one format for
+    gate and up) with a multiple of 32 (whole blocks)."""
+    if len({w.dtype for w in ws}) != 1:
+        bad("gate and up weights differ in device dtype")
+    if ws[0].dtype == DT_BF16 and k % 8:
+        bad(f"in-features {k} of {ws[0].name} must be a multiple of 8 (16-byte bf16 vector loads)")
+    if ws[0].dtype != DT_BF16 and k % 32:
+        bad(f"in-features {k} of {ws[0].name} must be a multiple of 32 (whole quantization blocks)")
+
+
 def _rope_block(t: Task, hd: int, bad) -> int:
     """The task's ``rope_block`` (0, or rope_order.BLOCK with head_dim a multiple of it): flag F_ROPE_BLOCK."""
     blk = t.params.get("rope_block", 0)
@@ -318,8 +347,7 @@ def _check_fused_gemv(t: Task, roles: dict[str, DeviceBuffer], out_roles: dict[s
         if len(w.shape) != 2 or w.shape != ws[0].shape:
             bad(f"weight {w.name} must be 2-D (gate and up of one shape)")
     rows, k = ws[0].shape
-    if k % 8:
-        bad(f"in-features {k} of {ws[0].name} must be a multiple of 8 (16-byte bf16 vector loads)")
+    _check_weight_format(ws, k, bad)
     if _len(roles["x"]) != k:
         bad(f"x has {_len(roles['x'])} elements, the weight has {k} columns")
     if "nw" in roles and _len(roles["nw"]) != k:
@@ -442,7 +470,7 @@ def encode(schedule: Schedule, *, runtime_position: bool = True, prefetch_max_by
                 raise EncodeError(f"task {t.id} ({t.op}): unknown buffer {name!r}")
             b = bufs[index[name]]
             want = ROLE_DTYPES[t.op][role]
-            if b.dtype != want:
+            if b.dtype != want and not (want == DT_BF16 and b.dtype in QUANT_DT.values() and (t.op, role) in QUANT_ROLES):
                 raise EncodeError(f"task {t.id} ({t.op}): {role} buffer {name} is {DTYPE_NAMES[b.dtype]} on the "
                                   f"device, the micro-kernel reads {DTYPE_NAMES[want]}")
             roles[role] = (index[name], b)

@@ -269,7 +269,15 @@ class Launcher:
                 arr = rope_order.resolve(weights.get, b.name)  # a blocked RoPE-order name: rows permuted (a copy)
                 if arr is None:
                     raise DeviceError(f"no array for weight buffer {b.name}")
-                if isinstance(arr, np.ndarray):
+                if hasattr(arr, "device_bytes"):  # a quant.QuantizedTensor: its planes, as the micro-kernels read them
+                    if E.QUANT_DT.get(arr.format) != b.dtype:
+                        raise DeviceError(f"weight {b.name} is {arr.format}, the schedule's buffer is "
+                                          f"{E.DTYPE_NAMES[b.dtype]}")
+                    arr = cp.asarray(arr.device_bytes())
+                    self.dev[b.name] = arr
+                elif isinstance(arr, np.ndarray):
+                    if b.dtype in E.QUANT_DT.values():
+                        raise DeviceError(f"weight {b.name}: a float array for a {E.DTYPE_NAMES[b.dtype]} buffer")
                     host = bf16_bits(arr) if b.dtype == E.DT_BF16 else np.ascontiguousarray(arr, np.float32)
                     arr = cp.asarray(host)
                     self.dev[b.name] = arr

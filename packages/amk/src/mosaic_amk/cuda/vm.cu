@@ -35,6 +35,7 @@
 // the micro-kernels, one family per header (kernels/common.cuh: the shared context and helpers)
 #include "kernels/common.cuh"
 #include "kernels/gemv_rows.cuh"
+#include "kernels/gemv_quant.cuh"
 #include "kernels/embed.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/gemv.cuh"

@@ -1,6 +1,6 @@
 // AMK micro-kernels: the embedding lookup.
 #pragma once
-#include "common.cuh"
+#include "gemv_quant.cuh"
 
 // ------------------------------------------------------------------------------------------ embed
 // x = table[token[0]]
@@ -13,6 +13,11 @@ __device__ void mk_embed(const Ctx& c, const int* t) {
   if (tok < 0 || tok >= V) {
     if (tid_v() == 0) atomicOr(c.control + C_ERROR, E_TOKEN);
     for (int i = tid_v(); i < H; i += AMK_THREADS) y[i] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const int fmt = bmeta(c, tb, B_DTYPE);
+  if (fmt != DT_BF16) {  // a quantized table (gemv_quant.cuh): the row dequantised as quant.embed_row does
+    for (int i = tid_v(); i < H; i += AMK_THREADS) y[i] = q_element((const unsigned char*)table, fmt, H, V, tok, i);
     return;
   }
   const __nv_bfloat16* row = table + (size_t)tok * H;

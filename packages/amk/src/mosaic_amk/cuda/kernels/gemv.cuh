@@ -1,6 +1,7 @@
 // AMK micro-kernels: the GEMV family (gemv, gemv_silu_mul; the rmsnorm_gemv fusion's norm prologue).
 #pragma once
 #include "gemv_rows.cuh"
+#include "gemv_quant.cuh"
 
 // ------------------------------------------------------------------------------------------- gemv
 #if AMK_GEMV_IMPL == 2
@@ -38,12 +39,26 @@ __device__ __forceinline__ bool stream_rows_fit(const __nv_bfloat16* const* W, i
 // runs the first body. HF rounds the linear output (bias added first) and the residual sum. Row r is stored at
 // y[r - y0]. Shared by gemv, rmsnorm_gemv and (into shared memory, no residual) gemv_rope / gemv_rope_append, so
 // they round alike.
+// A quantized W (wfmt DT_Q8_0 / DT_Q4_1 / DT_INT8, wrows its rows: gemv_quant.cuh) stages x first, then runs
+// qgemv_rows with the same epilogue (no ring, no preload, no weight stream, no L2 prefetch).
 template <class StageX>
 __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const __nv_bfloat16* W, int K, int r0, int r1,
                                           const __nv_bfloat16* bias, const float* res, float* y, int y0, int ring_off,
-                                          StageX stage_x) {
+                                          StageX stage_x, int wfmt = DT_BF16, int wrows = 0) {
   const int warp = tid_v() >> 5, lane = tid_v() & 31;
   const bool hf = c.mode == MODE_HF_BF16;
+  if (wfmt != DT_BF16) {
+    stage_x();
+    qgemv_rows((const unsigned char*)W, wfmt, K, wrows, r0, r1, xs, [&](int r, float acc) {
+      if (lane == 0) {
+        float v = bias ? acc + ld_bf16(bias + r) : acc;
+        if (hf) v = bf16r(v);
+        if (res) v = hf ? bf16r(ld_act(res + r) + v) : ld_act(res + r) + v;
+        y[r - y0] = v;
+      }
+    });
+    return;
+  }
 #if AMK_GEMV_IMPL == 2
   RowOperand ob, orr;
   auto fetch = [&](int k0) {
@@ -123,9 +138,22 @@ __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const _
 template <class StageX>
 __device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const __nv_bfloat16* Wg,
                                           const __nv_bfloat16* Wu, int K, int r0, int r1, const __nv_bfloat16* bg,
-                                          const __nv_bfloat16* bu, float* y, int ring_off, StageX stage_x) {
+                                          const __nv_bfloat16* bu, float* y, int ring_off, StageX stage_x,
+                                          int wfmt = DT_BF16, int wrows = 0) {
   const int warp = tid_v() >> 5, lane = tid_v() & 31;
   const bool hf = c.mode == MODE_HF_BF16;
+  if (wfmt != DT_BF16) {  // quantized gate and up (one format, the encoder checked): gemv_quant.cuh
+    stage_x();
+    qgemv_rows2((const unsigned char*)Wg, (const unsigned char*)Wu, wfmt, K, wrows, r0, r1, xs,
+                [&](int r, float ga, float ua) {
+      if (lane == 0) {
+        float g = bg ? ga + ld_bf16(bg + r) : ga;
+        float u = bu ? ua + ld_bf16(bu + r) : ua;
+        y[r] = hf ? bf16r(bf16r(silu(bf16r(g))) * bf16r(u)) : silu(g) * u;
+      }
+    });
+    return;
+  }
 #if AMK_GEMV_IMPL == 2
   RowOperand og, ou;
   auto fetch = [&](int k0) {
@@ -250,7 +278,8 @@ __device__ void mk_gemv(const Ctx& c, const int* t, bool norm) {
   float* xs = c.smem;
   gemv_rows(c, xs, (const __nv_bfloat16*)buf(c, wb), K, t[W_ROW0], t[W_ROW1],
             bb >= 0 ? (const __nv_bfloat16*)buf(c, bb) : nullptr, rb >= 0 ? (const float*)buf(c, rb) : nullptr,
-            (float*)buf(c, yb), 0, (K + 3) & ~3, [&] { x_into(c, t, xs, xb, nb, K, K); });
+            (float*)buf(c, yb), 0, (K + 3) & ~3, [&] { x_into(c, t, xs, xb, nb, K, K); }, bmeta(c, wb, B_DTYPE),
+            bmeta(c, wb, B_D0));
 }
 
 // gemv_silu_mul:         y[r] = silu(w_gate[r] @ x + b_gate[r]) * (w_up[r] @ x + b_up[r]); inputs x, w_gate, w_up,
@@ -266,5 +295,5 @@ __device__ void mk_gemv_silu_mul(const Ctx& c, const int* t, bool norm) {
   silu_rows(c, xs, (const __nv_bfloat16*)buf(c, gb), (const __nv_bfloat16*)buf(c, ub), K, t[W_ROW0], t[W_ROW1],
             has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 2]) : nullptr,
             has_bias ? (const __nv_bfloat16*)buf(c, t[W_IN + k + 3]) : nullptr, (float*)buf(c, yb), (K + 3) & ~3,
-            [&] { x_into(c, t, xs, xb, nb, K, K); });
+            [&] { x_into(c, t, xs, xb, nb, K, K); }, bmeta(c, gb, B_DTYPE), bmeta(c, gb, B_D0));
 }

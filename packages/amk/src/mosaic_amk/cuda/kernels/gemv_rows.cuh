@@ -217,7 +217,7 @@ __device__ __forceinline__ void preload_weights(Ctx& c, const int* t, bool run) 
   for (int u = 0; u < PRE_N; ++u) c.pre[u] = make_uint4(0u, 0u, 0u, 0u);
   const int2 wb = run ? gemv_weights(t, t[W_OP]) : make_int2(-1, -1);
   const int r = t[W_ROW0] + (tid_v() >> 5);
-  if (wb.x < 0 || r >= t[W_ROW1]) return;
+  if (wb.x < 0 || r >= t[W_ROW1] || bmeta(c, wb.x, B_DTYPE) != DT_BF16) return;  // quantized: gemv_quant.cuh loads
   const int lane = tid_v() & 31;
   const int nch = bmeta(c, wb.x, B_ROW) >> 3;
   const uint4* a = (const uint4*)buf(c, wb.x) + (size_t)r * nch;
@@ -349,7 +349,8 @@ __device__ void ws_begin(const Ctx& c, const int* t, bool run) {
   WsState& st = c.ws[warp];
   if ((tid_v() & 31) == 0) {
     const int r = t[W_ROW0] + warp, r1 = t[W_ROW1];
-    const int rows = wb.x >= 0 && r < r1 ? (r1 - r + AMK_WARPS - 1) / AMK_WARPS : 0;
+    const int rows = wb.x >= 0 && r < r1 && bmeta(c, wb.x, B_DTYPE) == DT_BF16  // quantized: no stream
+                         ? (r1 - r + AMK_WARPS - 1) / AMK_WARPS : 0;
     st.rowbytes = rows ? bmeta(c, wb.x, B_ROW) * 2 : 0;
     st.ppr = rows ? (st.rowbytes + WS_PIECE - 1) / WS_PIECE : 0;
     st.nmat = wb.y >= 0 ? 2 : 1;

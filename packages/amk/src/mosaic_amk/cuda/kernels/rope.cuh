@@ -84,7 +84,8 @@ __device__ void gemv_rope_into(const Ctx& c, const int* t, bool rope, int k, flo
   float* cs = ys + nr;
   float* sn = cs + hd;
   gemv_rows(c, xs, (const __nv_bfloat16*)buf(c, wb), K, r0, r1, bb >= 0 ? (const __nv_bfloat16*)buf(c, bb) : nullptr,
-            nullptr, ys, r0, (K + nr + 2 * hd + 3) & ~3, [&] { x_into(c, t, xs, xb, nb, K, K + nr + 2 * hd); });
+            nullptr, ys, r0, (K + nr + 2 * hd + 3) & ~3, [&] { x_into(c, t, xs, xb, nb, K, K + nr + 2 * hd); },
+            bmeta(c, wb, B_DTYPE), bmeta(c, wb, B_D0));
   const bool hf = c.mode == MODE_HF_BF16;
   if (rope) {  // cos/sin of this position, as rope_into loads them
     const int pos = task_pos(c, t);

@@ -64,7 +64,7 @@ def make_inputs(shape: Mapping[str, int], dtype: str, seed: int, values: str) ->
     query row, through a shared first component of q and k) -- beyond exp's fp32 range, so a kernel that
     does not subtract the running maximum overflows -- while the spread of a row stays normal; ``v`` has
     magnitude up to 2^(e+1) with seq such values below a quarter of fp32's range and inside the output
-    format (e = 113 for bf16 at seq 4096, 14 for f16).
+    format (e = 113 for bf16 at seq 4096, 13 for f16).
     ``equal-rows``: all keys of a head equal, so every query's weights are exactly uniform and ``o`` is the
     mean of the visible values.
     ``denormal``: ``v`` subnormal (q, k normal): for f16 the outputs are then f16 subnormals far above the

@@ -13,7 +13,6 @@ missing (flash-attn-4 without its wheel) or that fails is a row saying so, never
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 import traceback

@@ -67,3 +67,50 @@ def test_every_builtin_family_generates_inputs_and_names_its_yardsticks():
     with pytest.raises(MosaicError, match="the cublas yardstick covers gemm, not attention"):
         yardstick_runnable(KernelSpec("attention", {"batch": 1, "seq": 8, "heads": 1, "head_dim": 8}, "bf16",
                                       YARDSTICK), {})
+
+
+# -- the parser and the generators under arbitrary input ------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_TEXT = st.one_of(st.text(max_size=60), st.from_regex(r"\d{1,3}(x\d{1,3}){0,4}", fullmatch=True),
+                  st.lists(st.tuples(st.sampled_from(["batch", "seq", "heads", "head_dim", "kv_heads", "causal", "m",
+                                                      "rows", "x"]), st.integers(-3, 20)), max_size=7)
+                  .map(lambda kv: ",".join(f"{k}={v}" for k, v in kv)))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(["gemm", "attention", "rmsnorm", "softmax", "conv2d"]), text=_TEXT)
+def test_any_shape_text_parses_to_a_valid_shape_or_one_bad_input(family, text):
+    try:
+        shape = parse_shape(family, text)
+    except BadInput as exc:
+        assert "\n" not in exc.line()
+        return
+    assert all(isinstance(v, int) and 1 <= v <= 2**40 for v in shape.values())
+    if family != "conv2d":
+        f = FAMILIES[family]
+        assert set(f.dims) <= set(shape) <= set(f.dims) | set(f.optional_dims)
+        assert parse_shape(family, shape) == shape  # canonical: parsing again changes nothing
+        KernelSpec(family, shape, "bf16", "pallas")  # and a KernelSpec takes it
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(b=st.integers(1, 2), s=st.integers(1, 24), kv=st.integers(1, 4), ratio=st.integers(1, 3),
+       d=st.sampled_from([4, 8, 16]), causal=st.booleans(), seed=st.integers(0, 2**32 - 1),
+       values=st.sampled_from(["normal", "int", "large", "equal-rows", "denormal"]),
+       dtype=st.sampled_from(["bf16", "f16", "f32"]))
+def test_attention_inputs_of_any_gqa_shape_are_checkable(b, s, kv, ratio, d, causal, seed, values, dtype):
+    import numpy as np
+    from mosaic.oracle import check, oracles
+    from mosaic.oracle.formats import FORMATS
+
+    shape = parse_shape("attention", {"batch": b, "seq": s, "heads": kv * ratio, "head_dim": d, "kv_heads": kv,
+                                      "causal": int(causal)})
+    inputs = make_inputs(KernelSpec("attention", shape, dtype, "pallas"), seed, values)
+    assert inputs["q"].shape == (b, kv * ratio, s, d) and inputs["k"].shape == inputs["v"].shape == (b, kv, s, d)
+    assert ("causal" in inputs) == causal
+    f = FORMATS[dtype]
+    ref = oracles()["attention"].reference(inputs, f, f)["o"].expected
+    assert check("attention", inputs, {"o": f.round(ref).astype(np.float32)}, dtype).passed

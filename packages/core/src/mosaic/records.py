@@ -14,7 +14,17 @@ from typing import Any
 import attrs
 
 from mosaic.errors import RecordError
-from mosaic.fields import NAME_RE, dim3, fail, name_field, non_negative_int, one_of, positive, sm_arch, to_dim3
+from mosaic.fields import (
+    NAME_RE,
+    dim3,
+    fail,
+    name_field,
+    non_negative_int,
+    one_of,
+    positive,
+    sm_arch,
+    to_dim3,
+)
 
 LAYERS = ("launch", "instruction", "control", "sequence", "numerics", "machine")
 EDIT_CLASSES = ("knob", "rewrite")

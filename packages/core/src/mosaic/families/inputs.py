@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from mosaic.oracle.formats import ACCUMULATOR, Format
+from mosaic.oracle.formats import Format
 
 #: distribution name -> what it draws (``mosaic families`` shows these)
 DISTRIBUTIONS = {

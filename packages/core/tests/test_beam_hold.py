@@ -75,3 +75,33 @@ def test_a_closer_but_slower_candidate_is_kept_and_expanded_and_its_child_wins(t
     assert [m["knobs"]["name"] for m in beams[1]] == ["naive", "wide"]  # kept although slower
     assert out.stop == "converged" and loop.incumbent.kernel.spec.knobs["name"] == "wide+deep"
     assert BEAM_HOLD_STEPS >= 1
+
+
+def test_the_report_shows_each_beam_members_lineage_and_the_shape_as_typed(tmp_path):
+    from mosaic.run.report import build_report, to_markdown
+
+    campaign = Campaign(source="pallas", target="cute", family="gemm", shape={"m": 8192, "n": 4096, "k": 2048},
+                        dtype="bf16", gpu="h200", beam=2, start_knobs={"name": "naive"}, yardstick=False)
+    loop = Loop(campaign, Bench(), Script(), Journal(tmp_path / "journal.jsonl"), host().get("gpus", "h200"),
+                lift=lambda bundle: bundle,
+                diff=lambda ref, fp: SimpleNamespace(layers=(("all", D[fp]),), rows=()))
+    loop.run()
+    from mosaic.run.journal import read_campaign_journal
+
+    events, _ = read_campaign_journal(tmp_path / "journal.jsonl")  # sorted keys, as on disk
+    assert list(events[0]["campaign"]["shape"]) == ["k", "m", "n"]
+    rep = build_report(events)
+    key = {e["knobs"]["name"]: e["key"] for e in events if e["event"] == "proposal"}
+    after1 = rep["beams"][1]
+    assert after1["step"] == 1
+    roles = {m["knobs"]["name"]: (m["role"], [(x["step"], x["link"]) for x in m["lineage"]])
+             for m in after1["members"]}
+    assert roles == {"naive": ("incumbent", [(0, "naive")]), "wide": ("held", [(0, "naive"), (1, "held")])}
+    final = rep["beams"][-1]["members"][0]
+    assert final["role"] == "incumbent" and final["key"] == key["wide+deep"]
+    # wide+deep descends from the held step 1, not from the incumbent directly
+    assert [(x["step"], x["key"], x["link"]) for x in final["lineage"]] == [
+        (0, key["naive"], "naive"), (1, key["wide"], "held"), (2, key["wide+deep"], "accepted")]
+    md = to_markdown(rep)
+    assert md.splitlines()[0].startswith("# mosaic run: pallas -> cute, gemm 8192x4096x2048 bf16")
+    assert "## Beam lineage" in md and "[0 naive -> 1 held -> 2 accepted]" in md

@@ -62,7 +62,7 @@ class Member:
 
     def summary(self) -> dict:
         return {"key": self.kernel.key, "knobs": dict(self.kernel.spec.knobs), "time_ns": self.time,
-                "distance": self.distance}
+                "distance": self.distance, "hold": self.hold}
 
 @attrs.frozen
 class Outcome:

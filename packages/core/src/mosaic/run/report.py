@@ -23,6 +23,74 @@ def _us(ns) -> str:
     return "-" if ns is None else f"{ns / 1e3:.2f}"
 
 
+def problem_text(family: str | None, shape) -> str:
+    """The shape as the user types it: the family's dimension order (gemm m x n x k), then any optional
+    dimension by name; a family nobody registered here keeps its recorded order, each dimension named."""
+    from mosaic.families import dims
+
+    shape = dict(shape or {})
+    order = dims(family) if family else None
+    if not order or not set(order) <= set(shape):
+        return ",".join(f"{k}={v}" for k, v in shape.items())
+    rest = [f"{k}={v}" for k, v in shape.items() if k not in order]
+    return "x".join(str(shape[k]) for k in order) + (f" ({', '.join(rest)})" if rest else "")
+
+
+def beam_lineage(events: list[dict]) -> list[dict]:
+    """Each beam the loop recorded, with every member's lineage: the chain of steps it descends from, from the
+    naive translation (step 0) to itself, each link marked ``accepted`` (became the incumbent), ``held`` (a
+    rejected closer-but-slower candidate the beam kept), ``kept`` (rejected, kept by the beam's ranking) or
+    ``naive``. A member's ``role`` is ``incumbent``, ``held`` (still expanded for ``hold`` more steps) or
+    ``kept``. Built from the journal alone (proposal parents, verdicts, incumbents)."""
+    proposal_of: dict[str, dict] = {}
+    verdict_of: dict[str, dict] = {}
+    out: list[dict] = []
+    step, incumbent = 0, None
+    for e in events:
+        kind = e.get("event")
+        if kind == "proposal" and isinstance(e.get("step"), int):
+            step = e["step"]
+            if e.get("ok") and e.get("key"):
+                proposal_of.setdefault(e["key"], e)
+        elif kind == "verdict" and e.get("key"):
+            verdict_of[e["key"]] = e
+        elif kind == "incumbent":
+            incumbent = e.get("key")
+        elif kind == "beam":
+            members = []
+            for m in e.get("members") or []:
+                key = m.get("key")
+                v = verdict_of.get(key) or {}
+                if key == incumbent:
+                    role = "incumbent"
+                elif m.get("hold", 1 if v.get("closer_but_slower") else 0) > 0:
+                    role = "held"
+                else:
+                    role = "kept"
+                members.append({"key": key, "role": role, "hold": m.get("hold"), "knobs": m.get("knobs"),
+                                "time_ns": m.get("time_ns"), "lineage": _chain(key, proposal_of, verdict_of)})
+            out.append({"step": step, "members": members})
+    return out
+
+
+def _chain(key, proposal_of: dict, verdict_of: dict) -> list[dict]:
+    chain, seen = [], set()
+    while key is not None and key not in seen and key in proposal_of:
+        seen.add(key)
+        p, v = proposal_of[key], verdict_of.get(key) or {}
+        if p.get("step") == 0 or v.get("reason_code") == "naive":
+            link = "naive"
+        elif v.get("decision") == "accepted":
+            link = "accepted"
+        elif v.get("closer_but_slower"):
+            link = "held"
+        else:
+            link = "kept"
+        chain.append({"step": p.get("step"), "key": key, "link": link, "edit": p.get("edit")})
+        key = p.get("parent") if p.get("step") != 0 else None
+    return chain[::-1]
+
+
 def build_report(events: list[dict]) -> dict:
     head = events[0]
     by = lambda kind: [e for e in events if e["event"] == kind]  # noqa: E731
@@ -92,6 +160,7 @@ def build_report(events: list[dict]) -> dict:
         "closer_but_slower": [e for e in edits if e.get("closer_but_slower")],
         "remaining_differences": (stop or {}).get("remaining", []),
         "series": series,
+        "beams": beam_lineage(events),
     }
 
 
@@ -118,7 +187,7 @@ def _row_text(e: dict) -> str:
 def to_markdown(rep: dict) -> str:
     c = rep["campaign"] or {}
     lines = [f"# mosaic run: {c.get('source')} -> {c.get('target')}, {c.get('family')} "
-             f"{'x'.join(str(v) for v in (c.get('shape') or {}).values())} {c.get('dtype')} on {rep['gpu']}", ""]
+             f"{problem_text(c.get('family'), c.get('shape'))} {c.get('dtype')} on {rep['gpu']}", ""]
     iso = c.get("isolation") if rep["workbench"] == "live" else None  # live: which processes measured
     lines.append(f"Workbench: {rep['workbench']}{f' (isolation: {iso})' if iso else ''}; proposer: {rep['proposer']}.")
     ref = rep["reference"]
@@ -148,6 +217,19 @@ def to_markdown(rep: dict) -> str:
     for title, key in (("Null results", "null_results"), ("Structurally closer but slower", "closer_but_slower")):
         lines += ["", f"## {title}", ""]
         lines += [f"- step {e['step']}: {_edit_text(e)} — {e['reason']}" for e in rep[key]] or ["- none"]
+    lines += ["", "## Beam lineage", "",
+              "Each beam after each step; a member's lineage is the steps it descends from (naive first), "
+              "marked accepted (became the incumbent), held (closer but slower, kept and expanded) or kept.", ""]
+    beams = rep.get("beams") or []
+    for b in beams:
+        parts = []
+        for m in b["members"]:
+            chain = " -> ".join(f"{x['step']} {x['link']}" for x in m["lineage"]) or "-"
+            hold = f", {m['hold']} more step(s)" if m["role"] == "held" and m.get("hold") else ""
+            parts.append(f"{m['role']} {m['key']} {_us(m.get('time_ns'))} us{hold} [{chain}]")
+        lines.append(f"- after step {b['step']}: " + "; ".join(parts))
+    if not beams:
+        lines.append("- none")
     lines += ["", "## Remaining differences", ""]
     lines += [f"- {r['layer']}:{r['key']} ({r['edit']}) reference {json.dumps(r['reference'])[:80]}, candidate "
               f"{json.dumps(r['candidate'])[:80]} — {r['why']}" for r in rep["remaining_differences"]] or ["- none"]

@@ -211,3 +211,26 @@ def test_other_quantization_configs_are_refused_with_one_line(tmp_path, int8_dir
         lines = [ln for ln in out.err.strip().splitlines() if ln and not ln.startswith("warning: ")]
         assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], out.err
         assert "Traceback" not in out.out + out.err
+
+
+def test_floor_benchmark_table(tmp_path):
+    """benchmarks/amk_quant_floor.py: per shape, bf16 > q8_0 > int8 > q4_1 bytes; the 4-bit floor falls far less than
+    4x because the bf16 embedding / LM head stays wide; the bf16 Llama-3.2-1B floor is the bench's 0.515 ms."""
+    import amk_quant_floor as F
+
+    assert F.main(["--json", str(tmp_path / "f.json")]) == 0
+    rows = {(r["shape"], r["format"]): r for r in json.loads((tmp_path / "f.json").read_text())["rows"]}
+    for shape in F.SHAPES:
+        t = {f: rows[(shape, f)]["total"] for f in F.FORMATS}
+        assert t["bf16"] > t["q8_0"] > t["int8"] > t["q4_1"] > t["q4_1 as shipped"]
+        assert 1.5 < rows[(shape, "q4_1")]["vs_bf16"] < 2.5
+    assert abs(rows[("llama-3.2-1b", "bf16")]["floor_ms"] - 0.515) < 1e-3
+
+
+@pytest.mark.slow
+def test_floor_table_equals_the_encoder_on_the_real_gguf(smollm2_checkpoint):
+    import amk_quant_floor as F
+
+    real = F.real_bytes()
+    want = F.step_bytes(F.SHAPES["smollm2-135m"], "q4_1", "q8_0")["total"]
+    assert real["total"] == want and real["formats"] == ["bf16", "q4_1", "q8_0"]

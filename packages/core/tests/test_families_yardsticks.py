@@ -19,7 +19,8 @@ CASES = [
 
 
 def test_yardsticks_are_declared_by_name_with_their_library():
-    assert first_yardstick("gemm").name == "cublas" and first_yardstick("gemm").call == "torch.matmul"
+    gemm = first_yardstick("gemm")
+    assert (gemm.name, gemm.call, gemm.title, gemm.library) == ("cublas", "torch.matmul", "cuBLAS", "torch")
     assert {y.name: y.library for y in FAMILIES["attention"].yardsticks} == \
         {"torch-sdpa": "torch", "cudnn": "torch", "flash-attn-4": "flash-attn-4"}
     assert first_yardstick("rmsnorm").call == "torch.nn.functional.rms_norm"

@@ -279,7 +279,7 @@ class Yardstick:
     ``cublas``, ``torch-sdpa``, ``flash-attn-4``. ``library`` is the distribution that provides it (what to
     install). ``runnable(inputs, dtype, device="cuda")`` returns a :class:`mosaic.backend.Runnable` on the
     family's inputs; it imports its library only when called and runs on the GPU (torch ones also run on
-    ``device="cpu"`` for tests of the contract). ``requires`` says what else it needs (``sm_90a or sm_100a``); ``call`` is the function it times (the name its KernelSpec records).
+    ``device="cpu"`` for tests of the contract). ``requires`` says what else it needs (``sm_90a or sm_100a``); ``call`` is the function it times (the name its KernelSpec records), ``title`` how reports name it.
     """
 
     name: str = attrs.field(validator=name_field)
@@ -289,10 +289,11 @@ class Yardstick:
     runnable: Any = attrs.field(eq=False, validator=_callable_or_none)
     requires: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
     call: str = attrs.field(default="", validator=attrs.validators.instance_of(str))  # e.g. torch.matmul
+    title: str = attrs.field(default="", validator=attrs.validators.instance_of(str))  # e.g. cuBLAS (reports)
 
     def to_json(self) -> dict:
         return {"name": self.name, "summary": self.summary, "library": self.library, "dtypes": list(self.dtypes),
-                "requires": self.requires, "call": self.call}
+                "requires": self.requires, "call": self.call, "title": self.title or self.name}
 
 
 @attrs.frozen

@@ -155,13 +155,13 @@ def flash_attn_4(inputs: Mapping[str, Any], dtype: str, device: str = "cuda") ->
 YARDSTICKS = (
     Yardstick("torch-sdpa", "torch.nn.functional.scaled_dot_product_attention (torch picks flash, cuDNN or "
               "memory-efficient)", "torch", ("bf16", "f16", "f32"), torch_sdpa,
-              call="torch.nn.functional.scaled_dot_product_attention"),
+              call="torch.nn.functional.scaled_dot_product_attention", title="torch SDPA"),
     Yardstick("cudnn", "torch SDPA pinned to cuDNN fused attention (SDPBackend.CUDNN_ATTENTION)", "torch",
               ("bf16", "f16"), cudnn_sdpa, requires="a CUDA GPU with cuDNN >= 9",
-              call="torch.nn.functional.scaled_dot_product_attention[CUDNN_ATTENTION]"),
+              call="torch.nn.functional.scaled_dot_product_attention[CUDNN_ATTENTION]", title="cuDNN SDPA"),
     Yardstick("flash-attn-4", "flash_attn.cute.flash_attn_func: FlashAttention 4 in CuTe DSL", "flash-attn-4",
               ("bf16", "f16"), flash_attn_4, requires="sm_90a or sm_100a; nvidia-cutlass-dsl",
-              call="flash_attn.cute.flash_attn_func"),
+              call="flash_attn.cute.flash_attn_func", title="FlashAttention-4"),
 )
 
 FAMILY = Family("attention", "o = softmax(q k^T / sqrt(head_dim) [causal]) v, grouped-query heads, forward",

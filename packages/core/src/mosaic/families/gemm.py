@@ -106,7 +106,8 @@ def runnable_factory(spec, gpu, inputs: Mapping[str, Any]) -> TorchMatmul:
 
 CUBLAS_YARDSTICK = Yardstick(
     CUBLAS, "torch.matmul(a, b, out=c): cuBLAS, fp32 accumulation (reduced-precision reductions off)", "torch",
-    _DTYPES, lambda inputs, dtype, device="cuda": TorchMatmul(inputs, dtype, device), call="torch.matmul")
+    _DTYPES, lambda inputs, dtype, device="cuda": TorchMatmul(inputs, dtype, device), call="torch.matmul",
+    title="cuBLAS")
 
 FAMILY = Family("gemm", "c = a @ b, a (m x k), b (k x n), row-major", DIMS, work, floor=FLOOR, dtypes=DTYPES,
                 distributions=DISTRIBUTIONS, make_inputs=make_inputs, oracle="gemm", yardsticks=(CUBLAS_YARDSTICK,))

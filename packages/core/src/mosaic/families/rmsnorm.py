@@ -66,7 +66,7 @@ def torch_rmsnorm(inputs: Mapping[str, Any], dtype: str, device: str = "cuda") -
 
 
 TORCH = Yardstick("torch", "torch.nn.functional.rms_norm(x, (cols,), w, eps=1e-6)", "torch", TORCH_DTYPES,
-                  torch_rmsnorm, call="torch.nn.functional.rms_norm")
+                  torch_rmsnorm, call="torch.nn.functional.rms_norm", title="torch rms_norm")
 
 FAMILY = Family("rmsnorm", "y = x / sqrt(mean(x^2) + 1e-6) * w over each row", DIMS, work, floor=FLOOR,
                 dtypes=DTYPES, distributions=DISTRIBUTIONS, make_inputs=make_inputs, oracle="rmsnorm",

@@ -59,7 +59,8 @@ def torch_softmax(inputs: Mapping[str, Any], dtype: str, device: str = "cuda") -
                      what="torch softmax yardstick")
 
 
-TORCH = Yardstick("torch", "torch.softmax(x, dim=-1)", "torch", TORCH_DTYPES, torch_softmax, call="torch.softmax")
+TORCH = Yardstick("torch", "torch.softmax(x, dim=-1)", "torch", TORCH_DTYPES, torch_softmax, call="torch.softmax",
+                  title="torch softmax")
 
 FAMILY = Family("softmax", "y = exp(x - max) / sum(exp(x - max)) over each row", DIMS, work, floor=FLOOR,
                 dtypes=DTYPES, distributions=DISTRIBUTIONS, make_inputs=make_inputs, oracle="softmax",

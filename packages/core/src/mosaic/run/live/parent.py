@@ -277,7 +277,7 @@ class LiveWorkbench:
         dest = self.bundles / f"{YARDSTICK}.bundle"
         opts = CaptureOptions(blocks=max(5, self.c.rounds), runs=self.c.runs_per_block,
                               timeout=self.timeouts.yardstick)
-        self.progress(f"yardstick {yard.name} ({yard.call}): capture in its own process")
+        self.progress(f"yardstick {yard.title} ({yard.call}): capture in its own process")
         r = run_child({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(dest.resolve()),
                        "options": attrs.asdict(opts), "extra": run_meta(YARDSTICK, "yardstick"),
                        "oracle_cache": str(self.oracle_cache.resolve())},
@@ -290,10 +290,10 @@ class LiveWorkbench:
             from mosaic.run.workbench import time_of
 
             if self.yard_blocks:
-                self.progress(f"yardstick {yard.name}: {time_of(self.yard_blocks) / 1e3:.2f} us")
+                self.progress(f"yardstick {yard.title}: {time_of(self.yard_blocks) / 1e3:.2f} us")
         else:
             why = r.data.get("capture", {}).get("message") or r.message or tail(r.output)
-            self.progress(f"yardstick cuBLAS not measured ({status}): {why}")
+            self.progress(f"yardstick {yard.title} not measured ({status}): {why}")
             shutil.rmtree(dest, ignore_errors=True)  # offline then has no yardstick either
         return r.wall_s
 

@@ -243,7 +243,7 @@ class Launcher:
         table = -(-(nbuf * (8 + 4 * E.BUF_META) + 4 * max(1, self.enc.num_counters)) // 16) * 16
         if self.table_in_smem and self.smem_bytes + self.ring_bytes + table <= optin:
             self.table_bytes = table
-        self.fn.max_dynamic_shared_size_bytes = self.smem_bytes + self.ring_bytes + self.table_bytes
+        self._raise_smem_limit()
         e = self.enc
         self.tables = {"tasks": cp.asarray(e.tasks), "qoff": cp.asarray(e.queue_offsets),
                        "queue": cp.asarray(e.queue), "meta": cp.asarray(e.buf_meta),
@@ -326,6 +326,18 @@ class Launcher:
         return self.dev[name]
 
     # ------------------------------------------------------------------------------------ launching
+    def _raise_smem_limit(self) -> None:
+        """Make the kernel's dynamic shared memory limit at least what this launcher launches with. The limit is an
+        attribute of the CUDA function, and cupy shares one loaded module (one CUfunction) between every RawModule of
+        the same cubin path (``_get_raw_module`` is memoized per device): a Launcher created later with a smaller
+        table (fewer buffers / counters: a fused schedule) used to set it LOWER, so an earlier launcher of the same
+        build asked for more than the limit, cupy's cooperative occupancy query found 0 blocks per SM ("grid size
+        will be reduced from 132 to 0") and the launch failed with CUDA_ERROR_INVALID_VALUE (the unfused bench
+        candidates after the fused ones). Only ever raised, checked before every launch."""
+        need = self.smem_bytes + self.ring_bytes + self.table_bytes
+        if int(self.fn.max_dynamic_shared_size_bytes) < need:
+            self.fn.max_dynamic_shared_size_bytes = need
+
     def launch(self, position: int | None = None, token_in: int = 0, token_out: int = 0, *,
                skip_ops: int = 0, prefetch_depth: int | None = None, n_steps: int = 1, token_stride: int = 0,
                sync: int | None = None) -> None:
@@ -351,6 +363,7 @@ class Launcher:
                 np.int32(self.sync if sync is None else sync),
                 np.int32(len(e.buffers) if self.table_bytes else 0),
                 np.uint64(_ptr(t["trace"]) if "trace" in t else 0))
+        self._raise_smem_limit()
         try:
             self.fn((e.num_sms,), (self.threads,), args,
                     shared_mem=self.smem_bytes + self.ring_bytes + self.table_bytes)

@@ -114,3 +114,10 @@ def test_attention_inputs_of_any_gqa_shape_are_checkable(b, s, kv, ratio, d, cau
     f = FORMATS[dtype]
     ref = oracles()["attention"].reference(inputs, f, f)["o"].expected
     assert check("attention", inputs, {"o": f.round(ref).astype(np.float32)}, dtype).passed
+
+
+def test_every_builtin_family_passes_its_conformance_checks():
+    from mosaic.families.conformance import check_family
+
+    for f in FAMILIES.values():
+        assert f.example and check_family(f) == [], f.name

@@ -261,3 +261,42 @@ def test_duplicate_family_names_stop_the_cli_with_one_line(distdir):
     done = run(env, "families")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip() == "error: family 'dup' is registered by both first-dist and second-dist"
+
+
+BROKEN = '''
+import numpy as np
+
+from mosaic.plugins import hookimpl
+from mosaic.records import Family
+
+
+def make_inputs(shape, dtype, seed, values):
+    rng = np.random.default_rng(0)  # ignores the seed; and unrounded float32 values are not bf16 numbers
+    return {"x": rng.standard_normal((shape["n"],)).astype(np.float32)}
+
+
+@hookimpl
+def register_families(register):
+    register(Family("broken", "a family that does not hold together", ("n",), lambda shape, e: (1.0, 2.0),
+                    dtypes=("bf16",), distributions=("normal",), make_inputs=make_inputs))
+'''
+
+
+def test_families_check_passes_the_builtins_and_a_good_plugin_and_names_each_problem(distdir):
+    add, _, env = distdir
+    add("acme-families", "acme", DOUBLER)
+    add("shoddy-dist", "shoddy", BROKEN)
+    good = run(env, "families", "gemm", "attention", "rmsnorm", "softmax", "double", "--check")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert [line.split()[1] for line in good.stdout.splitlines()[2:7]] == ["ok"] * 5
+    bad = run(env, "families", "broken", "nogen", "--check", "--json")
+    assert bad.returncode == 1
+    found = {f["name"]: f["check"] for f in json.loads(bad.stdout)["families"]}
+    assert not found["broken"]["passed"] and not found["nogen"]["passed"]
+    text = "\n".join(found["broken"]["problems"])
+    assert "its oracle 'broken' is not registered" in text
+    assert "bf16 normal: seeds 0 and 1 gave the same inputs" in text
+    assert "bf16 normal: input 'x' holds values not representable in bf16" in text
+    assert any("no input generator" in p for p in found["nogen"]["problems"])
+    table = run(env, "families", "broken", "--check")
+    assert table.returncode == 1 and "FAIL (3)" in table.stdout and "broken: its oracle" in table.stdout

@@ -309,6 +309,7 @@ class Family:
     float32 arrays holding values of ``dtype`` (None: capture cannot generate inputs), for the formats in
     ``dtypes`` and the value distributions named in ``distributions``. ``oracle``: the name of its float64
     reference in the oracle registry (``register_oracles``). ``yardsticks``: the libraries timed beside it.
+    ``example``: a small shape (default: every dimension 8) that ``mosaic families --check`` tries.
     """
 
     name: str = attrs.field(validator=name_field)
@@ -324,6 +325,7 @@ class Family:
     oracle: str = attrs.field(default=attrs.Factory(lambda self: self.name, takes_self=True),
                               validator=name_field)
     yardsticks: tuple = attrs.field(default=(), converter=tuple)
+    example: Mapping = attrs.field(factory=dict, converter=_to_dict)  # a small shape for checks and docs
 
     @dims.validator
     def _dims(self, attribute, value):

@@ -166,4 +166,5 @@ YARDSTICKS = (
 
 FAMILY = Family("attention", "o = softmax(q k^T / sqrt(head_dim) [causal]) v, grouped-query heads, forward",
                 DIMS, work, floor=FLOOR, optional_dims=OPTIONAL, canonical=canonical, dtypes=DTYPES,
-                distributions=DISTRIBUTIONS, make_inputs=make_inputs, oracle="attention", yardsticks=YARDSTICKS)
+                distributions=DISTRIBUTIONS, make_inputs=make_inputs, oracle="attention", yardsticks=YARDSTICKS,
+                example={"batch": 1, "seq": 32, "heads": 4, "head_dim": 16, "kv_heads": 2, "causal": 1})

@@ -110,4 +110,5 @@ CUBLAS_YARDSTICK = Yardstick(
     title="cuBLAS")
 
 FAMILY = Family("gemm", "c = a @ b, a (m x k), b (k x n), row-major", DIMS, work, floor=FLOOR, dtypes=DTYPES,
-                distributions=DISTRIBUTIONS, make_inputs=make_inputs, oracle="gemm", yardsticks=(CUBLAS_YARDSTICK,))
+                distributions=DISTRIBUTIONS, make_inputs=make_inputs, oracle="gemm", yardsticks=(CUBLAS_YARDSTICK,),
+                example={"m": 64, "n": 32, "k": 128})

@@ -70,4 +70,4 @@ TORCH = Yardstick("torch", "torch.nn.functional.rms_norm(x, (cols,), w, eps=1e-6
 
 FAMILY = Family("rmsnorm", "y = x / sqrt(mean(x^2) + 1e-6) * w over each row", DIMS, work, floor=FLOOR,
                 dtypes=DTYPES, distributions=DISTRIBUTIONS, make_inputs=make_inputs, oracle="rmsnorm",
-                yardsticks=(TORCH,))
+                yardsticks=(TORCH,), example={"rows": 8, "cols": 256})

@@ -64,4 +64,4 @@ TORCH = Yardstick("torch", "torch.softmax(x, dim=-1)", "torch", TORCH_DTYPES, to
 
 FAMILY = Family("softmax", "y = exp(x - max) / sum(exp(x - max)) over each row", DIMS, work, floor=FLOOR,
                 dtypes=DTYPES, distributions=DISTRIBUTIONS, make_inputs=make_inputs, oracle="softmax",
-                yardsticks=(TORCH,))
+                yardsticks=(TORCH,), example={"rows": 8, "cols": 256})

@@ -190,21 +190,34 @@ class PallasBackend:
 
 
     def _prepare_attention(self, spec: KernelSpec, inputs: dict[str, Any]):
-        """jax's attention_mgpu forward: inputs q, k, v of shape (batch, seq, heads, head_dim); output o."""
+        """jax's attention_mgpu forward. The family's inputs are in the oracle's layout, q (batch, heads, seq,
+        head_dim) and k, v (batch, kv_heads, seq, head_dim); attention_mgpu wants (batch, seq, heads, head_dim), so
+        q, k, v are transposed on the device and the output transposed back. Causality is part of the problem
+        (``--shape ...,causal=1``), not a tuning choice: the knob must agree with it."""
+        import jax.numpy as jnp
         from jax.experimental.pallas.ops.gpu import attention_mgpu as am
 
         from mosaic_target_pallas.knobs import AttentionKnobs
         from mosaic_target_pallas.runnable import PallasRunnable
 
         kn = AttentionKnobs(**spec.knobs)
+        causal = bool(spec.shape.get("causal", 0))
+        if "causal" in spec.knobs and kn.causal != causal:
+            raise BadInput(f"attention knob causal={kn.causal} contradicts the problem (causal={int(causal)})",
+                           "causality is part of the problem: set it in --shape (causal=1), not as a knob")
         cfg = am.TuningConfig(block_q=kn.block_q, block_kv=kn.block_kv, max_concurrent_steps=kn.max_concurrent_steps,
-                              use_schedule_barrier=kn.use_schedule_barrier, causal=kn.causal)
+                              use_schedule_barrier=kn.use_schedule_barrier, causal=causal)
         missing = [x for x in ("q", "k", "v") if x not in inputs]
         if missing:
             raise BadInput(f"attention inputs q, k, v are needed; missing {', '.join(missing)}", "inputs")
         dtype = _jax_dtype(spec)
-        return PallasRunnable(lambda q, k, v: am.attention(q, k, v, cfg),
-                              [inputs["q"], inputs["k"], inputs["v"]], dtype, np.shape(inputs["q"]), out_name="o")
+
+        def forward(q, k, v):
+            o = am.attention(jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), cfg)
+            return jnp.swapaxes(o, 1, 2)
+
+        return PallasRunnable(forward, [inputs["q"], inputs["k"], inputs["v"]], dtype, np.shape(inputs["q"]),
+                              out_name="o")
 
 
 @attrs.frozen

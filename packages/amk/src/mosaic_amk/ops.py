@@ -30,8 +30,8 @@ import numpy as np
 
 from mosaic_amk import footprints as fp
 from mosaic_amk import rope_order
-from mosaic_amk.quant import embed_row, rows_of
 from mosaic_amk.footprints import Interval, Shape, rows_footprint, split_range
+from mosaic_amk.quant import embed_row, rows_of
 
 F32 = np.float32
 

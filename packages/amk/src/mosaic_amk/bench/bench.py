@@ -2,8 +2,14 @@
 weight-bandwidth floor, in one process, interleaved round by round (so clock drift hits every contender
 alike), medians reported.
 
-Every AMK candidate config passes a correctness gate before it is timed: its greedy tokens for a short
-prompt must equal transformers' bf16 eager tokens (a candidate that fails is reported, never timed).
+Every AMK candidate config passes a correctness gate before it is timed: parity criterion (2) (bench/gate.py):
+teacher-forced over HF eager bf16's own greedy tokens for the gate prompts (the checkpoint's tokenizer over the
+parity prompts, or seeded random ids for a random-init shape), every argmax disagreement must be a near-tie
+within the envelope measured once per run between HF's own bf16 variants (static cache + CUDA graph, every prompt
+in one batch), zero decisive disagreements; and the candidate's one-launch generation (the timed path) must give
+the same tokens as its launch-per-step generation. A candidate that fails is reported with its verdict, never
+timed; every verdict is printed and recorded in the JSON (``candidates[i].verdict``; ``candidates[i].gate`` only
+when it failed, the line saying why; the run's envelope in ``gate``).
 AMK runs all timed steps in one launch (the VM loops over decode steps with a grid sync between them);
 "one launch per step" re-times it with a launch per token. "Where the time goes" probes re-time the
 probed candidates (``probe``: names; default the first passing one) with stages left out, through the VM's
@@ -22,7 +28,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
-import numpy as np
 from mosaic.records import GpuTarget
 
 from mosaic_amk.config import ScheduleConfig, load_candidates
@@ -138,7 +143,7 @@ SYNC_VARIANTS = {"v0": ("acquire", "inline", "inline"),
 def sync_candidates(base: Sequence[tuple[str, ScheduleConfig]], variants: Sequence[str] = tuple(SYNC_VARIANTS)
                     ) -> list[tuple[str, ScheduleConfig]]:
     """Each base candidate under each synchronisation variant, named ``<base>/<variant>``; every one is gated
-    on greedy-token equality with HF like any candidate (a broken variant reports no time)."""
+    with parity criterion (2) like any candidate (a broken variant reports no time)."""
     out = []
     for name, cfg in base:
         for v in variants:
@@ -166,43 +171,53 @@ def probe_masks(enc: E.Encoded) -> list[tuple[str, dict]]:
 
 
 def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, ScheduleConfig]] | None = None, *,
-              rounds: int = 5, steps: int = 64, hf_steps: int = 16, gate_tokens: int = 16, variants: bool = True,
+              rounds: int = 5, steps: int = 64, hf_steps: int = 16, gate_tokens: int = 32, gate_prompts=None,
+              variants: bool = True,
               graph: bool = True, eager: bool = True, log=print, deadline: float | None = None,
               probe: Sequence[str] | None = None, probe_only: Sequence[str] | None = None) -> dict:
     """Bench one HF model (on the GPU, bf16) against the CUDA VM. Returns a JSON-able dict. ``probe_only``:
-    the probe names (probe_masks' first elements) to run on each probed candidate (default: all)."""
-    from mosaic_amk.bench import hf_gpu
+    the probe names (probe_masks' first elements) to run on each probed candidate (default: all). ``gate_prompts``:
+    the criterion (2) prompts (token-id lists; default gate.gate_prompts of the model's checkpoint dir), each
+    teacher-forced over ``gate_tokens`` of HF's tokens."""
+    from mosaic_amk.bench import gate, hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
 
     candidates = list(candidates or default_candidates(spec))
     weights = weights_from_torch(model, spec)
-    rng = np.random.default_rng(0)
-    gate_prompt = [int(v) for v in rng.integers(0, spec.vocab_size, 8)]
-    hf_tokens, _ = hf_gpu.greedy(model, [gate_prompt], gate_tokens)
+    prompts = [list(p) for p in (gate_prompts or gate.gate_prompts(gate.model_dir_of(model), spec.vocab_size))]
+    envelope = gate.measure_envelope(model, prompts, gate_tokens, graph=graph)
+    log(f"  {envelope.line()}")
     result: dict[str, Any] = {"model": spec.family, "layers": spec.num_layers, "hidden": spec.hidden_size,
                               "vocab": spec.vocab_size, "params": spec.num_params(), "gpu": gpu.name,
-                              "steps": steps, "rounds": rounds, "candidates": [], "contenders": []}
+                              "steps": steps, "rounds": rounds, "gate": envelope.to_json(), "candidates": [],
+                              "contenders": []}
     contenders: list[Contender] = []
     passed: dict[str, Any] = {}  # candidate name -> its CudaVM (gate passed)
+    max_positions = max(steps + 64, max(map(len, prompts)) + gate_tokens + 1)
     for name, cfg in candidates:
         entry: dict[str, Any] = {"name": name, "config": cfg.to_json()}
         try:
-            vm = CudaVM(spec, cfg, gpu, weights=weights, max_positions=steps + 64)
-            # the gate runs the generation steps in one multi-step launch: the path time_decode times
-            toks, _ = vm.generate(gate_prompt, gate_tokens, logits=False, steps_per_launch=gate_tokens)
-            entry.update(tasks=int(vm.enc.tasks.shape[0]), gate_tokens_equal=toks == hf_tokens[0])
-            if toks != hf_tokens[0]:
-                first = next(i for i, (a, b) in enumerate(zip(toks, hf_tokens[0], strict=True)) if a != b)
-                entry["gate"] = f"tokens differ from HF eager bf16 at generated token {first}: not timed"
-            else:
+            vm = CudaVM(spec, cfg, gpu, weights=weights, max_positions=max_positions)
+            verdict = gate.judge(envelope, vm.forced)
+            v = gate.verdict_json(verdict)
+            # the timed path (all steps in one launch) against the VM's own launch-per-step generation
+            one, _ = vm.generate(prompts[0], gate_tokens, logits=False, steps_per_launch=gate_tokens)
+            per, _ = vm.generate(prompts[0], gate_tokens, logits=False, steps_per_launch=1)
+            v["launch_consistent"] = one == per
+            v["line"] = gate.verdict_line(verdict) + ("" if one == per else
+                                                      "; one-launch tokens differ from per-step launches")
+            entry.update(tasks=int(vm.enc.tasks.shape[0]), verdict=v)
+            if verdict.ok and one == per:
                 contenders.append(Contender(f"amk[{name}]", lambda vm=vm: vm.time_decode(steps)))
                 passed[name] = vm
                 if "floor_bytes" not in result:
                     result["floor_bytes"] = floor_bytes(vm.enc)
+            else:
+                entry["gate"] = v["line"] + ": not timed"  # set only when the gate fails, as before
         except Exception as exc:  # noqa: BLE001 - a failing candidate is reported, the bench goes on
             entry["error"] = f"{type(exc).__name__}: {exc}"[:500]
         result["candidates"].append(entry)
-        log(f"  candidate {name}: {entry.get('gate') or entry.get('error') or 'gate passed'}")
+        log(f"  candidate {name}: {entry.get('error') or entry.get('gate') or entry['verdict']['line']}")
     probed = [n for n in (probe if probe is not None else list(passed)[:1]) if n in passed] if variants else []
     result["probed"] = probed
     for name in probed:
@@ -260,7 +275,12 @@ def format_table(result: dict) -> str:
         shown = f"{ms:10.3f}" if ms is not None else f"{'-':>10s}"
         extra = c["error"] if c.get("error") else " ".join(f"{s:.3f}" for s in c["samples"])
         lines.append(f"  {c['name']:44s} {shown} {ratio}  {extra}")
+    if result.get("gate"):
+        g = result["gate"]
+        lines.append(f"  gate, criterion (2): envelope {g['envelope_ulps']} bf16 ulps of HF's own variants "
+                     f"({', '.join(f'{n}: {c} flips' for n, c in g['variant_flips'].items())}) over {g['prompts']} "
+                     f"prompts x {g['tokens']} tokens")
     for cand in result.get("candidates", []):
-        if cand.get("gate") or cand.get("error"):
-            lines.append(f"  candidate {cand['name']}: {cand.get('gate') or cand.get('error')}")
+        verdict = cand.get("error") or cand.get("gate") or (cand.get("verdict") or {}).get("line")
+        lines.append(f"  candidate {cand['name']}: {verdict}")
     return "\n".join(lines)

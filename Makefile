@@ -45,6 +45,9 @@ demo: $(STAMP) $(STAMP312)
 	@echo "==> the recorded H200 campaign (examples/h200-pallas-to-cute-gemm-4096) re-decided from its bundles"
 	$(BIN)/mosaic run --offline examples/h200-pallas-to-cute-gemm-4096 --out $(DEMO_DIR)/redecided --quiet
 	@sed -n '/^## Edits/,/^## Null/p' $(DEMO_DIR)/redecided/report.md | grep '^|'
+	@echo "==> the recorded H200 campaign Pallas -> CUTLASS (examples/h200-pallas-to-cutlass-gemm-4096), re-decided"
+	$(BIN)/mosaic run --offline examples/h200-pallas-to-cutlass-gemm-4096 --out $(DEMO_DIR)/redecided-cutlass --quiet
+	@sed -n '/^## Edits/,/^## Null/p' $(DEMO_DIR)/redecided-cutlass/report.md | grep '^|'
 
 # pytest exits 5 when it collects nothing; that is a failure here, as is any failed test.
 test: $(STAMP) $(STAMP312)

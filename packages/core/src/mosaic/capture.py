@@ -175,13 +175,16 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
 
 
 def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: CaptureOptions,
-                       runnable_factory=None, extra: dict | None = None, reference_cache=None) -> CaptureResult:
+                       runnable_factory=None, extra: dict | None = None, reference_cache=None,
+                       backend=None) -> CaptureResult:
     """The child's work (also usable directly when the caller already is an isolated process).
 
     ``runnable_factory(spec, gpu, inputs)`` replaces the language backend (for a library reference such as
     cuBLAS that has no lowering); then the bundle holds no PTX/SASS. ``extra``: more top-level manifest
     keys (the convergence loop's ``mosaic_run``), written with the bundle. ``reference_cache``: the oracle's
-    float64 reference cache (see :func:`check_and_time`).
+    float64 reference cache (see :func:`check_and_time`). ``backend``: replaces the language's backend (a
+    kernel file's, :mod:`mosaic.kernel_files`); one with ``planned_launch(spec, gpu)`` gets that launch
+    record written as ``launch.json`` when lowering only.
     """
     from mosaic.backend import Unbuildable
     from mosaic.bundle import save_bundle
@@ -198,11 +201,12 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
     try:
         try:
             if runnable_factory is None:
-                lang = h.get("languages", spec.language)
-                if lang.backend is None:
+                if backend is None:
+                    backend = h.get("languages", spec.language).backend
+                if backend is None:
                     raise MosaicError(f"language '{spec.language}' has no backend yet", "--lang")
                 t0 = time.monotonic()
-                lowered = lang.backend.lower(spec, gpu, work / "lower")
+                lowered = backend.lower(spec, gpu, work / "lower")
                 log.append(f"lowered in {time.monotonic() - t0:.1f} s: {lowered.kernel_name}")
                 log.extend(lowered.notes)
                 toolchain = {k: str(v) for k, v in lowered.toolchain.items()}
@@ -217,6 +221,8 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
                     "kernel_name": lowered.kernel_name, "notes": list(lowered.notes),
                     "resources": lowered.resources.to_json() if lowered.resources else None}, indent=1))
                 summary["resources"] = lowered.resources.to_json() if lowered.resources else None
+                if opts.lower_only and hasattr(backend, "planned_launch"):
+                    files["launch.json"] = ("launch", json.dumps(backend.planned_launch(spec, gpu).to_json(), indent=1))
             if not opts.lower_only:
                 inputs = make_inputs(spec, opts.seed, opts.values)
                 files.update(_arrays_files("inputs", inputs, opts.max_array_bytes,
@@ -226,7 +232,7 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
 
                 timer = make_timer(opts.timer)  # before the kernel creates a CUDA context
                 if runnable_factory is None:
-                    runnable = lang.backend.prepare(spec, gpu, work / "run", inputs)
+                    runnable = backend.prepare(spec, gpu, work / "run", inputs)
                 else:
                     runnable = runnable_factory(spec, gpu, inputs)
                 try:

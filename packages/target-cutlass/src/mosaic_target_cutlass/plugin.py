@@ -8,15 +8,15 @@ budget checks run with no GPU; ``gpu-capture``: the ctypes host shim runs the ke
 from mosaic.plugins import hookimpl
 from mosaic.records import Language
 
-from mosaic_target_cutlass.backend import CutlassBackend
 from mosaic_target_cutlass.constructs import CONSTRUCTS
+from mosaic_target_cutlass.kernel_file import CutlassFiles
 
 LANGUAGE = Language(
     name="cutlass",
     summary="CUTLASS C++ (nvcc; CUTLASS 3.x CollectiveBuilder GEMM for Hopper sm_90a)",
     families=("gemm",),
-    capabilities=frozenset({"cpu-lowering", "gpu-capture"}),
-    backend=CutlassBackend(),
+    capabilities=frozenset({"cpu-lowering", "gpu-capture", "file:cpu-lowering", "file:gpu-capture"}),
+    backend=CutlassFiles(),  # the CUTLASS templates, and .cu kernel files (mosaic capture --file)
 )
 
 

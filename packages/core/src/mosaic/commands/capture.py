@@ -19,6 +19,9 @@ def _is_bundle(path: Path) -> bool:
 @click.command("capture")
 @click.option("--lang", "language", required=True, help="Kernel language (see `mosaic plugins`).")
 @click.option("--family", required=True, help="Kernel family, e.g. gemm.")
+@click.option("--file", "kernel_file", default=None,
+              help="Build this kernel file (.cu, or a CuTe DSL / Pallas .py) instead of the language's own "
+                   "kernels; its contract: docs/kernel-files.md. --knob sets the file's knob class.")
 @click.option("--shape", required=True, help="Problem shape: MxNxK for gemm (or m=..,n=..,k=..).")
 @click.option("--dtype", required=True, help="Input/output format, e.g. bf16.")
 @click.option("--knob", "knobs", multiple=True, help="A knob as name=value (repeatable).")
@@ -35,8 +38,8 @@ def _is_bundle(path: Path) -> bool:
 @click.option("--name", default="", help="Kernel name recorded in the spec.")
 @click.option("--force", is_flag=True, help="Overwrite an existing bundle.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
-def capture(language, family, shape, dtype, knobs, gpu, lower_only, out, timeout, seed, values, runs, blocks, name,
-            force, as_json) -> None:
+def capture(language, family, kernel_file, shape, dtype, knobs, gpu, lower_only, out, timeout, seed, values, runs,
+            blocks, name, force, as_json) -> None:
     """Capture one kernel into a bundle, in a child process with a timeout; exit 1 unless it succeeded."""
     from mosaic.capture import CaptureOptions, parse_knobs, parse_shape
     from mosaic.capture import capture as run_capture
@@ -59,6 +62,12 @@ def capture(language, family, shape, dtype, knobs, gpu, lower_only, out, timeout
     h = host()
     lang = h.get("languages", language)
     h.get("gpus", gpu)
+    if kernel_file is not None:
+        result = _capture_file(kernel_file, language, family, shape, dtype, knobs, gpu, lower_only, out, name,
+                               values, CaptureOptions(lower_only=lower_only, timeout=timeout, seed=seed,
+                                                      values=values, runs=runs, blocks=blocks))
+        _show(result, lower_only, as_json)
+        return
     if family not in lang.families:
         raise BadInput(f"language '{language}' builds no family '{family}'; it builds: "
                        f"{', '.join(lang.families) or 'nothing yet'}", "--family")
@@ -83,6 +92,38 @@ def capture(language, family, shape, dtype, knobs, gpu, lower_only, out, timeout
             raise BadInput(f"knobs not valid for {language} {family}: {exc}", "--knob") from None
     opts = CaptureOptions(lower_only=lower_only, timeout=timeout, seed=seed, values=values, runs=runs, blocks=blocks)
     result = run_capture(spec, gpu, out, opts)
+    _show(result, lower_only, as_json)
+
+
+def _capture_file(path, language, family, shape, dtype, knobs, gpu, lower_only, out, name, values, opts):
+    """``--file``: read the file's contract here (nothing of it runs in this process), then build it in
+    the child. A broken file -- its contract, its import, its compile -- is one error line, exit 2."""
+    from mosaic import kernel_files as kf
+    from mosaic.capture import parse_knobs, parse_shape
+    from mosaic.errors import BadInput
+    from mosaic.families import get, registry
+    from mosaic.records import KernelSpec
+
+    kfile = kf.read_kernel_file(path)
+    kf.check_language(kfile, language)
+    fam = get(family)
+    if fam is None:
+        raise BadInput(f"no family '{family}'; known: {', '.join(registry())}", "--family")
+    kfile.check_family(tuple(fam.dims), fam.optional_dims)
+    spec = KernelSpec(family=family, shape=parse_shape(family, shape), dtype=dtype, language=language,
+                      knobs=kfile.knob_values(parse_knobs(knobs)), name=name or kfile.entry)
+    if not lower_only:
+        from mosaic.families import input_generator
+
+        input_generator(spec, values)
+    result = kf.capture_file(kfile, spec, gpu, out, opts)
+    if result.status in ("bad-file", "unbuildable"):
+        kept = f"; the bundle {result.bundle} records it" if result.bundle else ""
+        raise BadInput(f"{result.message or result.status}{kept}", kfile.name)
+    return result
+
+
+def _show(result, lower_only: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:

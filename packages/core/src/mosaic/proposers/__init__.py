@@ -70,6 +70,7 @@ class Request:
     history: Sequence[Mapping] = ()
     knob_fields: Mapping | None = None  # knob name -> default, from the target backend's knob class
     gpu: Mapping | None = None  # the campaign's GPU record (JSON), for the target's can-implement checks
+    source: str | None = None  # the parent kernel's source text when it has one (a kernel file, a source candidate)
 
     def to_json(self) -> dict:
         return {"format": "mosaic-proposal-request", "version": 1, "campaign": dict(self.campaign),
@@ -78,7 +79,8 @@ class Request:
                 "layers": [{"name": n, "distance": d} for n, d in self.layers],
                 "incumbent": dict(self.incumbent), "reference": dict(self.reference),
                 "tried": sorted(self.tried), "repair": self.repair, "history": list(self.history),
-                "knob_fields": dict(self.knob_fields) if self.knob_fields is not None else None}
+                "knob_fields": dict(self.knob_fields) if self.knob_fields is not None else None,
+                "source": self.source}
 
 
 class EditProposer(Protocol):

@@ -234,3 +234,24 @@ def test_floor_table_equals_the_encoder_on_the_real_gguf(smollm2_checkpoint):
     real = F.real_bytes()
     want = F.step_bytes(F.SHAPES["smollm2-135m"], "q4_1", "q8_0")["total"]
     assert real["total"] == want and real["formats"] == ["bf16", "q4_1", "q8_0"]
+
+
+def test_amk_quantize_command_and_generate_on_its_output(tmp_path, capsys):
+    from mosaic.cli import main
+    from mosaic_amk.tiny_models import make_checkpoint
+
+    src = make_checkpoint(tmp_path / "f32", "llama", intermediate_size=128)
+    with pytest.raises(SystemExit) as exc:
+        main(["amk", "quantize", "--model", str(src), "-o", str(tmp_path / "q"), "--dequantized", str(tmp_path / "d")])
+    assert exc.value.code in (0, None) and "14 of 21 tensors int8 per row" in capsys.readouterr().out
+    tokens = {}
+    for name in ("q", "d"):
+        with pytest.raises(SystemExit) as exc:
+            main(["amk", "generate", "--model", str(tmp_path / name), "--prompt-ids", "1,2,3", "--tokens", "6"])
+        assert exc.value.code in (0, None)
+        tokens[name] = capsys.readouterr().out.strip().splitlines()[0]
+    assert tokens["q"] == tokens["d"] and len(tokens["q"].split(",")) == 6
+    with pytest.raises(SystemExit) as exc:  # an existing output: one line, exit 2
+        main(["amk", "quantize", "--model", str(src), "-o", str(tmp_path / "q")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "output exists" in err[0]

@@ -137,6 +137,30 @@ def checkpoint_cmd(name: str, output: str | None, force: bool) -> None:
     click.echo(str(path))
 
 
+@amk.command("quantize")
+@click.option("--model", "model_dir", required=True, type=click.Path(path_type=str), help="HF checkpoint dir.")
+@click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="New directory (int8).")
+@click.option("--dequantized", type=click.Path(path_type=str),
+              help="Also write the float32 checkpoint of scale * q here (what HF runs as the reference).")
+def quantize_cmd(model_dir: str, output: str, dequantized: str | None) -> None:
+    """Write an int8 weight-only copy of a checkpoint (every projection per-row symmetric int8, compressed-tensors'
+    int-quantized layout, which `amk` commands import natively)."""
+    from pathlib import Path
+
+    from mosaic.errors import BadInput
+
+    from mosaic_amk.int8_checkpoint import quantize
+
+    if not (Path(model_dir) / "config.json").is_file():
+        raise BadInput("checkpoint has no config.json", model_dir)
+    for out in (output, dequantized):
+        if out and Path(out).exists():
+            raise BadInput("output exists", out)
+    summary = quantize(model_dir, output, dequantized=dequantized)
+    click.echo(f"wrote {output}: {summary['quantized']} of {summary['tensors']} tensors int8 per row"
+               + (f"; {dequantized}: their float32 dequantisation" if dequantized else ""))
+
+
 @amk.command("perplexity")
 @click.option("--model", "model_dir", required=True, type=click.Path(path_type=str), help="HF checkpoint dir.")
 @click.option("--text", "text_path", type=click.Path(path_type=str),
@@ -319,3 +343,8 @@ def audit_cmd(n: int, seed: int, workers: int, runs: int, as_json: bool) -> None
 from mosaic_amk.cuda.commands import bench_cmd  # noqa: E402
 
 amk.add_command(bench_cmd)
+
+# ---- tune (the self-improvement loop over ScheduleConfig: mosaic_amk/tune.py) ------------------------------
+from mosaic_amk.tune import tune_cmd  # noqa: E402
+
+amk.add_command(tune_cmd)

@@ -1,6 +1,7 @@
 """Text in, text out: a checkpoint's own tokenizer (and chat template) around the token-id commands.
 
-``load_tokenizer(dir)`` reads the tokenizer saved in a checkpoint directory (local files only, no hub);
+``load_tokenizer(dir)`` reads the tokenizer saved in a checkpoint directory (local files only, no hub), or the one a
+``.gguf`` file carries;
 a directory without one is a ``NoTokenizer`` (a BadInput: one ``error:`` line, exit 2) that says to pass
 token ids instead. ``encode`` tokenises a prompt as the model was trained to see it (``add_special_tokens``
 as the tokenizer defines it), or, with ``chat=True``, as one user turn through the checkpoint's chat
@@ -29,6 +30,8 @@ def has_tokenizer(model_dir: str | Path) -> bool:
 
 def load_tokenizer(model_dir: str | Path, *, hint: str = "pass token ids with --prompt-ids"):
     root = Path(model_dir)
+    if root.suffix == ".gguf" and root.is_file():  # a GGUF file carries its tokenizer (transformers reads it)
+        return _gguf_tokenizer(root, hint)
     if not root.is_dir():
         raise BadInput("not a checkpoint directory", str(root))
     if not has_tokenizer(root):
@@ -43,6 +46,19 @@ def load_tokenizer(model_dir: str | Path, *, hint: str = "pass token ids with --
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NoTokenizer(f"transformers could not load the checkpoint's tokenizer: {first[:200]}; {hint}",
                           str(root)) from None
+
+
+def _gguf_tokenizer(path: Path, hint: str):
+    import transformers
+    from transformers import AutoTokenizer
+
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    except Exception as exc:  # transformers raises many types for a GGUF it cannot read
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NoTokenizer(f"transformers could not load the GGUF's tokenizer: {first[:200]}; {hint}",
+                          str(path)) from None
 
 
 def encode(tokenizer, text: str, *, chat: bool = False) -> list[int]:

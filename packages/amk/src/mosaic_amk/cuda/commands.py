@@ -44,16 +44,26 @@ def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, co
 
     ids = _ids(prompt)
     gpu, config = _gpu_config(gpu_name, config_path)
-    if not Path(model_dir).is_dir():
+    native = Path(model_dir).suffix == ".gguf" and Path(model_dir).is_file()  # the GGUF's Q8_0 / Q4_1 blocks
+    if native and check_hf:
+        raise BadInput("--check-hf runs HF on a checkpoint directory: for a .gguf file compare with its dequantised "
+                       "directory (mosaic amk checkpoint) or use benchmarks/amk_quant_speed.py", model_dir)
+    if not native and not Path(model_dir).is_dir():
         raise BadInput("not a checkpoint directory", model_dir)
     _cupy()  # one clear line when there is no GPU, before loading anything
-    model = hf_gpu.load_bf16(model_dir)
-    spec = hf_gpu.spec_of(model)
+    if native:
+        from mosaic_amk.importer import import_checkpoint
+
+        model, spec = None, import_checkpoint(model_dir)
+        weights = None  # the spec's own arrays: its QuantizedTensors are uploaded as their device planes
+    else:
+        model = hf_gpu.load_bf16(model_dir)
+        spec = hf_gpu.spec_of(model)
+        weights = weights_from_torch(model, spec)
     bad = [t for t in ids if not 0 <= t < spec.vocab_size]
     if bad:
         raise BadInput(f"--prompt needs token ids in 0 .. {spec.vocab_size - 1}, got {prompt!r}")
-    vm = CudaVM(spec, config, gpu, weights=weights_from_torch(model, spec), unsafe=unsafe,
-                max_positions=len(ids) + n_tokens)
+    vm = CudaVM(spec, config, gpu, weights=weights, unsafe=unsafe, max_positions=len(ids) + n_tokens)
     if vm.note:
         click.echo(f"note: {vm.note}", err=True)
     tokens, logits = vm.generate(ids, n_tokens)

@@ -225,31 +225,39 @@ def perplexity_cmd(model_dir: str, text_path: str | None, vm: str, max_tokens: i
 @click.option("--config", "config_path", type=click.Path(path_type=str), help="ScheduleConfig TOML.")
 @click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--weights", "weights_path", type=click.Path(path_type=str),
+              help="The VM runs these weights instead (a .gguf file's own Q8_0/Q4_1 blocks, or an int8 weight-only "
+                   "checkpoint); HF runs --model DIR, their dequantised float checkpoint.")
 def parity_cmd(model_dir: str, criterion: str, vm: str, n_prompts: int, n_tokens: int, config_path: str | None,
-               gpu_name: str, as_json: bool) -> None:
+               gpu_name: str, as_json: bool, weights_path: str | None = None) -> None:
     """The parity criterion on the fixed prompts (default 8 x 64): (1) float32, the ReferenceVM's greedy tokens
     equal to HF eager float32's (CPU); (2) bf16, the CUDA VM teacher-forced (GPU). Exit 1 when it fails."""
     import json
 
     from mosaic.errors import CheckFailed, Diagnostic
 
+    from mosaic_amk.importer import import_checkpoint
     from mosaic_amk.parity import PARITY_PROMPTS, float32_parity
 
+    native = import_checkpoint(weights_path) if weights_path else None  # quantized weights the VM reads natively
     if criterion == "bf16":
-        return _bf16_parity(model_dir, PARITY_PROMPTS[:n_prompts], n_tokens, config_path, gpu_name, as_json)
+        return _bf16_parity(model_dir, PARITY_PROMPTS[:n_prompts], n_tokens, config_path, gpu_name, as_json, native)
     vm_generate = None
     if vm == "cuda":  # the CUDA VM's f32 mode on the ModelSpec's float32 weights, against HF eager float32 (CPU)
         from mosaic_amk.cuda.commands import _gpu_config
         from mosaic_amk.cuda.cuda_vm import CudaVM
         from mosaic_amk.cuda.launcher import _cupy
-        from mosaic_amk.importer import import_checkpoint
 
         gpu, config = _gpu_config(gpu_name, config_path)
         _cupy()
-        cuda_vm = CudaVM(import_checkpoint(model_dir), config, gpu, mode="f32", max_positions=256 + n_tokens)
+        cuda_vm = CudaVM(native or import_checkpoint(model_dir), config, gpu, mode="f32", max_positions=256 + n_tokens)
         vm_generate = cuda_vm.generate
     else:
         gpu, config = _gpu_and_config(gpu_name, config_path)
+        if native is not None:
+            from mosaic_amk.reference_vm import ReferenceVM
+
+            vm_generate = ReferenceVM(native, config, gpu).generate
     result = float32_parity(model_dir, PARITY_PROMPTS[:n_prompts], n_tokens, config, gpu, vm_generate)
     click.echo(json.dumps(result.to_json()) if as_json else result.table() + f"\nseconds: {result.seconds}")
     if not result.ok:
@@ -260,8 +268,9 @@ def parity_cmd(model_dir: str, criterion: str, vm: str, n_prompts: int, n_tokens
 
 
 def _bf16_parity(model_dir: str, prompts, n_tokens: int, config_path: str | None, gpu_name: str,
-                 as_json: bool) -> None:
-    """Criterion (2) on the GPU: the CUDA VM (--config, default config.CUDA_DEFAULT) against HF bf16."""
+                 as_json: bool, native=None) -> None:
+    """Criterion (2) on the GPU: the CUDA VM (--config, default config.CUDA_DEFAULT) against HF bf16; ``native``: a
+    ModelSpec of quantized weights the VM runs instead (HF runs model_dir, their dequantisation)."""
     import json
 
     from mosaic.errors import BadInput, CheckFailed, Diagnostic
@@ -279,7 +288,7 @@ def _bf16_parity(model_dir: str, prompts, n_tokens: int, config_path: str | None
     _cupy()  # one clear line when there is no GPU, before loading anything
     model = hf_gpu.load_bf16(model_dir)
     spec = hf_gpu.spec_of(model)
-    vm = CudaVM(spec, config, gpu, weights=weights_from_torch(model, spec),
+    vm = CudaVM(native or spec, config, gpu, weights=None if native else weights_from_torch(model, spec),
                 max_positions=max(map(len, ids)) + n_tokens)
     if vm.note:
         click.echo(f"note: {vm.note}", err=True)

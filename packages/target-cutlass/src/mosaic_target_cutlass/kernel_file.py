@@ -111,7 +111,8 @@ class FileBuild:
 
 
 def _first_errors(log: str, kfile: KernelFile) -> str:
-    lines = [ln.strip() for ln in log.splitlines() if "error" in ln.lower()]
+    lines = [ln.strip() for ln in log.splitlines()
+             if "error" in ln.lower() and "error detected in the compilation" not in ln and "errors detected" not in ln]
     shim = [ln for ln in lines if SHIM in ln]
     if shim and not [ln for ln in lines if kfile.name in ln]:
         return (f"the entry '{kfile.entry}' or mosaic_geometry does not match the contract (inputs as const "

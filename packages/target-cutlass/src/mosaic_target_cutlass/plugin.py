@@ -15,7 +15,7 @@ LANGUAGE = Language(
     name="cutlass",
     summary="CUTLASS C++ (nvcc; CUTLASS 3.x CollectiveBuilder GEMM for Hopper sm_90a)",
     families=("gemm",),
-    capabilities=frozenset({"cpu-lowering", "gpu-capture", "file:cpu-lowering", "file:gpu-capture"}),
+    capabilities=frozenset({"cpu-lowering", "gpu-capture"}),
     backend=CutlassFiles(),  # the CUTLASS templates, and .cu kernel files (mosaic capture --file)
 )
 

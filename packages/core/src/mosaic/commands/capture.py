@@ -119,7 +119,7 @@ def _capture_file(path, language, family, shape, dtype, knobs, gpu, lower_only, 
     result = kf.capture_file(kfile, spec, gpu, out, opts)
     if result.status in ("bad-file", "unbuildable"):
         kept = f"; the bundle {result.bundle} records it" if result.bundle else ""
-        raise BadInput(f"{result.message or result.status}{kept}", kfile.name)
+        raise BadInput(f"{result.message or result.status}{kept}")
     return result
 
 

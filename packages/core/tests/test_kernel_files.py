@@ -1,0 +1,149 @@
+"""Kernel-file contracts read without running the file: C++ comment lines + a frozen Knobs struct, Python
+module constants + a frozen dataclass; every broken contract is one BadInput line; knob values typed;
+the C++ substitution keeps the file's lines; through `mosaic capture --file` a broken file exits 2 with
+one error line and no traceback, and a Python file is never executed by the parent process."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mosaic.errors import BadInput
+from mosaic.kernel_files import KernelFile, read_kernel_file, substitute_cxx_knobs
+
+CU = """// mosaic:entry scale
+// mosaic:inputs x[rows,cols]
+// mosaic:outputs y[rows,cols]
+#include <cuda_bf16.h>
+struct Knobs {  // a comment { with a brace
+  static constexpr int threads = 128;  /* block size */
+  static constexpr bool fast = false;
+  static constexpr float alpha = 2.5f;
+};
+extern "C" __global__ void __launch_bounds__(Knobs::threads) scale(const MOSAIC_T* x, MOSAIC_T* y, int rows, int cols) {}
+void mosaic_geometry(const int* dims, unsigned grid[3], unsigned block[3], unsigned* smem) {}
+"""
+
+PY = '''import dataclasses
+
+ENTRY = "softmax_kernel"
+INPUTS = {"x": ("rows", "cols")}
+OUTPUTS = {"y": ("rows", "cols")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    block_rows: int = 4
+    use_exp2: bool = True
+    label: str = "a"
+
+
+def softmax_kernel(x, y, knobs):
+    raise RuntimeError("never called in these tests")
+'''
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_cxx_contract(tmp_path):
+    kf = read_kernel_file(write(tmp_path, "scale.cu", CU))
+    assert (kf.syntax, kf.entry, kf.knob_class) == ("c++", "scale", "Knobs")
+    assert [o.text() for o in kf.inputs] == ["x[rows,cols]"] and [o.text() for o in kf.outputs] == ["y[rows,cols]"]
+    assert [(k.name, k.type, k.default) for k in kf.knobs] == [("threads", "int", 128), ("fast", "bool", False),
+                                                               ("alpha", "float", 2.5)]
+    assert kf.knob_values({"threads": "256", "fast": "true"}) == {"threads": 256, "fast": True, "alpha": 2.5}
+    text = substitute_cxx_knobs(kf, kf.knob_values({"threads": "0x100", "alpha": "0.5"}))
+    assert "static constexpr int threads = 256;" in text and "static constexpr float alpha = 0.5;" in text
+    assert "static constexpr bool fast = false;" in text and text.count("\n") == CU.count("\n")
+    assert "/* block size */" in text and "// a comment { with a brace" in text
+    back = KernelFile.from_json(kf.to_json(with_source=True))
+    assert back == kf and len(kf.sha256) == 64
+    kf.check_family(("rows", "cols"))
+    with pytest.raises(BadInput, match="dimension"):
+        kf.check_family(("m", "n", "k"))
+
+
+def test_python_contract(tmp_path):
+    kf = read_kernel_file(write(tmp_path, "softmax.py", PY))
+    assert (kf.syntax, kf.entry, kf.knob_class) == ("python", "softmax_kernel", "Knobs")
+    assert [(k.name, k.type, k.default) for k in kf.knobs] == [("block_rows", "int", 4), ("use_exp2", "bool", True),
+                                                               ("label", "str", "a")]
+    assert kf.knob_values({"block_rows": "8", "label": "b"}) == {"block_rows": 8, "use_exp2": True, "label": "b"}
+    attrs_style = PY.replace("@dataclasses.dataclass(frozen=True)", "@attrs.frozen").replace(
+        "import dataclasses", "import attrs")
+    assert read_kernel_file(write(tmp_path, "a.py", attrs_style)).knob_class == "Knobs"
+
+
+BROKEN = [
+    ("noentry.cu", CU.replace("// mosaic:entry scale", ""), "no '// mosaic:entry"),
+    ("wrongentry.cu", CU.replace("mosaic:entry scale", "mosaic:entry scale2"), "not defined as a __global__"),
+    ("notfrozen.cu", CU.replace("static constexpr bool fast", "bool fast"), "not frozen: line 7"),
+    ("noknobs.cu", CU.replace("struct Knobs", "struct Other"), "no 'struct Knobs"),
+    ("badlit.cu", CU.replace("= 128", "= 64 * 2"), "not a int literal"),
+    ("badop.cu", CU.replace("x[rows,cols]", "x(rows)"), "not name[dim"),
+    ("unknownline.cu", CU.replace("mosaic:outputs", "mosaic:output"), "unknown contract line"),
+    ("dup.cu", CU.replace("y[rows,cols]", "x[rows,cols]"), "more than once"),
+    ("syntax.py", PY.replace("def softmax_kernel(x, y, knobs):", "def softmax_kernel(x, y, knobs)"),
+     "syntax error at line 15"),
+    ("noentry.py", PY.replace("def softmax_kernel", "def other"), "entry point 'softmax_kernel' is not defined"),
+    ("mutable.py", PY.replace("(frozen=True)", ""), "not frozen"),
+    ("mutable2.py", PY.replace("frozen=True", "frozen=False"), "not frozen"),
+    ("nodefault.py", PY.replace("block_rows: int = 4", "block_rows: int"), "has no default"),
+    ("badtype.py", PY.replace("label: str", "label: list"), "annotated 'list'"),
+    ("computed.py", PY.replace('ENTRY = "softmax_kernel"', 'ENTRY = "softmax" + "_kernel"'), "must be a literal"),
+    ("noinputs.py", PY.replace('INPUTS = {"x": ("rows", "cols")}', ""), "no module-level INPUTS"),
+    ("kernel.txt", CU, "suffix '.txt' unknown"),
+]
+
+
+@pytest.mark.parametrize("name, text, message", BROKEN, ids=[case[0] for case in BROKEN])
+def test_broken_contracts_are_one_line(tmp_path, name, text, message):
+    with pytest.raises(BadInput, match=message.replace("(", r"\(").replace("[", r"\[")) as err:
+        read_kernel_file(write(tmp_path, name, text))
+    assert "\n" not in err.value.line() and name in err.value.line()
+
+
+def test_unknown_and_mistyped_knobs(tmp_path):
+    kf = read_kernel_file(write(tmp_path, "scale.cu", CU))
+    with pytest.raises(BadInput, match="unknown knob.*thread.*known: threads, fast, alpha"):
+        kf.knob_values({"thread": "1"})
+    for knob, value in (("threads", "many"), ("fast", "yes"), ("alpha", "x")):
+        with pytest.raises(BadInput, match=f"knob '{knob}'"):
+            kf.knob_values({knob: value})
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-c", "from mosaic.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_cli_broken_files_exit_2_with_one_line(tmp_path):
+    write(tmp_path, "syntax.py", PY.replace("def softmax_kernel(x, y, knobs):", "def softmax_kernel(x, y, knobs)"))
+    write(tmp_path, "scale.cu", CU)
+    cases = [(["--file", "syntax.py", "--lang", "cute", "--family", "softmax", "--shape", "8x128"], "syntax error"),
+             (["--file", "missing.cu", "--lang", "cutlass", "--family", "softmax", "--shape", "8x128"], "not found"),
+             (["--file", "scale.cu", "--lang", "cutlass", "--family", "softmax", "--shape", "8x128",
+               "--knob", "blocks=2"], "unknown knob(s) blocks"),
+             (["--file", "scale.cu", "--lang", "cutlass", "--family", "gemm", "--shape", "8x128x8"],
+              "the family does not have")]
+    for args, message in cases:
+        p = _cli("capture", *args, "--dtype", "bf16", "--lower-only", "-o", "x.bundle", cwd=tmp_path)
+        lines = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
+        assert "Traceback" not in p.stderr and not (tmp_path / "x.bundle").exists()
+
+
+def test_parent_never_runs_a_python_file(tmp_path):
+    """A file whose import would leave a marker: reading its contract (what the CLI parent does) leaves none."""
+    marker = tmp_path / "ran"
+    text = f"open({str(marker)!r}, 'w').write('x')\n" + PY
+    kf = read_kernel_file(write(tmp_path, "marker.py", text))
+    assert kf.entry == "softmax_kernel" and not marker.exists()
+    p = _cli("capture", "--file", "marker.py", "--lang", "cutlass", "--family", "softmax", "--shape", "8x128",
+             "--dtype", "bf16", "--lower-only", "-o", "m.bundle", cwd=tmp_path)
+    assert p.returncode == 2 and "builds c++ kernel files" in p.stderr and not marker.exists()

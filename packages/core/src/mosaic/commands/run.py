@@ -109,7 +109,8 @@ def _resume_proposer(campaign, command: str | None, trust_command: bool, where: 
     return f"resume: the proposer runs the journal's recorded command {recorded} (confirmed by {how})"
 
 
-def _resume(directory: Path, quiet: bool, command: str | None = None, trust_command: bool = False) -> int:
+def _resume(directory: Path, quiet: bool, command: str | None = None, trust_command: bool = False,
+            executor: str = "local", ray_address: str | None = None) -> int:
     from mosaic.run.lock import campaign_lock
 
     if not (directory / "journal.jsonl").is_file():
@@ -117,10 +118,11 @@ def _resume(directory: Path, quiet: bool, command: str | None = None, trust_comm
 
         read_journal(directory / "journal.jsonl")  # the one-line refusal, before a lock creates the directory
     with campaign_lock(directory):
-        return _resume_locked(directory, quiet, command, trust_command)
+        return _resume_locked(directory, quiet, command, trust_command, executor, ray_address)
 
 
-def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_command: bool) -> int:
+def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_command: bool,
+                   executor: str = "local", ray_address: str | None = None) -> int:
     from mosaic.run.campaign import Campaign
     from mosaic.run.journal import NAME, Journal, read_campaign_journal
     from mosaic.run.loop import run_campaign
@@ -147,7 +149,7 @@ def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_comm
         require_target(campaign, str(path))
         bench = OfflineWorkbench(Path(head["source_dir"]), campaign.family, campaign.dtype)
     else:
-        bench = _live_bench(campaign, directory, quiet)
+        bench = _live_bench(campaign, directory, quiet, executor, ray_address)
     src_events = None
     if head.get("replays_journal") and head.get("source_dir"):
         src_events, _ = read_campaign_journal(Path(head["source_dir"]) / NAME)
@@ -201,11 +203,26 @@ def _check_known(campaign, where: str | None) -> None:
         raise BadInput(f"unknown proposer '{campaign.proposer}'; known: {', '.join(known)}", where or "--proposer")
 
 
-def _live_bench(campaign, out: Path, quiet: bool = False):
+def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local", ray_address: str | None = None):
+    """The live workbench: in this process (``local``) or in a GPU-pinned Ray actor with a Ray lowering stage
+    (``ray``, :mod:`mosaic.run.executor`)."""
     from mosaic.run.live.parent import open_live_workbench
     from mosaic.run.loop import stderr_progress
 
-    return open_live_workbench(campaign, out, None if quiet else stderr_progress)
+    progress = None if quiet else stderr_progress
+    bench = open_live_workbench(campaign, out, progress)  # the device and language checks, here
+    if executor != "ray":
+        return bench
+    import functools
+
+    from mosaic.run.executor import CaptureLowerer, RayWorkbench
+    from mosaic.run.live.parent import PREFETCH_LANGUAGES, LiveWorkbench
+
+    timeouts, parallel = bench.timeouts, bench.parallel
+    bench.close()
+    return RayWorkbench(functools.partial(LiveWorkbench, campaign, out, progress=progress, parallel=parallel),
+                        lowerer=CaptureLowerer(campaign.gpu, timeouts.lower, PREFETCH_LANGUAGES), address=ray_address,
+                        num_gpus=1, progress=progress)
 
 
 @click.command("run")
@@ -228,19 +245,33 @@ def _live_bench(campaign, out: Path, quiet: bool = False):
 @click.option("--isolation", default=None,
               help="worker (default: one persistent process for gates and timings, replaced after any failure) "
                    "or step (a fresh process per gate and per timing).")
+@click.option("--executor", default=None,
+              help="local (sequential, in this process) or ray (lowering as Ray tasks on the node's cores, GPU "
+                   "evaluation in a Ray actor pinned to the GPU); default ray when Ray is installed, else local.")
+@click.option("--ray-address", default=None, help="--executor ray: join the Ray cluster at this address "
+                                                  "(default: start a local runtime).")
 @click.option("--trust-command", is_flag=True,
               help="--resume: run the proposer command the journal recorded (else pass it again with --command).")
 @click.option("--force", is_flag=True, help="Replace another campaign's report files in --out.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_min, max_candidates, proposer,
-        command, out, resume, offline, quiet, isolation=None, trust_command=False, force=False):
+        command, out, resume, offline, quiet, isolation=None, trust_command=False, force=False, executor=None,
+        ray_address=None):
     """Port a kernel between languages by convergence: capture, propose, verify, converge; then report."""
+    from mosaic.run.executor import check_executor
+
     if resume is not None and offline is not None:
         raise BadInput("choose one of --resume and --offline", "mosaic run")
     if offline is not None:
+        if executor is not None or ray_address is not None:
+            raise BadInput("--offline re-decides from recorded bundles in this process; --executor/--ray-address "
+                           "apply to live runs", "--executor")
         return _offline(offline, out, quiet, command, force)
+    if ray_address is not None and executor not in (None, "ray"):
+        raise BadInput("--ray-address joins a Ray cluster: it needs --executor ray", "--ray-address")
+    executor = check_executor("ray" if ray_address is not None and executor is None else executor)
     if resume is not None:
-        return _resume(resume, quiet, command, trust_command)
+        return _resume(resume, quiet, command, trust_command, executor, ray_address)
     if campaign_file is not None:
         from mosaic.run.campaign import load_campaign
 
@@ -263,7 +294,7 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
     with campaign_lock(out):
         Journal.create(out)  # refuses a directory that holds a journal: before the GPU is even asked
         try:
-            bench = _live_bench(campaign, out, quiet)
+            bench = _live_bench(campaign, out, quiet, executor, ray_address)
         except NoGpu as exc:
             return _preview(campaign, out, getattr(exc, 'reason', exc.what), quiet)
         reports = foreign_reports(out)
@@ -275,6 +306,6 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
         (out / "campaign.json").write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
         from mosaic.run.loop import run_campaign
 
-        outcome = run_campaign(campaign, bench, journal, quiet=quiet)
+        outcome = run_campaign(campaign, bench, journal, quiet=quiet, header={"executor": executor})
         _summary(out, outcome)
     return 0

@@ -124,7 +124,7 @@ class OfflineWorkbench:
         for s in t.get("sessions") or []:
             if s.get("against") == incumbent.key:
                 return Timed(kernel.key, incumbent.key, s["incumbent_blocks"], s["candidate_blocks"],
-                             s.get("order", "ABAB"), "same-session", 0.0)
+                             s.get("order", "ABAB"), "same-session", 0.0, gpu=s.get("gpu"))
         inc = self.by_key.get(incumbent.key)
         a = self._timings(inc).get("blocks") if inc is not None else None
         c = t.get("blocks")

@@ -103,6 +103,7 @@ class Timed:
     order: str = "ABAB"
     source: str = "same-session"  # or "recorded-blocks" (offline: each kernel's own recorded blocks)
     cost_s: float = 0.0
+    gpu: Any = attrs.field(default=None, eq=False)  # the device that timed it: {index, uuid, name, clocks} (live)
 
     @property
     def t_incumbent(self) -> float:
@@ -115,12 +116,14 @@ class Timed:
     def to_json(self) -> dict:
         d = attrs.asdict(self)
         d["t_incumbent_ns"], d["t_candidate_ns"] = self.t_incumbent, self.t_candidate
+        if d["gpu"] is None:  # recorded only where a device was asked (journals of old runs stay as they were)
+            del d["gpu"]
         return d
 
     @classmethod
     def from_json(cls, d: Mapping) -> Timed:
         return cls(**{k: d[k] for k in ("key", "against", "incumbent_blocks", "candidate_blocks", "order", "source",
-                                          "cost_s")})
+                                          "cost_s")}, gpu=d.get("gpu"))
 
 
 @attrs.frozen

@@ -162,6 +162,7 @@ class LiveWorkbench:
         self.checked: dict[str, Checked] = {}
         self.yard_blocks: tuple | None = None
         self.prefetching: dict[str, tuple[subprocess.Popen, Path, Path, float]] = {}
+        self.adopted: dict[str, Any] = {}  # key -> mosaic.run.executor.Lowered (lowered elsewhere: the Ray stage)
         self._gpu = None
         self._gate_note = ""
         atexit.register(self.close)
@@ -330,12 +331,22 @@ class LiveWorkbench:
         self.prefetching[k.key] = (proc, out, res, time.monotonic())
         self.progress(f"prefetch: lowering {k.key} ({knob_label(k.spec)}) in the background")
 
+    def adopt(self, key: str, lowered) -> None:
+        """A lowering done elsewhere (:class:`mosaic.run.executor.Lowered`, the Ray executor's lowering stage):
+        ``build`` takes it instead of lowering again."""
+        self.adopted[key] = lowered
+
     def _lower(self, k: Kernel) -> tuple[str, str, dict]:
         """Lower ``k`` into its bundle; (status, message, capture record)."""
         from mosaic.bundle import load_bundle
         from mosaic.capture import CaptureOptions, capture
 
         dest = self.dest(k.key)
+        lowered = self.adopted.pop(k.key, None)
+        if lowered is not None and lowered.payload is not None:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            lowered.unpack(dest)
+            return lowered.status, lowered.message, load_bundle(dest).manifest.get("capture") or {}
         job = self.prefetching.pop(k.key, None)
         if job is not None:
             proc, out, res, started = job
@@ -382,7 +393,8 @@ class LiveWorkbench:
                             files={"build.log": ("log", reason)}, gpu=self.c.gpu, overwrite=True)
             update_bundle(dest, extra=run_meta(kernel.key, "candidate", False, reason, t_lower))
             return Built(kernel.key, False, reason, "unbuildable", str(dest), self.cost(kernel.key))
-        update_bundle(dest, extra={**run_meta(kernel.key, "candidate", True, "", t_lower), "lowering": record})
+        update_bundle(dest, extra={**run_meta(kernel.key, "candidate", True, "", t_lower, lower_wait_s=round(t_lower, 3)),
+                                   "lowering": record})
         where = "its own process" if self.isolation == "step" else "the worker"
         self.progress(f"build {kernel.key}: lowered in {t_lower:.1f} s; numerics gate in {where}")
         checked = self._gate(kernel, dest)
@@ -484,6 +496,9 @@ class LiveWorkbench:
         where = "one process" if self.isolation == "step" else "the worker"
         self.progress(f"time {kernel.key} against {incumbent.key}: {rounds} rounds x {self.c.runs_per_block} "
                       f"runs, interleaved A B A B, {where}")
+        from mosaic.run.executor import gpu_identity
+
+        gpu_at_start = gpu_identity()  # which device makes this verdict: index, UUID, clocks now
         r = self._serve({"mode": "time", "gpu": self.c.gpu, "specs": [ref_spec.to_json(), kernel.spec.to_json()],
                          "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
                          "values": "normal", "flush": True, "timer": "cupti"}, self.timeouts.time,
@@ -494,7 +509,7 @@ class LiveWorkbench:
                             f"{r.message or tail(r.output)}; the journal holds every step before it "
                             f"(mosaic run --resume {self.dir} retries)", "mosaic run")
         d = r.data
-        session = {"against": incumbent.key, "order": "ABAB", "incumbent_blocks": d["blocks"][0],
+        session = {"gpu": gpu_at_start, "against": incumbent.key, "order": "ABAB", "incumbent_blocks": d["blocks"][0],
                    "candidate_blocks": d["blocks"][1], "timer": d["timer"],
                    "fallback_reason": d.get("fallback_reason", ""), "rounds": rounds,
                    "runs": self.c.runs_per_block, "flush": d.get("flush"), "serialized": d.get("serialized"),
@@ -510,7 +525,7 @@ class LiveWorkbench:
         before = self.cost(kernel.key)
         add_session(self.dest(kernel.key), session, r.wall_s)
         t = Timed(kernel.key, incumbent.key, d["blocks"][0], d["blocks"][1], "ABAB", "same-session",
-                  self.cost(kernel.key) - before)
+                  self.cost(kernel.key) - before, gpu=gpu_at_start)
         self.progress(f"time {kernel.key}: {t.t_candidate / 1e3:.2f} us vs {incumbent.key} "
                       f"{t.t_incumbent / 1e3:.2f} us ({d['timer']}, {r.wall_s:.1f} s, {self._iso_text(r)})")
         return t

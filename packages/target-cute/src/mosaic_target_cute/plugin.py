@@ -9,15 +9,15 @@ plugin imports no CuTe code until a backend method runs.
 from mosaic.plugins import hookimpl
 from mosaic.records import Language
 
-from mosaic_target_cute.backend import CuteBackend
 from mosaic_target_cute.constructs import CONSTRUCTS
+from mosaic_target_cute.kernel_file import CuteFiles
 
 LANGUAGE = Language(
     name="cute",
     summary="CuTe DSL (Python, cutlass.cute; compiled ahead of time): warp-specialised Hopper gemm + naive gemm",
     families=("gemm",),
     capabilities=frozenset({"gemm:cpu-lowering", "gemm:gpu-capture", "gemm:budget-check"}),
-    backend=CuteBackend(),
+    backend=CuteFiles(),  # the project's CuTe kernels, and CuTe DSL kernel files (mosaic capture --file)
 )
 
 

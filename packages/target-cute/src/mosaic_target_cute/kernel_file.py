@@ -1,0 +1,207 @@
+"""CuTe DSL kernel files (``.py``): the ``cute`` language's side of :mod:`mosaic.kernel_files`.
+
+Besides the language-neutral contract (``ENTRY``, ``INPUTS``, ``OUTPUTS``, a frozen ``Knobs`` dataclass) a
+CuTe file's entry is a ``@cute.jit`` function called as ``ENTRY(*inputs, *outputs, knobs, stream)``: the
+operands are row-major ``cute.Tensor``s of the shapes the contract names (16-byte aligned), ``knobs`` an
+instance of the knob class (annotate it ``cutlass.Constexpr``) and ``stream`` a ``CUstream``.
+
+``lower`` imports the file (in the capture's child process only), compiles the entry ahead of time for
+``gpu.arch`` with fake tensors (no GPU), keeps PTX and cubin, disassembles SASS and re-assembles the PTX
+with ``ptxas -v`` for the resource log when those tools are found, and checks shared memory, registers
+and the PTX's ``.reqntid`` threads against the GpuTarget record. ``prepare`` (GPU) compiles the same entry
+for torch-backed tensors with the same layouts.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mosaic import budget as fit
+from mosaic.backend import Lowered, Unbuildable
+from mosaic.errors import BadInput
+from mosaic.kernel_files import KernelFile, load_python_module, make_knobs
+from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
+from mosaic.toolchain.cubin import read_cubin
+
+from mosaic_target_cute.backend import CuteBackend
+from mosaic_target_cute.lowering import disassemble, ptxas_log
+
+CUTE_DTYPES = {"bf16": "BFloat16", "f16": "Float16", "f32": "Float32"}
+REQNTID_RE = re.compile(r"\.reqntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
+
+
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+class CuteFileBackend:
+    """The mosaic.backend methods for one CuTe DSL kernel file."""
+
+    def __init__(self, kfile: KernelFile):
+        self.kfile = kfile
+        self._module = None
+
+    def knobs(self, family: str) -> type:
+        raise BadInput("a kernel file's knobs are its own class (mosaic.kernel_files)", "--knob")
+
+    def check(self, spec: KernelSpec) -> None:
+        """In the child: the family's dimensions, then import the file and build its knob instance."""
+        from mosaic.families import get
+
+        fam = get(spec.family)
+        if fam is None:
+            raise BadInput(f"no family '{spec.family}'", "--family")
+        self.kfile.check_family(tuple(fam.dims), fam.optional_dims)
+        make_knobs(self.module(), self.kfile, self.kfile.knob_values(spec.knobs))
+
+    def module(self):
+        if self._module is None:
+            self._module = load_python_module(self.kfile, "mosaic_cute_kernel_file")
+        return self._module
+
+    def _compile(self, spec: KernelSpec, gpu: GpuTarget, dump: Path, tensors=None, stream=None):
+        import cutlass.cute as cute
+        from cutlass.cute.runtime import make_fake_stream
+
+        if spec.dtype not in CUTE_DTYPES:
+            raise Unbuildable(f"a CuTe kernel file builds dtypes {', '.join(CUTE_DTYPES)}, not {spec.dtype}",
+                              self.kfile.name)
+        module = self.module()
+        knobs = make_knobs(module, self.kfile, self.kfile.knob_values(spec.knobs))
+        if tensors is None:
+            tensors = self.fake_tensors(spec)
+        if dump.exists():
+            shutil.rmtree(dump)
+        dump.mkdir(parents=True)
+        options = f"--gpu-arch {gpu.arch} --keep-ptx --keep-cubin --dump-dir {dump}"
+        start = time.perf_counter()
+        try:
+            compiled = cute.compile(getattr(module, self.kfile.entry), *tensors, knobs,
+                                    stream if stream is not None else make_fake_stream(), options=options)
+        except Exception as exc:  # noqa: BLE001 - the DSL raises many types; a failed compile is unbuildable
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+            raise Unbuildable(f"cute.compile failed: {type(exc).__name__}: {first[:400]}", self.kfile.name) from None
+        return compiled, knobs, time.perf_counter() - start
+
+    def fake_tensors(self, spec: KernelSpec):
+        import cutlass
+        from cutlass.cute.runtime import make_fake_tensor
+
+        t = getattr(cutlass, CUTE_DTYPES[spec.dtype])
+        out = []
+        for op in (*self.kfile.inputs, *self.kfile.outputs):
+            shape = op.shape(spec.shape)
+            out.append(make_fake_tensor(t, shape, row_major(shape), assumed_align=16))
+        return out
+
+    def lower(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path) -> Lowered:
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        dump = workdir / "cute_dump"
+        _, _, seconds = self._compile(spec, gpu, dump)
+        ptxs, cubins = sorted(dump.glob("*.ptx")), sorted(dump.glob("*.cubin"))
+        if not ptxs or not cubins:
+            raise Unbuildable(f"cute.compile wrote no PTX/cubin under {dump}", self.kfile.name)
+        ptx, cubin = workdir / "kernel.ptx", workdir / "kernel.cubin"  # the DSL's names run to hundreds of chars
+        shutil.copyfile(ptxs[0], ptx)
+        shutil.copyfile(cubins[0], cubin)
+        kernels = read_cubin(cubin.read_bytes())
+        if not kernels:
+            raise Unbuildable("the cubin holds no kernel", self.kfile.name)
+        main = max(kernels, key=lambda k: k.code_bytes)
+        found = REQNTID_RE.search(ptx.read_text(errors="replace"))
+        threads = int(np.prod([int(g) for g in found.groups() if g])) if found else None
+        problems = fit.diagnose(fit.Footprint(where=self.kfile.name, smem_bytes=main.static_smem,
+                                              registers=main.registers, threads=threads), gpu,
+                                ("smem-per-block", "regs-per-thread", "regs-per-block", "threads-per-block"))
+        if problems:
+            raise Unbuildable(f"does not fit {gpu.name}: " + "; ".join(p.line() for p in problems), self.kfile.name)
+        sass = disassemble(cubin, workdir / "kernel.sass")
+        log = ptxas_log(ptx, gpu.arch, workdir / "ptxas.log")
+        source = workdir / self.kfile.name
+        source.write_text(self.kfile.source)  # the text that was read and hashed (the child checked the file)
+        values = self.kfile.knob_values(spec.knobs)
+        notes = (f"kernel file {self.kfile.name} sha256 {self.kfile.sha256}",
+                 f"knobs {self.kfile.knob_class}({', '.join(f'{k}={v}' for k, v in values.items())})",
+                 f"kernels in the cubin: {', '.join(k.name[:80] for k in kernels)}",
+                 f"threads={threads} (PTX .reqntid)" if threads else "threads: the PTX states no .reqntid",
+                 f"compile_seconds={seconds:.2f}")
+        from mosaic_target_cute.backend import _toolchain
+
+        return Lowered(kernel_name=main.name, ptx=ptx, cubin=cubin, sass=sass, ptxas_log=log, source=source,
+                       resources=ResourceUsage(registers=main.registers, static_smem=main.static_smem),
+                       toolchain=_toolchain(), notes=notes)
+
+    def prepare(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs: dict[str, Any]):
+        return CuteFileRunnable(self, spec, gpu, Path(workdir), inputs)
+
+
+class CuteFileRunnable:
+    """The file's kernel on the GPU, torch tensors as device memory (``mosaic.backend.Runnable``)."""
+
+    def __init__(self, backend: CuteFileBackend, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs):
+        try:
+            import torch
+        except ImportError:
+            raise Unbuildable("a CuTe kernel file's prepare needs torch with CUDA", "prepare") from None
+        if not torch.cuda.is_available():
+            raise Unbuildable("a CuTe kernel file's prepare needs a CUDA GPU", "prepare")
+        import cuda.bindings.driver as cuda
+        from cutlass.cute.runtime import from_dlpack
+
+        kfile = backend.kfile
+        if sorted(inputs) != sorted(o.name for o in kfile.inputs):
+            raise Unbuildable(f"the family's inputs are {', '.join(sorted(inputs))}; the file's INPUTS "
+                              f"{', '.join(o.name for o in kfile.inputs)}", kfile.name)
+        tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[spec.dtype]
+        self.torch = torch
+        self.inputs = []
+        for op in kfile.inputs:
+            arr = np.asarray(inputs[op.name], np.float32)
+            if tuple(arr.shape) != op.shape(spec.shape):
+                raise Unbuildable(f"input {op.name} has shape {arr.shape}; the file says {op.text()}", kfile.name)
+            self.inputs.append(torch.as_tensor(arr).to("cuda", tdt).contiguous())
+        self.outputs = {op.name: torch.empty(op.shape(spec.shape), device="cuda", dtype=tdt) for op in kfile.outputs}
+        views = [from_dlpack(t, assumed_align=16) for t in (*self.inputs, *self.outputs.values())]
+        want = [(tuple(f.shape), tuple(f.stride)) for f in backend.fake_tensors(spec)]
+        got = [(tuple(v.shape), tuple(v.stride)) for v in views]
+        if got != want:
+            raise Unbuildable(f"device views {got} differ from the lowered layouts {want}", "prepare")
+        self.stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+        self.compiled, knobs, _ = backend._compile(spec, gpu, workdir / "cute_run_dump", tensors=views,
+                                                   stream=self.stream)
+        self.args = (*views, knobs, self.stream)  # the executor drops the Constexpr knobs itself
+        self.launch()  # load the module outside the timed region
+        torch.cuda.synchronize()
+
+    def launch(self) -> None:
+        self.compiled(*self.args)
+
+    def poison(self) -> None:
+        for t in self.outputs.values():
+            t.fill_(float("nan"))
+
+    def output(self) -> dict[str, np.ndarray]:
+        self.torch.cuda.synchronize()
+        return {name: t.float().cpu().numpy() for name, t in self.outputs.items()}
+
+    def close(self) -> None:
+        self.inputs, self.outputs, self.compiled = [], {}, None
+
+
+class CuteFiles(CuteBackend):
+    """The cute backend that also builds CuTe DSL kernel files: ``kernel_file(kfile)``."""
+
+    kernel_file_syntax = "python"
+
+    def kernel_file(self, kfile: KernelFile) -> CuteFileBackend:
+        return CuteFileBackend(kfile)

@@ -121,3 +121,24 @@ def test_run_bench_gates_each_candidate_with_criterion_2(cuda_device, gpu_model)
     assert len(timed) == 2 and all(c["ms_per_token"] for c in timed)
     table = format_table(res)
     assert "gate, criterion (2): envelope" in table and "candidate default: criterion (2)" in table
+
+
+@pytest.mark.parametrize("family, tied", [("llama", False), ("smollm2", True)])
+def test_floor_bytes_counts_every_weight_once_and_one_row_of_a_gathered_table(family, tied):
+    """bench.floor_bytes: every weight a non-embed task reads, whole; of a table only the embed task gathers, one row
+    in its device bytes (nbytes // rows, so a quantized table's blocks and scales count too)."""
+    from mosaic.plugins import host
+    from mosaic_amk.bench.bench import floor_bytes
+    from mosaic_amk.cuda import encode as E
+    from mosaic_amk.cuda.cuda_vm import cuda_config
+    from mosaic_amk.lowering import lower
+    from mosaic_amk.tiny_models import tiny_model
+
+    spec = tiny_model(family)
+    enc = E.encode(lower(spec, cuda_config(CUDA_DEFAULT, 64), host().get("gpus", "h200"), 0))
+    weights = [b for b in enc.buffers if b.kind == "weight"]
+    embed = next(b for b in weights if b.name == "model.embed_tokens.weight")
+    total = sum(b.nbytes for b in weights)
+    want = total if tied else total - embed.nbytes + embed.nbytes // spec.vocab_size
+    assert floor_bytes(enc) == want
+    assert embed.nbytes // spec.vocab_size == spec.hidden_size * 2  # bf16 rows

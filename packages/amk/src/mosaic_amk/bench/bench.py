@@ -52,7 +52,8 @@ def floor_bytes(enc: E.Encoded) -> int:
                 continue
             (embed_tables if op == "embed" else read_whole).add(b)
     total = sum(enc.buffers[b].nbytes for b in read_whole)
-    total += sum(enc.buffers[b].row * E.ITEMSIZE[enc.buffers[b].dtype] for b in embed_tables - read_whole)
+    # one row of each gathered table, in its device bytes (a quantized table's blocks and scales included)
+    total += sum(enc.buffers[b].nbytes // enc.buffers[b].shape[0] for b in embed_tables - read_whole)
     return total
 
 

@@ -67,6 +67,9 @@ def test_proposals_follow_the_table_skip_the_incumbent_value_unmet_needs_and_tri
     refused = [p for p in props if p.config is None]
     assert [(p.knob, tuple(p.value)) for p in refused] == [("fusion", ("residual", "gate_up_silu", "rope_append"))]
     assert "rope_order" in refused[0].error
+    # a refused change is not proposed again once tried (keyed by the incumbent and the change)
+    key = tune.refused_key(CUDA_DEFAULT, "fusion", refused[0].value)
+    assert all(p.config is not None for p in tune.proposals(CUDA_DEFAULT, tune.KNOBS, {key}))
     # a config already tried is not proposed again
     tried = {tune.config_key(first.config)}
     again = list(tune.proposals(CUDA_DEFAULT, tune.KNOBS, tried))
@@ -145,12 +148,12 @@ def test_replay_applies_every_kept_trial_in_order(tmp_path):
     recs = [{"kind": "start", "config": start.to_json()},
             {"kind": "trial", "trial": 1, "config": a.to_json(), "decision": "kept"},
             {"kind": "noise", "incumbent_ms": 1.0},
-            {"kind": "trial", "trial": 2, "config": None, "decision": "rejected"},
+            {"kind": "trial", "trial": 2, "config": None, "decision": "rejected", "key": "refused x"},
             {"kind": "trial", "trial": 3, "config": b.to_json(), "decision": "kept"},
             {"kind": "trial", "trial": 4, "config": c.to_json(), "decision": "reverted"}]
     st = tune.replay(recs)
     assert st.start == start and st.incumbent == b and st.trials == 4 and st.kept == 2
-    assert st.tried == {tune.config_key(x) for x in (start, a, b, c)}
+    assert st.tried == {tune.config_key(x) for x in (start, a, b, c)} | {"refused x"}
     with pytest.raises(BadInput, match="start record"):
         tune.replay(recs[1:])
     j = tune.Journal(tmp_path / "j.jsonl")

@@ -129,9 +129,15 @@ def _plain(v):
     return list(v) if isinstance(v, tuple) else v
 
 
+def refused_key(incumbent: ScheduleConfig, field: str, value) -> str:
+    """The ``tried`` key of a change ScheduleConfig refused (there is no config to key it by)."""
+    return f"refused {config_key(incumbent)} {field}={json.dumps(_plain(value))}"
+
+
 def proposals(incumbent: ScheduleConfig, knobs: Sequence[Knob], tried: set[str]) -> Iterator[Proposal]:
     """Single-knob changes of ``incumbent`` in table order, skipping knobs whose needs it lacks, its own values and
-    configs already tried (``tried``: config_key strings, updated by the caller)."""
+    configs already tried (``tried``: config_key strings, and refused_key strings of refused changes; updated by
+    the caller)."""
     for knob in knobs:
         if not applies(knob, incumbent):
             continue
@@ -142,6 +148,8 @@ def proposals(incumbent: ScheduleConfig, knobs: Sequence[Knob], tried: set[str])
             try:
                 cfg = attrs.evolve(incumbent, **{knob.field: value})
             except (ValueError, TypeError) as exc:
+                if refused_key(incumbent, knob.field, value) in tried:
+                    continue
                 yield Proposal(knob.field, value, was, None, str(exc).splitlines()[0][:300])
                 continue
             if config_key(cfg) in tried:
@@ -274,6 +282,8 @@ def replay(records: Sequence[dict], where: str = "journal") -> State:
         if rec.get("kind") != "trial":
             continue
         st.trials = max(st.trials, int(rec.get("trial", 0)))
+        if isinstance(rec.get("key"), str):
+            st.tried.add(rec["key"])
         if rec.get("config") is not None:
             cfg = ScheduleConfig.from_mapping(rec["config"], where)
             st.tried.add(config_key(cfg))
@@ -402,6 +412,8 @@ def run_loop(backend, spec, gpu, journal: Journal, state: State, knobs: Sequence
             rec: dict[str, Any] = {"kind": "trial", "trial": state.trials, **prop.to_json(),
                                    "config": prop.config.to_json() if prop.config else None}
             if prop.config is None:
+                rec["key"] = refused_key(state.incumbent, prop.knob, prop.value)
+                state.tried.add(rec["key"])
                 rec.update(stage="invalid", decision="rejected", reason=prop.error)
             else:
                 state.tried.add(config_key(prop.config))

@@ -105,3 +105,19 @@ def test_the_report_shows_each_beam_members_lineage_and_the_shape_as_typed(tmp_p
     md = to_markdown(rep)
     assert md.splitlines()[0].startswith("# mosaic run: pallas -> cute, gemm 8192x4096x2048 bf16")
     assert "## Beam lineage" in md and "[0 naive -> 1 held -> 2 accepted]" in md
+
+
+def test_the_proposers_history_carries_what_each_verdict_said(tmp_path):
+    from mosaic.run.loop import proposer_history
+
+    campaign = Campaign(source="pallas", target="cute", family="gemm", shape={"m": 4096, "n": 4096, "k": 4096},
+                        dtype="bf16", gpu="h200", beam=2, start_knobs={"name": "naive"}, yardstick=False)
+    loop = Loop(campaign, Bench(), Script(), Journal(tmp_path / "journal.jsonl"), host().get("gpus", "h200"),
+                lift=lambda bundle: bundle,
+                diff=lambda ref, fp: SimpleNamespace(layers=(("all", D[fp]),), rows=()))
+    loop.run()
+    said = {e["key"]: e["reason"] for e in loop.events if e["event"] == "verdict"}
+    history = proposer_history(loop.events)
+    assert [h["outcome"] for h in history] == ["slower", "faster"]
+    assert all(h["reason"] == said[h["key"]] and h["reason"] for h in history)
+    assert loop.request(loop.beam[0]).source is None  # a knob-only kernel has no source text to show

@@ -80,9 +80,10 @@ def proposer_history(events: Iterable[Mapping]) -> list[dict]:
     """The campaign's history as the proposer sees it (``Request.history``), folded from its journal events.
 
     One entry per edit that was built (step 1 on; the naive translation is not an edit), in step order:
-    ``{step, key, parent, edit, knobs, outcome, accepted}``. ``outcome`` is the verdict's reason code
+    ``{step, key, parent, edit, knobs, outcome, accepted, reason}``. ``outcome`` is the verdict's reason code
     (``faster``, ``closer-within-noise``, ``slower``, ``null``, ``below-floor``, ``numerics``) or the build's
-    (``unbuildable``); ``accepted`` says whether the candidate became the incumbent."""
+    (``unbuildable``); ``accepted`` says whether the candidate became the incumbent; ``reason`` is what the
+    verdict or the failed build said (None before either)."""
     entries: dict[int, dict] = {}
     for e in events:
         step = e.get("step")
@@ -90,11 +91,13 @@ def proposer_history(events: Iterable[Mapping]) -> list[dict]:
             continue
         if e["event"] == "proposal" and e.get("ok") and e.get("key"):
             entries[step] = {"step": step, "key": e["key"], "parent": e.get("parent"), "edit": e.get("edit"),
-                             "knobs": e.get("knobs"), "outcome": None, "accepted": False}
+                             "knobs": e.get("knobs"), "outcome": None, "accepted": False, "reason": None}
         elif step in entries and e["event"] == "build" and not e.get("ok"):
-            entries[step].update(outcome=e.get("reason_code") or "unbuildable", accepted=False)
+            entries[step].update(outcome=e.get("reason_code") or "unbuildable", accepted=False,
+                                 reason=e.get("reason"))
         elif step in entries and e["event"] == "verdict":
-            entries[step].update(outcome=e.get("reason_code"), accepted=e.get("decision") == "accepted")
+            entries[step].update(outcome=e.get("reason_code"), accepted=e.get("decision") == "accepted",
+                                 reason=e.get("reason"))
     return [entries[s] for s in sorted(entries)]
 
 
@@ -275,7 +278,7 @@ class Loop:
                        reference={"key": REFERENCE, "language": self.c.source, "knobs": dict(self.c.reference_knobs),
                                   "time_ns": self.noise.reference_time, "noise_ns": self.noise.value},
                        tried=frozenset(self.tried), repair=self.repair, history=tuple(proposer_history(self.events)),
-                       knob_fields=fields, gpu=self.gpu.to_json())
+                       knob_fields=fields, gpu=self.gpu.to_json(), source=member.kernel.source)
 
     def next_proposal(self, member: Member) -> Proposal:
         rec = self.recorded.proposals.get(self.step) if self.recorded else None

@@ -30,6 +30,7 @@ from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
 from mosaic.toolchain import ptxas as _ptxas
 
 from mosaic_target_pallas.knobs import FAMILY_KNOBS, GemmKnobs
+from mosaic_target_pallas.rowwise_knobs import ROWWISE_KNOBS
 
 JAX_DTYPES = {"bf16": "bfloat16", "f16": "float16"}
 SMEM_RE = re.compile(r"smem_bytes=(\d+)")
@@ -86,8 +87,11 @@ class PallasBackend:
     """Pallas Mosaic GPU: jax's Hopper kernels and the project's own, lowered and captured through jax."""
 
     def knobs(self, family: str) -> type:
+        if family in ROWWISE_KNOBS:  # rmsnorm, softmax: rowwise.py
+            return ROWWISE_KNOBS[family]
         if family not in FAMILY_KNOBS:
-            raise BadInput(f"pallas has no family '{family}'; known: {', '.join(FAMILY_KNOBS)}", "family")
+            raise BadInput(f"pallas has no family '{family}'; known: {', '.join([*FAMILY_KNOBS, *ROWWISE_KNOBS])}",
+                           "family")
         return FAMILY_KNOBS[family]
 
     # -- building ---------------------------------------------------------------------------------
@@ -119,6 +123,10 @@ class PallasBackend:
     def lower(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path) -> Lowered:
         import jax
 
+        if spec.family in ROWWISE_KNOBS:
+            from mosaic_target_pallas import rowwise
+
+            return rowwise.lower(self, spec, gpu, workdir)
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         fn, knobs, (m, n, k), dtype = self._gemm_fn(spec, gpu)
@@ -181,6 +189,10 @@ class PallasBackend:
             raise Unbuildable("pallas prepare needs jax with a CUDA backend (jax[cuda]) and a GPU", "prepare")
         if spec.family == "attention":
             return self._prepare_attention(spec, inputs)
+        if spec.family in ROWWISE_KNOBS:
+            from mosaic_target_pallas import rowwise
+
+            return rowwise.prepare(spec, inputs)
         fn, knobs, (m, n, k), dtype = self._gemm_fn(spec, gpu)
         for key, shape in (("a", (m, k)), ("b", (k, n))):
             if key not in inputs or tuple(np.shape(inputs[key])) != shape:

@@ -8,6 +8,9 @@ Capabilities say what works where, per family, so nothing is advertised that doe
 * ``attention`` (jax's attention_mgpu, forward): ``gpu-run`` (prepare) only. It cannot run in the interpreter
   (``attention:no-interpreter``): jax's kernel asserts a CUDA plugin is present and launches a
   multi-CTA grid, while the interpreter simulates one CTA.
+* ``rmsnorm``, ``softmax`` (the project's own row-wise kernels, ``rowwise.py``): ``cpu-lowering``,
+  ``interpreter`` and ``race-detection`` (every knob runs in jax's GPU interpreter against the float64
+  oracle), ``gpu-capture`` like gemm.
 
 Needs Python >= 3.12 with jax 0.11.2 (``pip install 'mosaic-target-pallas[jax]'``); the plugin itself
 imports no jax, so ``mosaic plugins`` works without it.
@@ -23,11 +26,14 @@ from mosaic_target_pallas.constructs import CONSTRUCTS
 
 LANGUAGE = Language(
     name="pallas",
-    summary="Pallas Mosaic GPU (jax.experimental.pallas, plgpu): jax's Hopper matmul/attention + own kernels",
-    families=("gemm", "attention"),
+    summary="Pallas Mosaic GPU (jax.experimental.pallas, plgpu): jax's Hopper matmul/attention + own "
+            "matmul, rmsnorm, softmax",
+    families=("gemm", "attention", "rmsnorm", "softmax"),
     capabilities=frozenset({
         "gemm:cpu-lowering", "gemm:interpreter", "gemm:race-detection", "gemm:gpu-capture",
         "attention:gpu-run", "attention:no-interpreter", "attention:no-cpu-lowering",
+        *(f"{family}:{cap}" for family in ("rmsnorm", "softmax")
+          for cap in ("cpu-lowering", "interpreter", "race-detection", "gpu-capture")),
     }),
     backend=PallasBackend(),
     # captures on an H200 (the first live campaign's reference), for `mosaic run` on a machine without a GPU

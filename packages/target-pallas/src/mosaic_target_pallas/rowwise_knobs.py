@@ -1,0 +1,155 @@
+"""Knob classes of the Pallas row-wise kernels (``rmsnorm``, ``softmax``; kernels in ``rowwise.py``).
+
+Both kernels stage blocks of ``block_rows`` full rows in shared memory with TMA and reduce each row in
+registers, one warp per row group. A row of ``cols`` elements is viewed as ``cols / tma_cols`` boxes of
+``tma_cols`` elements: jax's TMA copies take at most 256 elements per dimension, so the box, not the row,
+is the unit of the copy (one 3-D TMA copy per block: rows x boxes x tma_cols).
+
+==========================  ===============================================================================
+knob                        meaning
+==========================  ===============================================================================
+``block_rows``              rows per pipeline step; a multiple of the 4 warps of the warpgroup (a warp owns
+                            ``block_rows / 4`` rows of each box)
+``tma_cols``                the TMA box width (elements); the register chunk a warp reduces at a time
+``vector``                  elements per register vector of a lane (8 x 16-bit = one 16-byte access); a
+                            lane holds ``tma_cols / (32 * vector)`` vectors of each row of a box
+``max_concurrent_steps``    TMA loads in flight: blocks staged ahead of the one being reduced
+``blocks_per_cta``          row blocks one CTA walks through its pipeline (grid = rows / (block_rows x
+                            blocks_per_cta) CTAs)
+``out_slots``               shared-memory output buffers: 2 lets one block's TMA store overlap the next
+                            block's compute, 1 waits for the store before reusing the buffer
+``approx_math``             Mosaic GPU's approximate ``exp``/``rsqrt`` (``CompilerParams.approx_math``)
+``online`` (softmax only)   True: one pass keeps a running max and rescales the running sum (two passes
+                            over shared memory); False: max pass, then sum pass (three passes, no rescale)
+==========================  ===============================================================================
+
+Knobs that constrain each other are tables of data (``DEPENDENCIES``, read by the ``knobs`` proposer):
+shared memory (steps + output slots of ``block_rows x cols`` elements, the weight row), the vector width
+that must tile the box, and the pipeline depth that cannot exceed the blocks a CTA walks through.
+"""
+
+from __future__ import annotations
+
+import attrs
+from mosaic.fields import fail
+
+#: Mosaic GPU's TMA limit: at most this many elements along any dimension of one async copy
+TMA_MAX_BOX = 256
+WARPS = 4
+LANES = 32
+#: shared memory Mosaic GPU reserves for cross-warp reductions (CompilerParams.reduction_scratch_bytes)
+REDUCTION_SCRATCH = 128 * 4 * 4
+
+
+def _pow2_in(lo: int, hi: int):
+    def check(inst, attribute, value):
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi or value & (value - 1):
+            fail(inst, attribute, value, f"a power of two in [{lo}, {hi}]")
+
+    return check
+
+
+def _int_in(lo: int, hi: int):
+    def check(inst, attribute, value):
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            fail(inst, attribute, value, f"an integer in [{lo}, {hi}]")
+
+    return check
+
+
+_bool = attrs.validators.instance_of(bool)
+
+
+@attrs.frozen
+class RowwiseKnobs:
+    block_rows: int = attrs.field(default=4, validator=_pow2_in(WARPS, 64))
+    tma_cols: int = attrs.field(default=256, validator=_pow2_in(64, TMA_MAX_BOX))
+    vector: int = attrs.field(default=8, validator=_pow2_in(1, 8))
+    max_concurrent_steps: int = attrs.field(default=2, validator=_int_in(1, 4))
+    blocks_per_cta: int = attrs.field(default=4, validator=_pow2_in(1, 256))
+    out_slots: int = attrs.field(default=1, validator=_int_in(1, 2))
+    approx_math: bool = attrs.field(default=False, validator=_bool)
+
+    def rows_per_cta(self) -> int:
+        return self.block_rows * self.blocks_per_cta
+
+    def problems(self, rows: int, cols: int) -> list[tuple[str, str]]:
+        """(code, one line) for each way these knobs cannot run on a rows x cols problem. The codes are the
+        DEPENDENCIES rules' (so the ``knobs`` proposer can mend them) or PALLAS-ROWS (the blocking does not
+        divide the shape)."""
+        out = []
+        if self.tma_cols % (LANES * self.vector):
+            out.append(("vector-tiles-box", f"vector={self.vector}: 32 lanes x vector must divide "
+                                            f"tma_cols={self.tma_cols}"))
+        if self.max_concurrent_steps > self.blocks_per_cta:
+            out.append(("steps-within-cta", f"max_concurrent_steps={self.max_concurrent_steps} exceeds "
+                                            f"blocks_per_cta={self.blocks_per_cta}: a CTA cannot stage more "
+                                            "blocks than it walks through"))
+        if rows % self.rows_per_cta():
+            out.append(("PALLAS-ROWS", f"rows={rows} is not divisible by block_rows x blocks_per_cta = "
+                                       f"{self.block_rows} x {self.blocks_per_cta}"))
+        if cols % self.tma_cols:
+            out.append(("PALLAS-ROWS", f"cols={cols} is not divisible by tma_cols={self.tma_cols}"))
+        elif cols // self.tma_cols > TMA_MAX_BOX:
+            out.append(("PALLAS-ROWS", f"cols={cols} gives {cols // self.tma_cols} boxes of tma_cols="
+                                       f"{self.tma_cols} per row; one TMA copy takes at most {TMA_MAX_BOX}"))
+        return out
+
+    def smem_bytes(self, cols: int, itemsize: int, weight: bool) -> int:
+        """The shared memory the kernel allocates: input stages, output slots, the weight row, reduction scratch
+        and one barrier per stage (the lowering's own count is checked against the GPU in ``lower``)."""
+        block = self.block_rows * cols * itemsize
+        return ((self.max_concurrent_steps + self.out_slots) * block + (cols * itemsize if weight else 0)
+                + REDUCTION_SCRATCH + 8 * (self.max_concurrent_steps + 1))
+
+
+@attrs.frozen
+class RmsnormKnobs(RowwiseKnobs):
+    """y = x * rsqrt(mean(x^2) + eps) * w; x, w in bf16/f16, float32 accumulation."""
+
+
+@attrs.frozen
+class SoftmaxKnobs(RowwiseKnobs):
+    """y = exp(x - max) / sum(exp(x - max)) per row; float32 arithmetic."""
+
+    online: bool = attrs.field(default=True, validator=_bool)
+
+
+ROWWISE_KNOBS = {"rmsnorm": RmsnormKnobs, "softmax": SoftmaxKnobs}
+ITEMSIZE = {"bf16": 2, "f16": 2}
+
+
+# -- knob dependencies (data for the ``knobs`` proposer's compound edits; mosaic.proposers.dependencies) ------
+
+def can_implement(knobs: RowwiseKnobs, spec, gpu) -> list:
+    """The CPU predicate (no lowering): the knobs agree with each other and with the shape, and the buffers fit
+    shared memory (mosaic.budget's rule)."""
+    from mosaic import budget
+    from mosaic.errors import Diagnostic
+
+    rows, cols = spec.shape.get("rows", 0), spec.shape.get("cols", 0)
+    out = [Diagnostic(code, "row blocks", "knobs that fit the problem", None, line)
+           for code, line in knobs.problems(rows, cols)]
+    smem = knobs.smem_bytes(cols, ITEMSIZE.get(spec.dtype, 2), isinstance(knobs, RmsnormKnobs))
+    out += budget.diagnose(budget.Footprint(where="row blocks", smem_bytes=smem), gpu, ("smem-per-block",))
+    return out
+
+
+def _dependencies():
+    from mosaic.proposers.dependencies import Dependencies, Dependency
+
+    return Dependencies(check=can_implement, rules=(
+        Dependency("smem-per-block", ("block_rows", "max_concurrent_steps", "out_slots"),
+                   {"max_concurrent_steps": (3, 2, 1), "out_slots": (1,)},
+                   "staged blocks and output slots of block_rows full rows share the shared memory: more rows "
+                   "per block leave room for fewer stages"),
+        Dependency("vector-tiles-box", ("vector", "tma_cols"), {"vector": (4, 2, 1)},
+                   "32 lanes x vector elements must tile the TMA box: a narrower box needs a narrower vector"),
+        Dependency("steps-within-cta", ("max_concurrent_steps", "blocks_per_cta"),
+                   {"max_concurrent_steps": (2, 1), "blocks_per_cta": (2, 4, 8)},
+                   "a CTA cannot stage more blocks ahead than it walks through"),
+    ))
+
+
+RmsnormKnobs.DEPENDENCIES = _dependencies()
+SoftmaxKnobs.DEPENDENCIES = RmsnormKnobs.DEPENDENCIES

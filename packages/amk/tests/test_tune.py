@@ -186,38 +186,49 @@ SMALL = ["--vm", "reference", "--prompts", "2", "--tokens", "6"]
 
 def test_tune_reference_screens_and_gates_every_trial_and_resumes(tiny_checkpoint, tmp_path, capsys):
     ck, out = str(tiny_checkpoint("smollm2")), tmp_path / "run"
-    code, stdout, err = _run(["--model", ck, "-o", str(out), "--max-trials", "3", *SMALL], capsys)
+    knobs = ["--knobs", "wait_mode,gemv_split,num_sms"]
+    code, stdout, err = _run(["--model", ck, "-o", str(out), "--max-trials", "2", *knobs, *SMALL], capsys)
     assert code == 0, err
     recs = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
     kinds = [r["kind"] for r in recs]
-    assert kinds == ["start", "envelope", "incumbent", "trial", "trial", "trial", "stop"]
+    assert kinds == ["start", "envelope", "incumbent", "trial", "trial", "stop"]
     assert recs[0]["vm"] == "reference" and recs[0]["config"] == CUDA_DEFAULT.to_json()
+    assert recs[0]["knobs"] == ["wait_mode", "gemv_split", "num_sms"]
     assert recs[1]["envelope_ulps"] == 0 and recs[1]["prompts"] == 2 and recs[1]["tokens"] == 6
     assert recs[2]["gate"]["ok"] and "safe at positions" in recs[2]["screen"]
-    trials = [r for r in recs if r["kind"] == "trial"]
-    assert [t["trial"] for t in trials] == [1, 2, 3]
-    for t in trials:  # screened (lowered + validated), gated (criterion 2 on the ReferenceVM), not timed
-        assert t["decision"] == "screened" and t["stage"] == "gate" and "safe at positions" in t["screen"]
-        assert t["gate"]["ok"] and t["gate"]["positions"] == 12 and "timing" not in t
-    assert recs[-1]["reason"] == "3 trials"
-    assert "| 1 | wait_mode | acquire | relaxed | gate | screened |" in stdout
+    t1, t2 = (r for r in recs if r["kind"] == "trial")
+    # wait_mode is a launch flag: the lowered schedules are the incumbent's, so the ReferenceVM verdict is too
+    assert (t1["trial"], t1["knob"], t1["value"], t1["stage"], t1["decision"]) == (1, "wait_mode", "acquire",
+                                                                                   "screen", "screened")
+    assert t1["same_schedules"] is True and "gate" not in t1 and "the same lowered schedules" in t1["reason"]
+    # gemv_split rows lowers other schedules: validated, then gated with criterion (2) on the ReferenceVM
+    assert (t2["trial"], t2["knob"], t2["value"], t2["stage"], t2["decision"]) == (2, "gemv_split", "rows", "gate",
+                                                                                   "screened")
+    assert t2["same_schedules"] is False and "safe at positions" in t2["screen"] and "timing" not in t2
+    assert t2["gate"]["ok"] and t2["gate"]["positions"] == 12 and t2["gate"]["decisive"] == 0
+    assert recs[-1]["reason"] == "2 trials"
+    assert "| 1 | wait_mode | acquire | relaxed | screen | screened |" in stdout
+    assert "| 2 | gemv_split | rows | balanced | gate | screened |" in stdout
     assert (out / "report.md").read_text().strip() == stdout.split("\nwrote ")[0].strip()
     assert load_config(out / "best.toml") == CUDA_DEFAULT  # nothing kept without timing
 
     # the same -o again without --resume: one line, exit 2
-    code, _, err = _run(["--model", ck, "-o", str(out), *SMALL], capsys)
+    code, _, err = _run(["--model", ck, "-o", str(out), *knobs, *SMALL], capsys)
     assert code == 2 and "pass --resume" in err and len(err.strip().splitlines()) == 1
 
-    # --resume continues the numbering and never proposes a tried config again
-    code, stdout, err = _run(["--model", ck, "-o", str(out), "--max-trials", "5", "--resume", *SMALL], capsys)
+    # --resume continues the numbering, never proposes a tried config again, and ends the pass
+    code, stdout, err = _run(["--model", ck, "-o", str(out), "--resume", *knobs, *SMALL], capsys)
     assert code == 0, err
     recs = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
     trials = [r for r in recs if r["kind"] == "trial"]
-    assert [t["trial"] for t in trials] == [1, 2, 3, 4, 5]
+    assert [(t["trial"], t["knob"], t["value"]) for t in trials] == [
+        (1, "wait_mode", "acquire"), (2, "gemv_split", "rows"), (3, "num_sms", 128), (4, "num_sms", 120)]
+    assert all(t["gate"]["ok"] for t in trials[2:])
     keys = [json.dumps(t["config"], sort_keys=True) for t in trials]
-    assert len(set(keys)) == 5 and json.dumps(CUDA_DEFAULT.to_json(), sort_keys=True) not in keys
-    assert [r["kind"] for r in recs].count("start") == 1 and recs[-1]["reason"] == "5 trials"
-    assert "| 5 |" in stdout
+    assert len(set(keys)) == 4 and json.dumps(CUDA_DEFAULT.to_json(), sort_keys=True) not in keys
+    assert [r["kind"] for r in recs].count("start") == 1
+    assert recs[-1]["reason"].startswith("every single-knob change of the incumbent screened and gated")
+    assert "| 4 | num_sms | 120 | 0 | gate | screened |" in stdout
 
 
 def test_tune_rejects_unsafe_and_unlowerable_schedules_before_the_gate(tiny_checkpoint, tmp_path, capsys):

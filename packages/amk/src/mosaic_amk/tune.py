@@ -13,7 +13,9 @@ in the order they are tried, and what each needs), then:
    every argmax disagreement a near-tie within the envelope of HF's own variants, measured once per run; zero
    decisive disagreements. ``--vm cuda`` gates the CUDA VM that will be timed (HF bf16 on the GPU);
    ``--vm reference`` gates the ReferenceVM, which executes the lowered schedule task by task (HF float32 on the
-   CPU), and times nothing;
+   CPU), and times nothing; there a candidate whose lowered schedules equal the incumbent's (a launch flag or a
+   build variant of the CUDA VM, or a change that does nothing on this model; ``Screen.digest``) keeps the
+   incumbent's verdict instead of running the same schedules again;
 3. **timing** (``--vm cuda``): candidate and incumbent interleaved sample by sample (A B, B A, ...; each sample
    CUDA events around ``steps`` decode steps in one launch, ``CudaVM.time_decode``), medians compared;
 4. **keep/revert**: ``mosaic.run.decide.decide``, the core loop's rule: kept only when faster than the incumbent by
@@ -32,6 +34,7 @@ is the final table; ``DIR/best.toml`` the incumbent, a ScheduleConfig TOML (``--
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 import time
@@ -168,6 +171,7 @@ class Screen:
     config: ScheduleConfig | None = None  # the config the VM runs (KV capacity set, RoPE-order fallback)
     tasks: int = 0
     note: str | None = None
+    digest: str | None = None  # SHA-256 of the lowered schedules at every screened position (meta left out)
 
 
 def screen(spec, cfg: ScheduleConfig, gpu, positions: Sequence[int], max_positions: int) -> Screen:
@@ -180,7 +184,7 @@ def screen(spec, cfg: ScheduleConfig, gpu, positions: Sequence[int], max_positio
     if problems:
         return Screen(False, "does-not-fit", "; ".join(problems))
     run, note = staged_rope_order(spec, cuda_config(cfg, max_positions))
-    tasks = 0
+    tasks, h = 0, hashlib.sha256()
     for pos in sorted(set(positions)):
         try:
             schedule = lower(spec, run, gpu, pos)
@@ -192,7 +196,10 @@ def screen(spec, cfg: ScheduleConfig, gpu, positions: Sequence[int], max_positio
             first = result.lines()[0][:200] if result.lines() else ""
             return Screen(False, "unsafe", f"position {pos}: the validator rejects it ({codes}): {first}")
         tasks = len(schedule.tasks)
-    return Screen(True, "screen", f"safe at positions {sorted(set(positions))} ({tasks} tasks)", run, tasks, note)
+        body = {k: v for k, v in schedule.to_json().items() if k != "meta"}  # meta names the config itself
+        h.update(json.dumps(body, sort_keys=True, default=str).encode())
+    return Screen(True, "screen", f"safe at positions {sorted(set(positions))} ({tasks} tasks)", run, tasks, note,
+                  h.hexdigest())
 
 
 # ------------------------------------------------------------------------------------------------ decisions
@@ -363,15 +370,16 @@ def run_loop(backend, spec, gpu, journal: Journal, state: State, knobs: Sequence
     from mosaic_amk.bench.gate import verdict_json, verdict_line
 
     t0 = time.monotonic()
-    inc_vm = inc_ms = noise = floor_ms = None
+    inc_vm = inc_ms = noise = floor_ms = inc_digest = None
 
     def gate_incumbent() -> None:
-        nonlocal inc_vm
+        nonlocal inc_vm, inc_digest
         scr = screen(spec, state.incumbent, gpu, settings.positions, settings.max_positions)
         if not scr.ok:
             raise CheckFailed("the incumbent config is rejected before launch",
                               [Diagnostic(scr.stage, "incumbent", message=scr.reason)])
         verdict, inc_vm = backend.gate(state.incumbent, scr.config)
+        inc_digest = scr.digest
         journal.append({"kind": "incumbent", "config": state.incumbent.to_json(), "screen": scr.reason,
                         "gate": verdict_json(verdict)})
         log(f"incumbent: {scr.reason}; {verdict_line(verdict)}")
@@ -418,7 +426,7 @@ def run_loop(backend, spec, gpu, journal: Journal, state: State, knobs: Sequence
             else:
                 state.tried.add(config_key(prop.config))
                 rec.update(_trial(backend, spec, gpu, prop.config, settings, inc_vm, inc_ms, noise, floor_ms,
-                                  verdict_json, verdict_line))
+                                  verdict_json, verdict_line, inc_digest))
             cand_vm = rec.pop("_vm", None)
             rec["seconds"] = round(time.monotonic() - ts, 2)
             journal.append(rec)
@@ -426,7 +434,7 @@ def run_loop(backend, spec, gpu, journal: Journal, state: State, knobs: Sequence
                 f"{rec['decision']}: {rec['reason']}")
             if rec["decision"] == "kept":
                 state.incumbent, state.kept = prop.config, state.kept + 1
-                inc_vm = cand_vm
+                inc_vm, inc_digest = cand_vm, rec.get("digest")
                 measure_incumbent(f"after trial {state.trials}")
                 break  # proposals restart from the new incumbent
         else:  # no break: a whole pass kept nothing
@@ -434,11 +442,19 @@ def run_loop(backend, spec, gpu, journal: Journal, state: State, knobs: Sequence
                         "every single-knob change of the incumbent screened and gated (--vm reference times nothing)")
 
 
-def _trial(backend, spec, gpu, cfg, settings, inc_vm, inc_ms, noise, floor_ms, verdict_json, verdict_line) -> dict:
+def _trial(backend, spec, gpu, cfg, settings, inc_vm, inc_ms, noise, floor_ms, verdict_json, verdict_line,
+           inc_digest=None) -> dict:
     scr = screen(spec, cfg, gpu, settings.positions, settings.max_positions)
     if not scr.ok:
         return {"stage": scr.stage, "decision": "rejected", "reason": scr.reason}
-    out: dict[str, Any] = {"screen": scr.reason, **({"note": scr.note} if scr.note else {})}
+    same = scr.digest == inc_digest
+    out: dict[str, Any] = {"screen": scr.reason, "digest": scr.digest, "same_schedules": same,
+                           **({"note": scr.note} if scr.note else {})}
+    if same and not backend.timed:  # the ReferenceVM runs the schedules alone: its verdict would be the incumbent's
+        return {**out, "stage": "screen", "decision": "screened",
+                "reason": "the same lowered schedules as the incumbent's (the change reaches only the CUDA VM's "
+                          "launch or build, or nothing on this model): the ReferenceVM gate is the incumbent's; "
+                          "not timed"}
     try:
         verdict, vm = backend.gate(cfg, scr.config)
     except Exception as exc:  # noqa: BLE001 - a candidate that cannot run is rejected, the loop goes on

@@ -147,3 +147,20 @@ def test_parent_never_runs_a_python_file(tmp_path):
     p = _cli("capture", "--file", "marker.py", "--lang", "cutlass", "--family", "softmax", "--shape", "8x128",
              "--dtype", "bf16", "--lower-only", "-o", "m.bundle", cwd=tmp_path)
     assert p.returncode == 2 and "builds c++ kernel files" in p.stderr and not marker.exists()
+
+
+def test_source_candidate_breaking_the_contract_is_unbuildable_and_kept(tmp_path):
+    from mosaic.bundle import load_bundle
+    from mosaic.kernel_files import lower_source
+    from mosaic.records import KernelSpec
+
+    spec = KernelSpec(family="softmax", shape={"rows": 8, "cols": 128}, dtype="bf16", language="cutlass",
+                      name="scale.cu")
+    text = CU.replace("static constexpr bool fast = false;", "bool fast = false;")
+    r = lower_source(spec, text, "h200", tmp_path / "c.bundle")
+    assert r.status == "unbuildable" and "not frozen" in r.message and "\n" not in r.message
+    b = load_bundle(r.bundle)
+    assert b.one("source").read_text() == text and b.manifest["capture"]["summary"]["error"] == r.message
+    unnamed = KernelSpec(family="softmax", shape={"rows": 8, "cols": 128}, dtype="bf16", language="cutlass")
+    r = lower_source(unnamed, CU, "h200", tmp_path / "n.bundle")
+    assert r.status == "unbuildable" and "spec.name must be the kernel file's name" in r.message

@@ -114,3 +114,36 @@ def test_file_kernels_pass_the_oracle_on_the_gpu(tmp_path, path, family, shape, 
     assert s["numerics_pass"] and s["deterministic"] and s["time_ns"] > 0
     print(f"{path.name} {family} {shape} {dtype}: {s['time_ns'] / 1e3:.1f} us, noise {s.get('noise_ns')}, "
           f"launch {s.get('launch')}")
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_source_candidates_build_like_their_file(tmp_path):
+    """A proposer's edit of rmsnorm.cu (a unified diff applied strictly) lowers through the same backend; a
+    broken edit and a contract-breaking edit are unbuildable candidates with one line, their text kept."""
+    from mosaic.capture import CaptureOptions
+    from mosaic.kernel_files import lower_source
+    from mosaic.records import KernelSpec
+    from mosaic.unified_diff import apply_unified_diff, make_unified_diff
+
+    original = RMSNORM.read_text()
+    edited = original.replace("static constexpr int unroll = 4;", "static constexpr int unroll = 8;").replace(
+        "  float sum = 0.0f;", "  float sum = 0.0f;  // edited by a proposer")
+    diff = make_unified_diff(original, edited, "rmsnorm.cu")
+    assert apply_unified_diff(original, diff) == edited
+    spec = KernelSpec(family="rmsnorm", shape={"rows": 64, "cols": 1024}, dtype="bf16", language="cutlass",
+                      name="rmsnorm.cu")
+    r = lower_source(spec, apply_unified_diff(original, diff), "h200", tmp_path / "edit.bundle",
+                     CaptureOptions(lower_only=True, timeout=600))
+    assert r.status == "lowered", r.message
+    b = load_bundle(r.bundle)
+    assert b.one("source").read_text() == edited and b.kernel.knobs["unroll"] == 8
+    assert b.manifest["kernel_file"]["sha256"] == hashlib.sha256(edited.encode()).hexdigest()
+    base = lower_source(spec, original, "h200", tmp_path / "base.bundle", CaptureOptions(lower_only=True))
+    assert base.status == "lowered" and load_bundle(base.bundle).one("cubin").read_bytes() != b.one("cubin").read_bytes()
+    for label, text, pattern in (("broken", edited.replace("rsqrtf(", "rsqrtff("), r'identifier "rsqrtff" is undefined'),
+                                 ("contract", edited.replace("// mosaic:entry rmsnorm\n", ""), "no '// mosaic:entry")):
+        bad = lower_source(spec, text, "h200", tmp_path / f"{label}.bundle", CaptureOptions(lower_only=True))
+        assert bad.status == "unbuildable" and "\n" not in bad.message and re.search(pattern, bad.message), bad.message
+        kept = load_bundle(bad.bundle)
+        assert kept.one("source").read_text() == text and kept.manifest["capture"]["status"] == "unbuildable"

@@ -530,6 +530,65 @@ def capture_file(kfile: KernelFile, spec, gpu_name: str, out: str | os.PathLike,
         return _record_failure(spec, gpu_name, out, opts, "crashed" if rc < 0 else "failed", what, output, extra)
 
 
+# -- source-level candidates: a proposer's edited file text, built like the file it edits -------------
+
+def _source_name(spec) -> str:
+    name = spec.name
+    if not name or Path(name).name != name or Path(name).suffix.lower() not in SYNTAXES:
+        raise BadInput(f"a source candidate's spec.name must be the kernel file's name (e.g. rmsnorm.cu), got "
+                       f"{name!r}", "spec.name")
+    return name
+
+
+def write_source(spec, source: str, directory: str | os.PathLike) -> KernelFile:
+    """Write a candidate's source text as ``directory/<spec.name>`` and read its contract (BadInput: one line)."""
+    if not isinstance(source, str) or len(source.encode()) > MAX_FILE_BYTES:
+        raise BadInput(f"a source candidate must be text of at most {MAX_FILE_BYTES} bytes", "source")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / _source_name(spec)
+    path.write_text(source)
+    return read_kernel_file(path)
+
+
+def lower_source(spec, source: str, gpu_name: str, out: str | os.PathLike, opts=None):
+    """Lower a source candidate (``spec.name`` is its file name, ``source`` the whole file) into the bundle
+    ``out``, in a child process, as ``mosaic capture --file --lower-only`` would. A text that breaks the
+    contract, fails to import or to compile is ``unbuildable`` with one line, and the bundle records it
+    with the text -- a candidate, not an error of the caller."""
+    from mosaic.bundle import save_bundle
+    from mosaic.capture import CaptureOptions, CaptureResult
+
+    opts = opts or CaptureOptions(lower_only=True)
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="mosaic-source-") as tmp:
+        try:
+            kfile = write_source(spec, source, tmp)
+            check_language(kfile, spec.language)
+            values = kfile.knob_values(spec.knobs)
+        except BadInput as exc:
+            reason = exc.line()
+        else:
+            result = capture_file(kfile, attrs.evolve(spec, knobs=values), gpu_name, out, attrs.evolve(opts))
+            if result.status != "bad-file":
+                return result
+            reason = result.message
+    name = Path(spec.name).name if spec.name and Path(spec.name).suffix else "edited.txt"
+    save_bundle(out, kernel=spec, language=spec.language, overwrite=True, gpu=gpu_name,
+                files={f"source/{name}": ("source", source), "capture.log": ("log", f"unbuildable: {reason}\n")},
+                extra={"capture": {"status": "unbuildable", "lower_only": opts.lower_only,
+                                   "options": attrs.asdict(opts), "summary": {"error": reason}}})
+    return CaptureResult("unbuildable", out, reason, {"error": reason})
+
+
+def prepare_source(spec, source: str, gpu, workdir: str | os.PathLike, inputs: Mapping[str, Any]):
+    """In a GPU child: the Runnable of a source candidate (its language's file backend's ``prepare``)."""
+    kfile = write_source(spec, source, Path(workdir) / "source")
+    backend = file_backend(kfile, spec.language)
+    backend.check(spec)
+    return backend.prepare(spec, gpu, Path(workdir), dict(inputs))
+
+
 def _child(request_path: str) -> int:
     from mosaic.capture import CaptureOptions, capture_in_process
     from mosaic.records import KernelSpec
@@ -546,8 +605,25 @@ def _child(request_path: str) -> int:
                                                    "summary": {"error": exc.line()}}))
         return 0
     result = capture_in_process(spec, req["gpu"], Path(req["out"]), opts, extra=req.get("extra"), backend=backend)
+    if result.bundle is not None:
+        _keep_source(result.bundle, kfile)
     Path(req["result"]).write_text(json.dumps(result.to_json()))
     return 0
+
+
+def _keep_source(root: Path, kfile: KernelFile) -> None:
+    """A build that failed before lowering returned its source still keeps the file in its bundle."""
+    from mosaic.bundle import load_bundle, save_bundle
+
+    reserved = ("format", "schema_version", "created", "kernel", "language", "gpu", "toolchain", "files")
+    b = load_bundle(root)
+    if b.find("source"):
+        return
+    files = {f.path: (f.role, b.root / f.path) for f in b.files}
+    files[f"source/{kfile.name}"] = ("source", kfile.source)
+    save_bundle(root, kernel=b.kernel, language=b.language, files=files, gpu=b.gpu,
+                toolchain=b.manifest.get("toolchain") or {}, overwrite=True,
+                extra={k: v for k, v in b.manifest.items() if k not in reserved})
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ def _capture_file(path, language, family, shape, dtype, knobs, gpu, lower_only, 
         raise BadInput(f"no family '{family}'; known: {', '.join(registry())}", "--family")
     kfile.check_family(tuple(fam.dims), fam.optional_dims)
     spec = KernelSpec(family=family, shape=parse_shape(family, shape), dtype=dtype, language=language,
-                      knobs=kfile.knob_values(parse_knobs(knobs)), name=name or kfile.entry)
+                      knobs=kfile.knob_values(parse_knobs(knobs)), name=name or kfile.name)
     if not lower_only:
         from mosaic.families import input_generator
 

@@ -1,8 +1,11 @@
 """Benchmark: how often the lifter reads real kernels right, against labels taken from their own sources.
 
 The corpus is packages/core/tests/lift/corpus/truth/labels.json (written by make_labels.py there): plain CUDA
-kernels compiled here by nvcc, jax's Pallas hopper matmul and CUTLASS GEMMs captured on the H200, and the
-project's CuTe DSL GEMM lowered ahead of time (build_cute.py). For each fingerprint key: labelled cases,
+kernels compiled here by nvcc, jax's Pallas hopper matmul and CUTLASS GEMMs captured on the H200, CUTLASS
+collective-builder GEMMs compiled here (build_cutlass.py), liger-kernel's Triton kernels (build_triton.py),
+quack-kernels' and flash-attn-4's CuTe DSL kernels (build_quack.py, build_flash.py) and the project's CuTe
+DSL GEMM (build_cute.py), all lowered for sm_90a on the CPU; compiled artifacts are stored xz-compressed and
+unpacked into the cache. For each fingerprint key: labelled cases,
 correct, accuracy; every miss is listed (case, label, what the lifter read). A case that fails to lift is a
 parse failure, counted against every key it labels. Pairs that differ in one labelled way must rank that key
 in the top 3 rows of its layer, and a kernel against itself must give no row. Goal: every key >= 95%, no
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import shlex
 import subprocess
 import sys
@@ -77,7 +81,18 @@ def compile_cuda(case: dict, cache: Path) -> Path:
 
 
 def artifact(case: dict, cache: Path) -> Path:
-    return compile_cuda(case, cache) if case["source"] == "cuda" else ROOT / case["artifact"]
+    if case["source"] == "cuda":
+        return compile_cuda(case, cache)
+    path = ROOT / case["artifact"]
+    if path.suffix != ".xz":
+        return path
+    out = cache / "xz" / path.with_suffix("").name  # an xz-compressed cubin or PTX, unpacked once
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(out.suffix + ".part")
+        tmp.write_bytes(lzma.decompress(path.read_bytes()))
+        tmp.replace(out)
+    return out
 
 
 def lift_case(path: Path):

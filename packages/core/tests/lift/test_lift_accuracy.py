@@ -29,7 +29,7 @@ def test_labels_json_is_what_make_labels_writes():
 
 def test_corpus_covers_every_source():
     sources = {c["source"] for c in lift_accuracy.load_cases()}
-    assert sources == {"cuda", "pallas", "cutlass", "cute"}
+    assert sources == {"cuda", "pallas", "cutlass", "cute", "triton", "quack", "flash-attn-4"}
     for case in lift_accuracy.load_cases():
         assert case["labels"] and case["build"]
         if case["source"] != "cuda":
@@ -49,8 +49,29 @@ def test_label_matching_rules():
 def test_every_key_meets_the_goal_on_the_corpus(tmp_path):
     result = lift_accuracy.evaluate(lift_accuracy.load_cases(), tmp_path, lift_accuracy.load_pairs())
     assert not result["parse_failures"], result["parse_failures"]
-    assert len(result["pairs"]) >= 14 and [p for p in result["pairs"] if not p["ok"]] == []
+    assert len(result["pairs"]) >= 21 and [p for p in result["pairs"] if not p["ok"]] == []
     assert {p["ref"] for p in result["pairs"] if p.get("same")} >= {"divide", "planted-stages2"}
     low = {k: (v["accuracy"], v["misses"]) for k, v in result["keys"].items() if v["accuracy"] < lift_accuracy.GOAL}
     assert not low, low
     assert result["meets_goal"]
+
+
+def test_compiled_artifacts_are_kept_small_and_each_has_its_build_command():
+    """Kernels compiled here (CUTLASS, Triton, quack, flash-attn-4) are stored xz-compressed; each case names
+    the command that regenerates it."""
+    cases = [c for c in lift_accuracy.load_cases() if c["source"] in ("triton", "quack", "flash-attn-4")
+             or c.get("artifact", "").endswith(".xz")]
+    assert len(cases) >= 54  # CUTLASS 24, Triton 12, quack 12, flash-attn-4 6
+    for case in cases:
+        path = lift_accuracy.ROOT / case["artifact"]
+        assert path.suffix == ".xz" and path.stat().st_size < 64 * 1024, case["id"]
+        assert "build_" in case["build"] and "--only" in case["build"], case["id"]
+
+
+def test_an_xz_artifact_is_unpacked_once_into_the_cache(tmp_path):
+    case = next(c for c in lift_accuracy.load_cases() if c["source"] == "triton")
+    first = lift_accuracy.artifact(case, tmp_path)
+    packed = lift_accuracy.ROOT / case["artifact"]
+    assert first.suffix in (".cubin", ".ptx") and first.stat().st_size > packed.stat().st_size
+    stamp = first.stat().st_mtime_ns
+    assert lift_accuracy.artifact(case, tmp_path) == first and first.stat().st_mtime_ns == stamp

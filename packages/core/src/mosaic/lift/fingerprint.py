@@ -427,6 +427,14 @@ def _defs_before(insns, idx, reg, window=12):
     return None
 
 
+def _integer_reciprocal(insns, n: int) -> bool:
+    """``MUFU.RCP`` of a divisor converted from an integer (``I2F.U32.RP R0, R5; MUFU.RCP R0, R0``): ptxas's
+    integer division / remainder by a run-time value, which is no floating-point divide."""
+    src = insns[n].operands[1].lstrip("-|").removesuffix(".reuse") if len(insns[n].operands) > 1 else ""
+    d = _defs_before(insns, n, src, 8)
+    return d is not None and d.opcode == "I2F"
+
+
 _FP32 = frozenset(("fp32.fma", "fp32.add", "fp32.mul"))
 _IEEE_DIV_CALL = re.compile(r"(div|rcp)_rn")
 
@@ -480,8 +488,8 @@ def _numerics(add, insns, program) -> None:
                 (i.opcode == "rcp" and "rn" in i.mods) or _IEEE_DIV_CALL.search(callee) or \
                 (i.opcode == "MUFU" and "RCP64H" in i.mods):
             div_forms.add("ieee")  # checked Newton (FCHK), the div_rn / rcp_rn slow-path subroutines, FP64
-        elif (i.opcode == "MUFU" and "RCP" in i.mods) or (i.opcode == "div" and ("approx" in i.mods or "full" in i.mods)) \
-                or (i.opcode == "rcp" and "approx" in i.mods):
+        elif (i.opcode == "MUFU" and "RCP" in i.mods and not _integer_reciprocal(insns, n)) or \
+                (i.opcode == "div" and ("approx" in i.mods or "full" in i.mods)) or (i.opcode == "rcp" and "approx" in i.mods):
             div_forms.add("approx")
         if c == "cvt" and i.opcode not in ("FRND",):
             cvts.add(i.full if program.dialect == "sass" else ".".join(m for m in (i.opcode, *i.mods)))

@@ -171,49 +171,130 @@ def pipeline_steps(w: WorkLoop) -> int:
     # CUTLASS's consumer tests the barrier (``try_wait`` into a token) and only then spins on the same barrier
     tested = {_barrier(i) for i in inline}
     spins = [b for b in w.spin_waits if not (b and b in tested)]
-    return steps + len(spins) - _same_stage_waits([_barrier(i) for i in counted] + spins, w.body)
+    over_rings = _steps_over_rings([(_barrier(i), i.index) for i in counted] + [(b, None) for b in spins], w.body)
+    return over_rings if over_rings is not None else steps + len(spins)
 
 
-_SLOT = re.compile(r"\[([^\]+]+?)(?:\+(0x[0-9a-fA-F]+|\d+))?\]")
+_SLOT = re.compile(r"\[([^\]+]+?)(?:\+URZ)?(?:\+(0x[0-9a-fA-F]+|\d+))?\]")
+_IMM = re.compile(r"-?(0x[0-9a-fA-F]+|\d+)")
+_ADDS = {"add", "IADD3", "UIADD3", "VIADD", "IADD", "UIADD"}
+_LEAS = {"LEA", "ULEA"}
+_SCALES = {"shl", "mul", "SHF", "USHF", "IMAD", "UIMAD", "IMAD.SHL", "LEA", "ULEA"}
 
 
-def _slot(addr: str, defs: dict) -> tuple[str, int] | None:
-    """(base, byte offset) of an mbarrier operand: ``[UR10+0x1e020]``, or PTX's ``[%r61]`` with ``add.s32 %r61,
-    %r77, 122912`` in the loop."""
+def _ring_slot(addr: str, body, at: int | None) -> tuple[str, int, tuple] | None:
+    """(root register, constant byte offset) of an mbarrier operand, the stage index left out: ``[UR26+0x10]``
+    with ``ULEA UR26, UR4, UR25, 0x3`` is (UR25, 0x10); PTX's ``[%r60]`` with ``add.s32 %r60, %r77, 122880``,
+    ``add.s32 %r77, %r13, %r76`` and ``shl.b32 %r76, %r554, 3`` is (%r13, 122880)."""
     m = _SLOT.fullmatch(addr)
     if m is None:
         return None
-    base, off = m.group(1), int(m.group(2), 0) if m.group(2) else 0
-    while base in defs and off < 2**31:
-        base, extra = defs.pop(base)
-        off += extra
-    return base, off
+    base, off, index = m.group(1), int(m.group(2), 0) if m.group(2) else 0, []
+
+    def def_of(reg: str, before: int | None):
+        found = None
+        for i in body:
+            if before is not None and i.index >= before:
+                break
+            if i.operands and i.operands[0] == reg and i.opcode not in ("STS", "STG", "st"):
+                found = i
+        return found
+
+    for _ in range(8):
+        d = def_of(base, at)
+        if d is None:
+            break
+        regs = [o.removesuffix(".reuse") for o in d.operands[1:] if o not in ("RZ", "URZ", "PT", "UPT")]
+        imms = [int(o, 0) for o in regs if _IMM.fullmatch(o)]
+        regs = [o for o in regs if not _IMM.fullmatch(o)]
+        at = d.index
+        if d.opcode in _LEAS and len(regs) >= 2:
+            base = regs[1]  # LEA d, index, base, shift
+            index.append((regs[0], at))
+        elif d.opcode in _ADDS and len(regs) == 1 and len(imms) == 1:
+            base, off = regs[0], off + imms[0]
+        elif d.opcode in _ADDS and len(regs) == 2 and not imms:
+            scaled = [r for r in regs if (x := def_of(r, d.index)) is not None and x.opcode.split(".")[0] in _SCALES]
+            if len(scaled) != 1:
+                break
+            base = next(r for r in regs if r not in scaled)
+            x = def_of(scaled[0], d.index)
+            index.append((x.operands[1] if len(x.operands) > 1 else scaled[0], x.index))
+        elif d.opcode in ("mov", "MOV", "UMOV", "R2UR") and len(regs) == 1:
+            base = regs[0]
+        else:
+            break
+    return base, off, tuple(index)
 
 
-def _same_stage_waits(addrs: list[str], body) -> int:
-    """Waits of one trip on one stage of different rings, counted once: Triton's pipelined ``tl.dot`` loop keeps
-    one mbarrier ring per group of loads and waits on each at the same stage (``[UR10+0x1e000]`` and
-    ``[UR10+0x1e020]``: two arrays of 8-byte barriers, not successive stages, which sit 8 bytes apart). For the
-    waits on one base: their count minus the longest run of offsets 8 bytes apart."""
-    defs = {}
-    for i in body:
-        if i.opcode == "add" and len(i.operands) == 3 and re.fullmatch(r"-?\d+", i.operands[2]):
-            defs[i.operands[0]] = (i.operands[1], int(i.operands[2]))
-    by_base: dict[str, set[int]] = {}
-    for a in addrs:
-        slot = _slot(a, dict(defs))
-        if slot is not None:
-            by_base.setdefault(slot[0], set()).add(slot[1])
-    extra = 0
-    for offsets in by_base.values():
-        if len(offsets) < 2:
+def _retested(body, first: int, second: int) -> bool:
+    """The wait at ``second`` repeats the one at ``first``: each operand holds what it held (the register itself,
+    or one written by the same instruction): CUTLASS's and flash-attn's test-then-wait, not a second step on a
+    one-stage ring, which flips the phase in between."""
+    a = next((i for i in body if i.index == first), None)
+    b = next((i for i in body if i.index == second), None)
+    if a is None or b is None or len(a.operands) != len(b.operands):
+        return False
+
+    def value(op: str, at: int, depth: int = 3):
+        """An operand, or what the instruction that last wrote it computed (``IMAD R10, R6, -0x80000000, RZ`` and
+        ``IMAD R14, R6, -0x80000000, RZ`` are one phase; ``MOV R3, UR18`` and ``IMAD.U32 R3, RZ, RZ, UR18``
+        copy one value)."""
+        d = None
+        for i in body:
+            if i.index >= at:
+                break
+            if i.operands and i.operands[0] == op:
+                d = i
+        if d is None or depth == 0:
+            return op
+        srcs = d.operands[1:]
+        if d.opcode in ("MOV", "UMOV", "mov") and len(srcs) == 1 or \
+                d.opcode == "IMAD" and len(srcs) == 3 and srcs[:2] == ("RZ", "RZ"):
+            return value(srcs[-1], d.index, depth - 1)
+        return d.opcode, d.mods, tuple(value(o, d.index, depth - 1) for o in srcs)
+
+    return all(value(x, first) == value(y, second) for x, y in zip(a.operands[1:], b.operands[1:], strict=True))
+
+
+def _steps_over_rings(waits: list[tuple[str, int | None]], body) -> int | None:
+    """Pipeline steps of one trip from the mbarriers it waits on: waits on one ring (barriers 8 bytes apart,
+    or one barrier at a stage index) are successive steps; waits on different rings at one trip are the
+    same step (Triton's one ring per group of loads, ``[UR10+0x1e000]`` and ``[UR10+0x1e020]``;
+    flash-attn's K and V pipelines, ``[UR26+0x10]`` and ``[UR10+0x30]`` from one base): the most waits on
+    any one ring. None when an address cannot be resolved."""
+    slots = [_ring_slot(a, body, at) for a, at in waits]
+    if len(slots) < 2 or any(s is None for s in slots):
+        return None
+    # a barrier tested and then waited on again (the same root, offset and stage index, a few instructions
+    # apart, or a spin loop on the barrier an inline wait tested) is one step
+    kept, tested = [], set()
+    for (_, at), slot in zip(waits, slots, strict=True):
+        if at is None and slot in tested:
             continue
-        ordered, run, best = sorted(offsets), 1, 1
-        for a, b in zip(ordered, ordered[1:], strict=False):
-            run = run + 1 if b - a == 8 else 1
-            best = max(best, run)
-        extra += len(ordered) - best
-    return extra
+        if at is not None and kept and kept[-1][0] == slot and kept[-1][1] is not None and \
+                _retested(body, kept[-1][1], at):
+            continue
+        kept.append((slot, at))
+        if at is not None:
+            tested.add(slot)
+    slots = [slot for slot, _ in kept]
+    per_root: dict[str, list[int]] = {}
+    for root, off, _ in slots:
+        per_root.setdefault(root, []).append(off)
+    best = 0
+    for offsets in per_root.values():
+        ordered = sorted(set(offsets))
+        ring_of, ring = {}, 0
+        for k, o in enumerate(ordered):
+            if k and o - ordered[k - 1] != 8:
+                ring += 1
+            ring_of[o] = ring
+        counts: dict[int, int] = {}
+        for o in offsets:
+            counts[ring_of[o]] = counts.get(ring_of[o], 0) + 1
+        best = max(best, *counts.values())
+    return best
 
 
 def loop_unroll(w: WorkLoop) -> int:

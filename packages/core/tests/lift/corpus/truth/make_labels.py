@@ -16,6 +16,17 @@ Sources:
   the template arguments in the mangled kernel name (stages, schedule) and CUTLASS's sm90 kernel constants
   (LoadRegisterRequirement 40, MmaRegisterRequirement 232, one producer and two MMA warpgroups, persistent
   tile scheduler, CUTLASS_PRAGMA_NO_UNROLL mainloops).
+  Also compiled here (build_cutlass.py, nvcc 13.0 -arch=sm_90a, nvidia-cutlass 4.2.0.0's headers): cooperative,
+  ping-pong, stream-K, tma-ws, 2x1 / 1x2 clusters, a no-smem epilogue; labels from the knobs and the constants
+  of CUTLASS's kernel headers (cutlass-labels.json; cubin and PTX kept xz-compressed).
+- ``triton``: liger-kernel's Triton ops (softmax, rms_norm, layer_norm, the swiglu TMA/wgmma GEMM in three
+  autotune points) compiled for sm_90a without a GPU (build_triton.py, triton 3.9.0); labels from their
+  source and launch settings (triton-labels.json).
+- ``quack``: quack-kernels' CuTe DSL rmsnorm, layernorm, softmax and cross-entropy forward compiled for sm_90a
+  without a GPU through their own fake-tensor compile functions (build_quack.py); labels from quack's source
+  and launch heuristics (quack-labels.json).
+- ``flash-attn-4``: its CuTe DSL Hopper attention forward (FlashAttentionForwardSm90) compiled for sm_90a
+  through the package's CPU-only path and torch's FakeTensorMode (build_flash.py); labels from its source.
 - ``cute``: the project's CuTe DSL Hopper GEMM lowered ahead of time here (build_cute.py, .venv312);
   labels from the knobs and the kernel module's constants (cute-labels.json).
 """
@@ -84,6 +95,27 @@ CUDA = [
     ("double-exp", "dexp.cu", [], {"div.form": [], "denormal.flush": "none", "loops.depth": 0}),
     ("divide-compiled-again", "divide.cu", [], {"div.form": ["ieee"], "loops.depth": 1}),
     ("softmax-rows-compiled-again", "softmax.cu", ["-DFAST=0"], {"exp.form": ["precise"], "div.form": ["ieee"]}),
+    ("sqrt-ieee", "sqrt.cu", [], {"block.max_threads": [128, 1, 1], "persistent": False, "loops.depth": 0,
+                                   "div.form": [], "exp.form": [], "transfer.form": ["ld.global"],
+                                   "transfer.store_form": ["st.global"], "barrier.ops": []}),
+    ("sqrt-fast-math", "sqrt.cu", ["-use_fast_math"], {"persistent": False, "loops.depth": 0, "div.form": [],
+                                                        "exp.form": []}),
+    ("integer-divide", "intdiv.cu", [], {"block.max_threads": [256, 1, 1], "persistent": False, "loops.depth": 0,
+                                         "div.form": [], "exp.form": [], "transfer.store_form": ["st.global"],
+                                         "fma.contraction": "none"}),
+    ("device-printf", "printf.cu", [], {"block.max_threads": [64, 1, 1], "persistent": False, "loops.depth": 0,
+                                        "div.form": [], "exp.form": [], "stack_frame": {"min": 8}}),
+    ("ballot-compact", "ballot.cu", [], {"block.max_threads": [256, 1, 1], "persistent": True, "loops.depth": 1,
+                                         "transfer.store_form": ["atomic", "st.global"], "div.form": [],
+                                         "exp.form": [], "mma.form": []}),
+    ("block-sum-float4", "blockreduce.cu", [], {"block.max_threads": [512, 1, 1], "persistent": False,
+                                                "barrier.ops": ["bar.sync"], "access.global.load_width": [128],
+                                                "transfer.store_form": ["atomic"], "div.form": [], "exp.form": []}),
+    ("logsumexp-precise", "logsumexp.cu", ["-DFAST=0"], {"block.max_threads": [128, 1, 1], "persistent": False,
+                                                         "loops.depth": 1, "exp.form": ["precise"], "div.form": [],
+                                                         "transfer.store_form": ["st.global"]}),
+    ("logsumexp-fast", "logsumexp.cu", ["-DFAST=1"], {"persistent": False, "loops.depth": 1, "exp.form": ["approx"],
+                                                      "div.form": []}),
     ("tmem-roundtrip-sm100a", "tmem.cu", ["-arch=sm_100a"], {"block.max_threads": [128, 1, 1], "loops.depth": 1,
                                                              "persistent": False, "transfer.store_form": ["st.global"],
                                                              "div.form": [], "exp.form": []}),
@@ -185,6 +217,19 @@ PAIRS = [
     {"ref": "divide", "cand": "fast-divide", "differs": ["numerics", "div.form"]},
     {"ref": "planted-not-persistent", "cand": "planted-persistent", "differs": ["control", "persistent"]},
     {"ref": "planted-not-warp-specialised", "cand": "planted-warp-specialised", "differs": ["launch", "roles"]},
+    {"ref": "logsumexp-precise", "cand": "logsumexp-fast", "differs": ["numerics", "exp.form"]},
+    {"ref": "cutlass-coop-128x128x64-c1x1-s4-cubin", "cand": "cutlass-coop-128x128x64-c1x1-s5-cubin",
+     "differs": ["control", "pipeline.stages"]},
+    {"ref": "cutlass-coop-128x128x64-c1x1-s4-ptx", "cand": "cutlass-coop-128x128x64-c1x1-s5-ptx",
+     "differs": ["control", "pipeline.stages"]},
+    {"ref": "cutlass-coop-128x128x64-c1x1-s4-cubin", "cand": "cutlass-coop-128x128x64-c1x1-s4-nosmem-cubin",
+     "differs": ["instruction", "transfer.store_form"]},
+    {"ref": "triton-liger-swiglu-64x128x64-w4-s2-cubin", "cand": "triton-liger-swiglu-64x128x64-w4-s3-cubin",
+     "differs": ["control", "pipeline.stages"]},
+    {"ref": "triton-liger-swiglu-64x128x64-w4-s2-ptx", "cand": "triton-liger-swiglu-64x128x64-w4-s3-ptx",
+     "differs": ["control", "pipeline.stages"]},
+    {"ref": "flash4-fwd-sm90-hdim128-128x128-cubin", "cand": "flash4-fwd-sm90-hdim64-128x128-cubin",
+     "differs": ["instruction", "mma.shape"]},
     {"ref": "divide", "cand": "divide-compiled-again", "same": True},
     {"ref": "softmax-rows", "cand": "softmax-rows-compiled-again", "same": True},
     {"ref": "planted-stages2", "cand": "planted-stages2-renamed", "same": True},
@@ -226,6 +271,42 @@ def build_cases() -> list[dict]:
         cases.append({"id": cid, "source": "cutlass", "artifact": path,
                       "build": "on the H200: .venv/bin/python benchmarks/gemm_capture.py --part cutlass",
                       "labels": lab})
+    for name, entry in sorted(json.loads((HERE / "cutlass-labels.json").read_text()).items()):
+        for ext in ("cubin", "ptx"):
+            lab = dict(entry["labels"])
+            cases.append({"id": f"{name}-{ext}", "source": "cutlass",
+                          "artifact": f"{HERE.relative_to(REPO)}/artifacts/cutlass/{name}.{ext}.xz",
+                          "build": entry["build"][ext] + " (CUTLASS=nvidia-cutlass 4.2.0.0's cutlass_library/source; "
+                          f".venv/bin/python {HERE.relative_to(REPO)}/build_cutlass.py --only {name})",
+                          "config": entry["knobs"], "labels": lab})
+    for name, entry in sorted(json.loads((HERE / "triton-labels.json").read_text()).items()):
+        for ext in ("cubin", "ptx"):
+            lab = dict(entry["labels"])
+            cases.append({"id": f"{name}-{ext}", "source": "triton",
+                          "artifact": f"{HERE.relative_to(REPO)}/artifacts/triton/{name}.{ext}.xz",
+                          "build": f"PYTHONPATH=.venv/lib/python3.11/site-packages /tmp/tv/bin/python "
+                          f"{HERE.relative_to(REPO)}/build_triton.py --only {name} (triton {entry['triton']}, "
+                          f"liger-kernel {entry['liger_kernel']})",
+                          "config": {k: entry[k] for k in ("kernel", "constexprs", "num_warps", "num_stages")},
+                          "labels": lab})
+    for name, entry in sorted(json.loads((HERE / "quack-labels.json").read_text()).items()):
+        for ext in ("cubin", "ptx"):
+            cases.append({"id": f"{name}-{ext}", "source": "quack",
+                          "artifact": f"{HERE.relative_to(REPO)}/artifacts/quack/{name}.{ext}.xz",
+                          "build": "PYTHONPATH=/tmp/cv/lib/python3.11/site-packages:/tmp/tv/lib/python3.11/site-packages:"
+                          f".venv/lib/python3.11/site-packages /tmp/cv/bin/python {HERE.relative_to(REPO)}/build_quack.py "
+                          f"--only {name} (quack-kernels {entry['quack_kernels']}, nvidia-cutlass-dsl "
+                          f"{entry['nvidia_cutlass_dsl']})",
+                          "config": {k: entry[k] for k in ("kernel", "N", "dtype")}, "labels": dict(entry["labels"])})
+    for name, entry in sorted(json.loads((HERE / "flash-labels.json").read_text()).items()):
+        for ext in ("cubin", "ptx"):
+            cases.append({"id": f"{name}-{ext}", "source": "flash-attn-4",
+                          "artifact": f"{HERE.relative_to(REPO)}/artifacts/flash/{name}.{ext}.xz",
+                          "build": "PYTHONPATH=/tmp/cv/lib/python3.11/site-packages:/tmp/tv/lib/python3.11/site-packages:"
+                          f".venv/lib/python3.11/site-packages /tmp/cv/bin/python {HERE.relative_to(REPO)}/build_flash.py "
+                          f"--only {name} (flash-attn-4 {entry['flash_attn_4']}, nvidia-cutlass-dsl "
+                          f"{entry['nvidia_cutlass_dsl']})",
+                          "config": entry["config"], "labels": dict(entry["labels"])})
     cute = json.loads((HERE / "cute-labels.json").read_text())
     for name, entry in sorted(cute.items()):
         for ext in ("cubin", "ptx"):

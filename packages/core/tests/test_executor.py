@@ -102,7 +102,7 @@ def test_a_campaign_in_a_ray_actor_gives_the_sequential_runs_journal(runtime, tm
     bench = RayWorkbench(functools.partial(OfflineWorkbench, src, campaign.family, campaign.dtype),
                          num_gpus=0, actor_cpus=1)
     out_ray = run_campaign(campaign, bench, Journal.create(ray_dir), quiet=True)  # closes the actor
-    assert bench.actor is None
+    assert bench.actors == []
     local, remote = _events(local_dir / "journal.jsonl"), _events(ray_dir / "journal.jsonl")
     verdicts = [(e["step"], e["key"], e["decision"], e["reason_code"]) for e in local if e["event"] == "verdict"]
     assert len(verdicts) >= 12 and {"accepted", "rejected"} <= {v[2] for v in verdicts}
@@ -132,3 +132,48 @@ def test_bad_executor_flags_are_one_line_and_exit_2(tmp_path, argv, says):
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_two_gpus_each_measure_their_noise_and_decide_on_the_gpu_that_timed(runtime, tmp_path):
+    from types import SimpleNamespace
+
+    import executor_fixture as ef
+    from mosaic.plugins import host
+    from mosaic.run.campaign import Campaign
+    from mosaic.run.loop import Loop
+
+    ray.cloudpickle.register_pickle_by_value(ef)  # the actors' workers cannot import the tests' directory
+    campaign = Campaign(source="pallas", target="cute", family="gemm", shape={"m": 4096, "n": 4096, "k": 4096},
+                        dtype="bf16", gpu="h200", beam=2, start_knobs={"name": "naive"}, yardstick=False)
+
+    def loop(bench, path):
+        return Loop(campaign, bench, ef.Ranked(), Journal.create(path), host().get("gpus", "h200"),
+                    lift=lambda bundle: bundle,
+                    diff=lambda ref, fp: SimpleNamespace(layers=(("all", ef.D[fp]),), rows=()))
+
+    seq = loop(ef.SlotBench(0), tmp_path / "one")
+    seq.run()
+    bench = RayWorkbench(ef.SlotBench, num_gpus=0, actor_cpus=0, gpus=2)
+    try:
+        par = loop(bench, tmp_path / "two")
+        out = par.run()
+        built = [ray.get(a.call.remote("built_keys")) for a in bench.actors]
+    finally:
+        bench.close()
+    verdicts = lambda lp: [(e["step"], e["key"], e["decision"], e["reason_code"])  # noqa: E731
+                           for e in lp.events if e["event"] == "verdict"]
+    assert verdicts(par) == verdicts(seq)  # in the proposer's order, the same decisions
+    assert [v[3] for v in verdicts(par)] == ["naive", "slower", "slower", "faster"] and out.stop == "converged"
+    ref = next(e for e in par.events if e["event"] == "reference")
+    noise = {u: v["noise"]["value_ns"] for u, v in ref["noise_by_gpu"].items()}
+    assert set(noise) == {"slot-0", "slot-1"} and noise["slot-1"] > 3 * noise["slot-0"]
+    assert noise["slot-0"] == ref["noise"]["value_ns"]  # the primary GPU's is the campaign's
+    timed = [e for e in par.events if e["event"] == "timed"]
+    slots = {e["key"]: e["gpu"]["slot"] for e in timed if e["against"] != "reference"}
+    assert 1 in slots.values()  # candidates were evaluated ahead on the second GPU and the loop used them
+    for e in timed:  # a comparison runs on the GPU that built the candidate: never across GPUs
+        assert e["key"] in built[e["gpu"]["slot"]]
+    for v in (e for e in par.events if e["event"] == "verdict" and e["step"] > 0):
+        t = next(e for e in timed if e["key"] == v["key"] and e["against"] != "reference")
+        assert v["gpu"] == t["gpu"]["uuid"] and v["noise_ns"] == noise[t["gpu"]["uuid"]]
+    assert not (tmp_path / "one" / "journal.jsonl").read_text().count("noise_by_gpu")  # one GPU: unchanged

@@ -244,21 +244,39 @@ class LoweringStage:
 
 # -- GPU evaluation ----------------------------------------------------------------------------------------------
 class GpuEvaluator:
-    """Holds one workbench on one GPU (a Ray actor with ``num_gpus=1``); answers the loop's questions."""
+    """Holds one workbench on one GPU (a Ray actor with ``num_gpus=1``); answers the loop's questions.
+    ``slot`` numbers the actors of one campaign (0 is the primary: the journal's reference and yardstick);
+    with several, the factory is called with ``slot=`` and each timing record is stamped with this GPU."""
 
-    def __init__(self, factory: Callable[[], Any]):
-        self.bench = factory()
+    def __init__(self, factory: Callable[..., Any], slot: int = 0, slots: int = 1):
+        self.bench = factory(slot=slot) if slots > 1 else factory()
+        self.slot, self.slots = slot, slots
         self.device = visible_gpu()
 
     def kind(self) -> str:
         return self.bench.kind
 
     def identity(self) -> dict:
-        return {"actor_pid": os.getpid(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                "gpu": gpu_identity(self.device) if self.device != "" else None}
+        gpu = gpu_identity(self.device) if self.device not in ("", None) or self.slots == 1 else None
+        return {"slot": self.slot, "actor_pid": os.getpid(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "gpu": gpu if gpu and "error" not in gpu else None}
+
+    def uuid(self) -> str:
+        """This GPU's UUID (``slot-N`` for an actor that holds none: the CPU workbenches of the tests)."""
+        gpu = self.identity()["gpu"]
+        return gpu["uuid"] if gpu else f"slot-{self.slot}"
+
+    def stamp(self, timed):
+        """A timing record that names this GPU (with several GPUs; the workbench's own record when it has one)."""
+        if self.slots > 1 and not (isinstance(timed.gpu, Mapping) and timed.gpu.get("uuid")):
+            timed = attrs.evolve(timed, gpu={**(self.identity()["gpu"] or {}), "uuid": self.uuid(),
+                                             "slot": self.slot})
+        return timed
 
     def call(self, method: str, *args):
-        return getattr(self.bench, method)(*args)
+        out = getattr(self.bench, method)(*args)
+        return self.stamp(out) if method == "time" else out
 
     def build(self, kernel, lowered: Lowered | None):
         if lowered is not None:
@@ -266,6 +284,18 @@ class GpuEvaluator:
             if adopt is not None:
                 adopt(kernel.key, lowered)
         return self.bench.build(kernel)
+
+    def evaluate(self, kernel, lowered: Lowered | None, reference, incumbent, rounds: int) -> tuple:
+        """Build, gate and time ``kernel`` against ``incumbent`` on this GPU, ahead of the loop asking:
+        (Built, Checked or None, Timed or None)."""
+        built = self.build(kernel, lowered)
+        if not built.ok:
+            return built, None, None
+        kernel = attrs.evolve(kernel, bundle=built.bundle)
+        checked = self.bench.check(kernel, built, reference)
+        if not checked.passed:
+            return built, checked, None
+        return built, checked, self.stamp(self.bench.time(incumbent, kernel, rounds))
 
     def close(self) -> None:
         close = getattr(self.bench, "close", None)
@@ -275,18 +305,29 @@ class GpuEvaluator:
 
 class RayWorkbench:
     """The loop's :class:`~mosaic.run.workbench.Workbench` on Ray: lowering tasks ahead of the GPU, the
-    workbench itself in a GPU-pinned actor. ``factory`` builds the workbench inside the actor (picklable);
-    ``lowerer`` (picklable, ``(key, spec_json) -> Lowered``, with ``accepts(kernel)``) lowers on the runtime's
-    CPUs, None for a workbench that lowers nothing (offline). ``num_gpus`` is the actor's GPU share (1 on a GPU
-    node; 0 for a workbench that needs none)."""
+    workbench itself in GPU-pinned actors. ``factory`` builds the workbench inside an actor (picklable; with
+    ``gpus > 1`` it is called with ``slot=i``); ``lowerer`` (picklable, ``(key, spec_json) -> Lowered``, with
+    ``accepts(kernel)``) lowers on the runtime's CPUs, None for a workbench that lowers nothing (offline).
+    ``num_gpus`` is each actor's GPU share (1 on a GPU node; 0 for a workbench that needs none).
 
-    def __init__(self, factory: Callable[[], Any], *, lowerer: Callable | None = None, address: str | None = None,
-                 num_cpus: int | None = None, num_gpus: float = 1, actor_cpus: float = 1,
+    With ``gpus`` actors (one per GPU): each captures the reference and measures its noise itself
+    (:meth:`noise_by_gpu`); while the loop's candidate is evaluated on one GPU, the next candidates the
+    proposer ranked are built, gated and timed against the same incumbent on the idle GPUs; the loop takes
+    such an answer only for the same (candidate, incumbent) pair, when its proposer reaches that candidate,
+    and decides it with the noise of the GPU that timed it. A comparison never spans two GPUs: the incumbent
+    and the candidate run interleaved in one session on one GPU."""
+
+    def __init__(self, factory: Callable[..., Any], *, lowerer: Callable | None = None, address: str | None = None,
+                 num_cpus: int | None = None, num_gpus: float = 1, actor_cpus: float = 1, gpus: int = 1,
                  progress: Callable[[str], None] | None = None):
         import ray
 
         self.progress = progress or (lambda line: None)
         self.started = False
+        self.actors: list = []
+        self.lowering = None
+        if gpus < 1:
+            raise BadInput(f"--gpus {gpus}: at least one GPU evaluates", "--gpus")
         if not ray.is_initialized():
             try:
                 if address:
@@ -299,66 +340,142 @@ class RayWorkbench:
                                "--ray-address" if address else "--executor") from None
             self.started = True
         cpus = int(ray.cluster_resources().get("CPU", 1))
-        gpus = ray.cluster_resources().get("GPU", 0)
-        if num_gpus and gpus < num_gpus:
+        have = ray.cluster_resources().get("GPU", 0)
+        if num_gpus and have < num_gpus * gpus:
             self.close()
-            raise BadInput(f"the Ray runtime has {gpus:g} GPU(s); the GPU-evaluation actor needs {num_gpus:g}",
-                           "--executor")
-        self.actor = ray.remote(num_gpus=num_gpus, num_cpus=actor_cpus, max_restarts=0)(GpuEvaluator).remote(factory)
-        self.kind = ray.get(self.actor.kind.remote())
-        self.where = ray.get(self.actor.identity.remote())
-        parallel = max(1, cpus - int(actor_cpus))
+            raise BadInput(f"the Ray runtime has {have:g} GPU(s); {gpus} evaluation actor(s) need "
+                           f"{num_gpus * gpus:g}", "--gpus" if gpus > 1 else "--executor")
+        cls = ray.remote(num_gpus=num_gpus, num_cpus=actor_cpus, max_restarts=0)(GpuEvaluator)
+        self.actors = [cls.remote(factory, i, gpus) for i in range(gpus)]
+        self.kind = ray.get(self.actors[0].kind.remote())
+        self.where = ray.get([a.identity.remote() for a in self.actors])
+        self.uuids = ray.get([a.uuid.remote() for a in self.actors])
+        parallel = max(1, cpus - int(actor_cpus * gpus))
         self.lowering = LoweringStage(lowerer, parallel) if lowerer is not None else None
         self.lowerer = lowerer
-        self.progress(f"ray: {cpus} CPU(s), {gpus:g} GPU(s); evaluation actor on "
-                      f"{(self.where.get('gpu') or {}).get('uuid') or 'no GPU'}; "
+        self.by_gpu: dict[str, tuple] = {}
+        self.ahead: list = []  # the proposer's ranked kernels, as the loop last named them
+        self.ahead_of: dict[str, tuple] = {}  # key -> (slot, ObjectRef of evaluate, incumbent key)
+        self.answers: dict[str, tuple] = {}  # key -> (slot, (Built, Checked, Timed), incumbent key)
+        self.slot_of: dict[str, int] = {}  # key -> the slot that built it
+        self.busy: dict[int, Any] = {}  # slot -> ObjectRef of its speculative evaluation
+        self.reference = None
+        self.incumbent = None
+        self.rounds = None
+        gpu_names = ", ".join(str((w.get("gpu") or {}).get("uuid") or f"slot-{w['slot']}") for w in self.where)
+        self.progress(f"ray: {cpus} CPU(s), {have:g} GPU(s); evaluation actor(s) on {gpu_names}; "
                       + (f"{parallel} lowering(s) at once" if self.lowering else "no lowering stage"))
 
-    def _ask(self, method: str, *args):
+    # -- one actor -------------------------------------------------------------------------------------------
+    def _ask(self, method: str, *args, slot: int = 0):
         import ray
 
-        return ray.get(self.actor.call.remote(method, *args))
+        return ray.get(self.actors[slot].call.remote(method, *args))
 
     def capture_reference(self, spec):
-        return self._ask("capture_reference", spec)
+        import ray
+
+        refs = [a.call.remote("capture_reference", spec) for a in self.actors]  # every GPU, at once
+        caps = ray.get(refs)
+        if len(self.actors) > 1:
+            self.by_gpu = {u: c.noise_blocks for u, c in zip(self.uuids, caps, strict=True)}
+        self.reference = caps[0].kernel
+        return caps[0]
+
+    def noise_by_gpu(self) -> dict:
+        """The reference's noise blocks as each GPU measured them, by GPU UUID (empty with one GPU)."""
+        return dict(self.by_gpu)
 
     def prefetch(self, kernels) -> None:
+        kernels = list(kernels)
         if self.lowering is not None:
             self.lowering.submit([k for k in kernels if self.lowerer.accepts(k)])
+        self.ahead = kernels
+        self._speculate(skip=None)
+
+    def _lowered(self, key: str):
+        return self.lowering.take(key) if self.lowering is not None else None
+
+    def _speculate(self, skip: str) -> None:
+        """Start the proposer's next candidates on idle GPUs (other than the primary), against the incumbent."""
+        import ray
+
+        if len(self.actors) < 2 or self.incumbent is None or self.reference is None or self.rounds is None:
+            return
+        for slot, ref in list(self.busy.items()):
+            if ray.wait([ref], timeout=0)[0]:
+                del self.busy[slot]
+        idle = [i for i in range(1, len(self.actors)) if i not in self.busy]
+        for k in self.ahead:
+            if not idle:
+                break
+            if k.key == skip or k.key in self.ahead_of or k.key in self.answers or k.key in self.slot_of:
+                continue
+            slot = idle.pop(0)
+            lowered = self._lowered(k.key)
+            ref = self.actors[slot].evaluate.remote(k, lowered, self.reference, self.incumbent, self.rounds)
+            self.ahead_of[k.key] = (slot, ref, self.incumbent.key)
+            self.busy[slot] = ref
+            self.progress(f"ray: {k.key} evaluated ahead on GPU slot {slot} against {self.incumbent.key}")
 
     def build(self, kernel):
         import ray
 
-        lowered = self.lowering.take(kernel.key) if self.lowering is not None else None
+        if kernel.key in self.ahead_of:
+            slot, ref, inc_key = self.ahead_of.pop(kernel.key)
+            self.answers[kernel.key] = (slot, ray.get(ref), inc_key)
+            self.busy.pop(slot, None)
+            self.slot_of[kernel.key] = slot
+            return self.answers[kernel.key][1][0]
+        lowered = self._lowered(kernel.key)
         if lowered is not None:
             self.progress(f"ray: {kernel.key} lowered on {lowered.host} in {lowered.wall_s:.1f} s ({lowered.status}); "
                           f"the loop waited {self.lowering.waits[kernel.key]:.1f} s")
-        return ray.get(self.actor.build.remote(kernel, lowered))
+        ref = self.actors[0].build.remote(kernel, lowered)
+        self._speculate(skip=kernel.key)  # the other GPUs work while this one builds and gates
+        self.slot_of[kernel.key] = 0
+        return ray.get(ref)
 
     def check(self, kernel, built, reference):
-        return self._ask("check", kernel, built, reference)
+        if kernel.key in self.answers and self.answers[kernel.key][1][1] is not None:
+            return self.answers[kernel.key][1][1]
+        return self._ask("check", kernel, built, reference, slot=self.slot_of.get(kernel.key, 0))
 
     def time(self, incumbent, kernel, rounds):
-        return self._ask("time", incumbent, kernel, rounds)
+        self.rounds = rounds
+        ans = self.answers.pop(kernel.key, None)
+        if ans is not None and ans[2] == incumbent.key and ans[1][2] is not None:
+            timed = ans[1][2]
+        else:  # on the GPU that built and gated it (the candidate is compiled there)
+            timed = self._ask("time", incumbent, kernel, rounds, slot=self.slot_of.get(kernel.key, 0))
+        if incumbent.key == (self.reference.key if self.reference is not None else None):
+            self.incumbent = kernel  # measured against the reference: the loop's new incumbent
+        else:
+            self.incumbent = incumbent
+        return timed
 
     def yardstick(self, spec, rounds):
         return self._ask("yardstick", spec, rounds)
 
     def bundle_path(self, key):
-        return self._ask("bundle_path", key)
+        return self._ask("bundle_path", key, slot=self.slot_of.get(key, 0))
 
     def close(self) -> None:
         import ray
 
         if getattr(self, "lowering", None) is not None:
             self.lowering.close()
-        actor = getattr(self, "actor", None)
-        if actor is not None:
+        for ref in getattr(self, "busy", {}).values():
+            try:
+                ray.get(ref)  # an evaluation ahead finishes its bundle before its workbench closes
+            except Exception:  # noqa: BLE001 - its failure is not the campaign's: the loop never used it
+                pass
+        for actor in getattr(self, "actors", []):
             try:
                 ray.get(actor.close.remote())
             finally:
                 ray.kill(actor)
-            self.actor = None
+        self.actors = []
         if self.started and ray.is_initialized():
             ray.shutdown()
             self.started = False

@@ -177,9 +177,16 @@ class Loop:
         self.noise: Noise = measure_noise(ref.noise_blocks)
         self.cost_s += ref.cost_s
         self.reference = ref.kernel
+        # several GPUs (the Ray executor): each measured the reference's noise itself; a verdict uses the noise
+        # of the GPU that timed it (both kernels of a comparison run on that one GPU)
+        by_gpu = self.bench.noise_by_gpu()
+        self.noise_by_gpu = {uuid: measure_noise(blocks) for uuid, blocks in by_gpu.items()}
+        more = {"noise_by_gpu": {u: {"noise": n.to_json(), "noise_blocks": [list(b) for b in by_gpu[u]]}
+                                 for u, n in self.noise_by_gpu.items()}} if by_gpu else {}
         self.emit("reference", key=REFERENCE, bundle=ref.kernel.bundle, noise=self.noise.to_json(),
                   noise_blocks=ref.noise_blocks, time_ns=self.noise.reference_time, floor_ns=self.floor,
-                  cost_s=ref.cost_s, spec=ref.kernel.spec.to_json())
+                  cost_s=ref.cost_s, spec=ref.kernel.spec.to_json(), **more)
+        self.inc_noise = self.noise
         self.progress(f"reference {c.source}: {self.noise.reference_time / 1e3:.2f} us, noise "
                       f"{self.noise.value / 1e3:.2f} us ({self.noise.relative:.2%}); floor {self.floor / 1e3:.1f} us")
         self.ref_fp = self.fingerprint(REFERENCE, ref.kernel.bundle)
@@ -237,6 +244,11 @@ class Loop:
         self.emit("numerics", **checked.to_json(), step=step)
         return built, checked
 
+    def noise_for(self, timed: Timed) -> Noise:
+        """The reference noise of the GPU that made this comparison (the campaign's when there is one GPU)."""
+        uuid = (timed.gpu or {}).get("uuid") if isinstance(timed.gpu, Mapping) else None
+        return self.noise_by_gpu.get(uuid, self.noise) if self.noise_by_gpu else self.noise
+
     def measure(self, against: Kernel, kernel: Kernel) -> Timed:
         timed = self.bench.time(against, kernel, self.c.rounds)
         self.cost_s += timed.cost_s
@@ -252,6 +264,7 @@ class Loop:
         if timed_vs_ref is None or timed_vs_ref.against != REFERENCE:
             timed_vs_ref = self.measure(self.reference, member.kernel)
         self.t_inc_vs_ref = (timed_vs_ref.t_candidate, timed_vs_ref.t_incumbent)
+        self.inc_noise = self.noise_for(timed_vs_ref)
         self.emit("incumbent", key=member.kernel.key, knobs=dict(member.kernel.spec.knobs), time_ns=member.time,
                   distance=member.distance, t_vs_reference=list(self.t_inc_vs_ref))
         self.progress(f"incumbent {member.kernel.key}: {self.t_inc_vs_ref[0] / 1e3:.2f} us vs reference "
@@ -259,7 +272,7 @@ class Loop:
 
     def stop_reason(self) -> str | None:
         t_inc, t_ref = self.t_inc_vs_ref
-        if converged(t_inc, t_ref, self.noise.value):
+        if converged(t_inc, t_ref, self.inc_noise.value):
             return "converged: the incumbent is within the reference's noise or faster"
         spent = self.budget_spent()
         if spent:
@@ -355,11 +368,13 @@ class Loop:
         self.timed += 1
         cand = self.member(kernel, timed.t_candidate)
         # the incumbent's distance is its own; its time is the one measured in this session
-        dec = decide(timed.t_candidate, timed.t_incumbent, cand.distance, inc.distance, self.noise.value, self.floor)
+        noise = self.noise_for(timed)
+        dec = decide(timed.t_candidate, timed.t_incumbent, cand.distance, inc.distance, noise.value, self.floor)
+        where = {"gpu": timed.gpu.get("uuid")} if self.noise_by_gpu and isinstance(timed.gpu, Mapping) else {}
         self.emit("verdict", key=key, step=step, decision="accepted" if dec.accepted else "rejected",
                   reason_code=dec.reason_code, reason=dec.reason, t_candidate=timed.t_candidate,
                   t_incumbent=timed.t_incumbent, d_candidate=cand.distance, d_incumbent=inc.distance,
-                  noise_ns=self.noise.value, closer_but_slower=dec.closer_but_slower, edit=p.edit,
+                  noise_ns=noise.value, **where, closer_but_slower=dec.closer_but_slower, edit=p.edit,
                   parent=p.parent, against=inc.kernel.key)
         self.progress(f"step {step}: {key} {'ACCEPTED' if dec.accepted else 'rejected'} ({dec.reason_code}): "
                       f"{timed.t_candidate / 1e3:.2f} us vs {timed.t_incumbent / 1e3:.2f} us")

@@ -56,6 +56,14 @@ class ReplayBench:
             return Timed.from_json(e)
         return self.inner.time(incumbent, kernel, rounds)
 
+    def noise_by_gpu(self) -> dict:
+        """The reference's noise blocks per GPU UUID, when several GPUs measured it (else empty)."""
+        e = self.rec.reference if self.rec else None
+        if e is not None:
+            return {u: v["noise_blocks"] for u, v in (e.get("noise_by_gpu") or {}).items()}
+        fn = getattr(self.inner, "noise_by_gpu", None)
+        return dict(fn()) if fn is not None else {}
+
     def yardstick(self, spec: KernelSpec, rounds: int):
         if self.rec and self.rec.yardstick is not None:
             return self.rec.yardstick["blocks"]

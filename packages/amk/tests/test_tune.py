@@ -115,6 +115,13 @@ def test_a_time_below_the_weight_traffic_floor_is_refused_as_a_measurement_error
     assert not d.accepted and d.reason_code == "below-floor" and "measurement is wrong" in d.reason
 
 
+def test_reason_text_names_the_verdict_and_the_times():
+    text = tune.reason_text("below-floor", 0.05, 0.75, 0.01, 0.06)
+    assert text.startswith("below the weight-traffic floor: a measurement error")
+    assert "0.0500 vs 0.7500 ms/token" in text and "floor 0.0600 ms" in text
+    assert tune.reason_text("faster", 0.7, 0.75, 0.01, 0.06).startswith("faster than the incumbent by more than")
+
+
 def test_roofline_stop():
     assert tune.near_floor(0.065, 0.06, 0.10) and not tune.near_floor(0.07, 0.06, 0.10)
     assert not tune.near_floor(0.065, 0.0, 0.10)  # no floor known: never stops on it

@@ -212,6 +212,19 @@ def decide_times(t_cand_ms: float, t_inc_ms: float, noise_ms: float, floor_ms: f
     return decide(t_cand_ms * 1e6, t_inc_ms * 1e6, 0.0, 0.0, noise_ms * 1e6, floor_ms * 1e6)
 
 
+REASONS = {  # the rule's verdict code -> what the journal says (times in ms)
+    "faster": "faster than the incumbent by more than the noise",
+    "null": "within the noise of the incumbent: a null result",
+    "slower": "slower than the incumbent by more than the noise",
+    "below-floor": "below the weight-traffic floor: a measurement error, not a speed-up",
+}
+
+
+def reason_text(code: str, t_cand_ms: float, t_inc_ms: float, noise_ms: float, floor_ms: float) -> str:
+    return (f"{REASONS.get(code, code)}: {t_cand_ms:.4f} vs {t_inc_ms:.4f} ms/token (noise {noise_ms:.4f} ms, "
+            f"floor {floor_ms:.4f} ms)")
+
+
 def near_floor(t_inc_ms: float, floor_ms: float, within: float) -> bool:
     """The roofline stop: the incumbent is within ``within`` (a fraction) of the weight-traffic floor."""
     return floor_ms > 0 and t_inc_ms <= floor_ms * (1.0 + within)
@@ -471,7 +484,8 @@ def _trial(backend, spec, gpu, cfg, settings, inc_vm, inc_ms, noise, floor_ms, v
     out.update(stage="timed" if dec.reason_code != "below-floor" else "below-floor",
                timing={"candidate_ms": t_c, "incumbent_ms": t_i, "noise_ms": noise.value, "floor_ms": floor_ms,
                        "candidate_samples": cand_s, "incumbent_samples": inc_s, "rule": dec.reason_code},
-               decision="kept" if dec.accepted else "reverted", reason=dec.reason)
+               decision="kept" if dec.accepted else "reverted",
+               reason=reason_text(dec.reason_code, t_c, t_i, noise.value, floor_ms))
     if dec.accepted:
         out["_vm"] = vm
     return out

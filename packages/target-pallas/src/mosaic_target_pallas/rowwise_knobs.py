@@ -57,18 +57,34 @@ def _int_in(lo: int, hi: int):
     return check
 
 
-_bool = attrs.validators.instance_of(bool)
+def _bool(inst, attribute, value):
+    if not isinstance(value, bool):
+        fail(inst, attribute, value, "true or false")
+
+
+def _int(value):
+    """Knobs arrive as strings from the command line (``--knob block_rows=8``)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value
+
+
+def _flag(value):
+    """``--knob online=false``: true/false/1/0 (any case) as a bool; anything else is left for the validator."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "false", "0"):
+        return value.strip().lower() in ("true", "1")
+    return value
 
 
 @attrs.frozen
 class RowwiseKnobs:
-    block_rows: int = attrs.field(default=4, validator=_pow2_in(WARPS, 64))
-    tma_cols: int = attrs.field(default=256, validator=_pow2_in(64, TMA_MAX_BOX))
-    vector: int = attrs.field(default=8, validator=_pow2_in(1, 8))
-    max_concurrent_steps: int = attrs.field(default=2, validator=_int_in(1, 4))
-    blocks_per_cta: int = attrs.field(default=4, validator=_pow2_in(1, 256))
-    out_slots: int = attrs.field(default=1, validator=_int_in(1, 2))
-    approx_math: bool = attrs.field(default=False, validator=_bool)
+    block_rows: int = attrs.field(converter=_int, default=4, validator=_pow2_in(WARPS, 64))
+    tma_cols: int = attrs.field(converter=_int, default=256, validator=_pow2_in(64, TMA_MAX_BOX))
+    vector: int = attrs.field(converter=_int, default=8, validator=_pow2_in(1, 8))
+    max_concurrent_steps: int = attrs.field(converter=_int, default=2, validator=_int_in(1, 4))
+    blocks_per_cta: int = attrs.field(converter=_int, default=4, validator=_pow2_in(1, 256))
+    out_slots: int = attrs.field(converter=_int, default=1, validator=_int_in(1, 2))
+    approx_math: bool = attrs.field(converter=_flag, default=False, validator=_bool)
 
     def rows_per_cta(self) -> int:
         return self.block_rows * self.blocks_per_cta
@@ -112,10 +128,26 @@ class RmsnormKnobs(RowwiseKnobs):
 class SoftmaxKnobs(RowwiseKnobs):
     """y = exp(x - max) / sum(exp(x - max)) per row; float32 arithmetic."""
 
-    online: bool = attrs.field(default=True, validator=_bool)
+    online: bool = attrs.field(converter=_flag, default=True, validator=_bool)
 
 
 ROWWISE_KNOBS = {"rmsnorm": RmsnormKnobs, "softmax": SoftmaxKnobs}
+
+#: the tuning table: every value each knob takes (the tests lower and run every one)
+VALUES = {
+    "block_rows": (4, 8, 16, 32, 64),
+    "tma_cols": (64, 128, 256),
+    "vector": (1, 2, 4, 8),
+    "max_concurrent_steps": (1, 2, 3, 4),
+    "blocks_per_cta": (1, 2, 4, 8, 16, 32, 64, 128, 256),
+    "out_slots": (1, 2),
+    "approx_math": (False, True),
+}
+SOFTMAX_VALUES = {**VALUES, "online": (True, False)}
+
+
+def values(family: str) -> dict:
+    return SOFTMAX_VALUES if family == "softmax" else VALUES
 ITEMSIZE = {"bf16": 2, "f16": 2}
 
 
@@ -153,3 +185,20 @@ def _dependencies():
 
 RmsnormKnobs.DEPENDENCIES = _dependencies()
 SoftmaxKnobs.DEPENDENCIES = RmsnormKnobs.DEPENDENCIES
+
+
+def table_configs(family: str, spec, gpu) -> list[tuple[str, object, dict | None]]:
+    """Every value of the tuning table as a single edit of the defaults, each made buildable on ``spec``'s
+    shape by the DEPENDENCIES table (the ``knobs`` proposer's compound-edit search): ``(knob, value, knobs)``
+    with ``knobs`` None when no compound edit of at most three partners fits this shape."""
+    from mosaic.proposers.dependencies import complete
+
+    cls = ROWWISE_KNOBS[family]
+    base = attrs.asdict(cls())
+    out = []
+    for knob, vals in values(family).items():
+        for value in vals:
+            edit = {**base, knob: value}
+            parts = complete(cls.DEPENDENCIES, cls, edit, {knob}, spec, gpu)
+            out.append((knob, value, None if parts is None else {**edit, **{p["knob"]: p["value"] for p in parts}}))
+    return out

@@ -75,17 +75,26 @@ template <class Epi>
 __device__ __forceinline__ void qgemv_rows(const unsigned char* W, int fmt, int K, int rows, int r0, int r1,
                                            const float* xs, Epi epi) {
   const int warp = tid_v() >> 5, lane = tid_v() & 31, nb = K >> 5;
-  for (int r = r0 + warp; r < r1; r += AMK_WARPS) {
-    float acc = 0.f;
+  const float* sc = (const float*)(W + q_align16((size_t)rows * K));  // int8's row scales
+  // two rows of the warp at a time (their loads in flight together; each row's additions as for one)
+  for (int r = r0 + warp; r < r1; r += 2 * AMK_WARPS) {
+    const int r2 = r + AMK_WARPS;
+    const bool two = r2 < r1;  // warp-uniform
+    float acc = 0.f, acc2 = 0.f;
     for (int b = lane; b < nb; b += 32) {
-      acc = __fadd_rn(acc, q_block_sum(W, fmt, K, rows, r, b, xs));
+      const float s1 = q_block_sum(W, fmt, K, rows, r, b, xs);
+      const float s2 = two ? q_block_sum(W, fmt, K, rows, r2, b, xs) : 0.f;
+      acc = __fadd_rn(acc, s1);
+      acc2 = __fadd_rn(acc2, s2);
     }
     acc = warp_sum(acc);
+    acc2 = warp_sum(acc2);
     if (fmt == DT_INT8) {
-      const float* sc = (const float*)(W + q_align16((size_t)rows * K));
       acc = __fmul_rn(sc[r], acc);
+      if (two) acc2 = __fmul_rn(sc[r2], acc2);
     }
     epi(r, acc);
+    if (two) epi(r2, acc2);
   }
 }
 

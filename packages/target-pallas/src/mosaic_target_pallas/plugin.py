@@ -21,8 +21,8 @@ from pathlib import Path
 from mosaic.plugins import hookimpl
 from mosaic.records import Language
 
-from mosaic_target_pallas.backend import PallasBackend
 from mosaic_target_pallas.constructs import CONSTRUCTS
+from mosaic_target_pallas.kernel_file import PallasFiles
 
 LANGUAGE = Language(
     name="pallas",
@@ -35,7 +35,7 @@ LANGUAGE = Language(
         *(f"{family}:{cap}" for family in ("rmsnorm", "softmax")
           for cap in ("cpu-lowering", "interpreter", "race-detection", "gpu-capture")),
     }),
-    backend=PallasBackend(),
+    backend=PallasFiles(),  # the project's Pallas kernels, and Pallas kernel files (mosaic capture --file)
     # captures on an H200 (the first live campaign's reference), for `mosaic run` on a machine without a GPU
     references=sorted((Path(__file__).parent / "references").glob("*.bundle")),
 )

@@ -224,3 +224,22 @@ def test_an_unknown_require_or_option_is_one_error_line_exit_2():
     assert "unknown 'warp-drive'; known: " in subprocess.run(
         [sys.executable, "-c", "from mosaic.cli import main; main()", "doctor", "--require", "warp-drive"],
         capture_output=True, text=True, timeout=300).stderr
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_machine_the_device_driver_record_and_cupti_are_reported_usable():
+    from mosaic.gpus import probe_devices
+    from mosaic.plugins import host
+
+    devices, reason = probe_devices()
+    if not devices:
+        pytest.skip(f"needs a CUDA device ({reason})")
+    rows = [c for c in doc.diagnose() if c.section == "gpu"]
+    assert [r.data["name"] for r in rows] == [d[0] for d in devices] and all(r.ok for r in rows)
+    assert rows[0].data["via"] == "cuda-python" and rows[0].data["driver"].startswith("CUDA ")
+    if "H200" in rows[0].data["name"] and "hopper" in host().plugins:
+        assert rows[0].data["record"] == "h200" and rows[0].data["sm_count"] == 132
+    pytest.importorskip("cupti", reason="needs cupti-python (pip install 'mosaic-core[gpu]')")
+    row = doc.cupti_check()
+    assert row.ok, row.detail
+    assert row.data["timestamp_ns"] > 0

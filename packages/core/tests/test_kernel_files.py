@@ -111,7 +111,7 @@ def test_unknown_and_mistyped_knobs(tmp_path):
     kf = read_kernel_file(write(tmp_path, "scale.cu", CU))
     with pytest.raises(BadInput, match="unknown knob.*thread.*known: threads, fast, alpha"):
         kf.knob_values({"thread": "1"})
-    for knob, value in (("threads", "many"), ("fast", "yes"), ("alpha", "x")):
+    for knob, value in (("threads", "many"), ("fast", "yes"), ("alpha", "x"), ("alpha", "inf"), ("alpha", "nan")):
         with pytest.raises(BadInput, match=f"knob '{knob}'"):
             kf.knob_values({knob: value})
 
@@ -164,3 +164,51 @@ def test_source_candidate_breaking_the_contract_is_unbuildable_and_kept(tmp_path
     unnamed = KernelSpec(family="softmax", shape={"rows": 8, "cols": 128}, dtype="bf16", language="cutlass")
     r = lower_source(unnamed, CU, "h200", tmp_path / "n.bundle")
     assert r.status == "unbuildable" and "spec.name must be the kernel file's name" in r.message
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+TOKENS = st.sampled_from(["{", "}", ";", "//", "/*", "*/", "\"", "'", "\\", "\n", "mosaic:entry", "mosaic:knobs X",
+                          "static constexpr", "struct Knobs {", "= 1e400", "= 0x", "[rows,", "]", "(", ")", ":", "@",
+                          "frozen=True", "class Knobs:", "ENTRY = ", "INPUTS = {", "\x00", "\ufeff", "=", "0" * 400])
+
+
+@st.composite
+def mutated(draw, text: str):
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(text)))
+        kind = draw(st.sampled_from(["delete", "insert", "token"]))
+        if kind == "delete":
+            text = text[:at] + text[at + draw(st.integers(1, 40)):]
+        elif kind == "insert":
+            text = text[:at] + draw(st.text(max_size=12)) + text[at:]
+        else:
+            text = text[:at] + draw(TOKENS) + text[at:]
+    return text
+
+
+@FUZZ
+@given(st.sampled_from([("k.cu", CU), ("k.py", PY)]).flatmap(lambda nt: st.tuples(st.just(nt[0]), mutated(nt[1]))),
+       st.dictionaries(st.sampled_from(["threads", "fast", "alpha", "block_rows", "use_exp2", "label", "x"]),
+                       st.text(max_size=8), max_size=3))
+def test_fuzzed_files_read_or_refuse_in_one_line(tmp_path_factory, case, knobs):
+    """Whatever the damage to a contract, reading it gives a KernelFile or one BadInput line; nothing else."""
+    name, text = case
+    path = tmp_path_factory.mktemp("fuzz") / name
+    path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    try:
+        kf = read_kernel_file(path)
+    except BadInput as exc:
+        assert "\n" not in exc.line() or exc.line().count("\n") == str(path).count("\n")
+        return
+    assert kf.entry and kf.inputs and kf.outputs
+    try:
+        values = kf.knob_values(knobs)
+    except BadInput as exc:
+        assert exc.line()
+        return
+    if kf.syntax == "c++":
+        out = substitute_cxx_knobs(kf, values)
+        assert out.count("\n") == kf.source.count("\n")

@@ -83,7 +83,13 @@ class Knob:
         want = {"int": int, "float": (int, float), "bool": bool, "str": str}[self.type]
         if not isinstance(value, want) or (self.type in ("int", "float") and isinstance(value, bool)):
             raise BadInput(f"knob '{self.name}' is a {self.type}; got {value!r}", "--knob")
-        return float(value) if self.type == "float" else value
+        if self.type == "float":
+            import math
+
+            if not math.isfinite(float(value)):
+                raise BadInput(f"knob '{self.name}' must be a finite number, got {value!r}", "--knob")
+            return float(value)
+        return value
 
 
 @attrs.frozen

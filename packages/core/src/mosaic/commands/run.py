@@ -110,7 +110,7 @@ def _resume_proposer(campaign, command: str | None, trust_command: bool, where: 
 
 
 def _resume(directory: Path, quiet: bool, command: str | None = None, trust_command: bool = False,
-            executor: str = "local", ray_address: str | None = None) -> int:
+            executor: str = "local", ray_address: str | None = None, gpus: int = 1) -> int:
     from mosaic.run.lock import campaign_lock
 
     if not (directory / "journal.jsonl").is_file():
@@ -118,11 +118,11 @@ def _resume(directory: Path, quiet: bool, command: str | None = None, trust_comm
 
         read_journal(directory / "journal.jsonl")  # the one-line refusal, before a lock creates the directory
     with campaign_lock(directory):
-        return _resume_locked(directory, quiet, command, trust_command, executor, ray_address)
+        return _resume_locked(directory, quiet, command, trust_command, executor, ray_address, gpus)
 
 
 def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_command: bool,
-                   executor: str = "local", ray_address: str | None = None) -> int:
+                   executor: str = "local", ray_address: str | None = None, gpus: int = 1) -> int:
     from mosaic.run.campaign import Campaign
     from mosaic.run.journal import NAME, Journal, read_campaign_journal
     from mosaic.run.loop import run_campaign
@@ -149,7 +149,7 @@ def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_comm
         require_target(campaign, str(path))
         bench = OfflineWorkbench(Path(head["source_dir"]), campaign.family, campaign.dtype)
     else:
-        bench = _live_bench(campaign, directory, quiet, executor, ray_address)
+        bench = _live_bench(campaign, directory, quiet, executor, ray_address, gpus)
     src_events = None
     if head.get("replays_journal") and head.get("source_dir"):
         src_events, _ = read_campaign_journal(Path(head["source_dir"]) / NAME)
@@ -203,7 +203,8 @@ def _check_known(campaign, where: str | None) -> None:
         raise BadInput(f"unknown proposer '{campaign.proposer}'; known: {', '.join(known)}", where or "--proposer")
 
 
-def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local", ray_address: str | None = None):
+def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local", ray_address: str | None = None,
+                gpus: int = 1):
     """The live workbench: in this process (``local``) or in a GPU-pinned Ray actor with a Ray lowering stage
     (``ray``, :mod:`mosaic.run.executor`)."""
     from mosaic.run.live.parent import open_live_workbench
@@ -222,7 +223,7 @@ def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local
     bench.close()
     return RayWorkbench(functools.partial(LiveWorkbench, campaign, out, progress=progress, parallel=parallel),
                         lowerer=CaptureLowerer(campaign.gpu, timeouts.lower, PREFETCH_LANGUAGES), address=ray_address,
-                        num_gpus=1, progress=progress)
+                        num_gpus=1, gpus=gpus, progress=progress)
 
 
 @click.command("run")
@@ -250,28 +251,36 @@ def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local
                    "evaluation in a Ray actor pinned to the GPU); default ray when Ray is installed, else local.")
 @click.option("--ray-address", default=None, help="--executor ray: join the Ray cluster at this address "
                                                   "(default: start a local runtime).")
+@click.option("--gpus", type=int, default=None,
+              help="--executor ray: GPUs to evaluate on, one Ray actor each (default 1); each measures the "
+                   "reference's noise itself and the proposer's next candidates are evaluated ahead on the idle ones.")
 @click.option("--trust-command", is_flag=True,
               help="--resume: run the proposer command the journal recorded (else pass it again with --command).")
 @click.option("--force", is_flag=True, help="Replace another campaign's report files in --out.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_min, max_candidates, proposer,
         command, out, resume, offline, quiet, isolation=None, trust_command=False, force=False, executor=None,
-        ray_address=None):
+        ray_address=None, gpus=None):
     """Port a kernel between languages by convergence: capture, propose, verify, converge; then report."""
     from mosaic.run.executor import check_executor
 
     if resume is not None and offline is not None:
         raise BadInput("choose one of --resume and --offline", "mosaic run")
     if offline is not None:
-        if executor is not None or ray_address is not None:
-            raise BadInput("--offline re-decides from recorded bundles in this process; --executor/--ray-address "
-                           "apply to live runs", "--executor")
+        if executor is not None or ray_address is not None or gpus is not None:
+            raise BadInput("--offline re-decides from recorded bundles in this process; --executor/--ray-address/"
+                           "--gpus apply to live runs", "--executor")
         return _offline(offline, out, quiet, command, force)
     if ray_address is not None and executor not in (None, "ray"):
         raise BadInput("--ray-address joins a Ray cluster: it needs --executor ray", "--ray-address")
-    executor = check_executor("ray" if ray_address is not None and executor is None else executor)
+    executor = check_executor("ray" if (ray_address is not None or (gpus or 1) > 1) and executor is None
+                              else executor)
+    if gpus is not None and (gpus < 1 or (gpus > 1 and executor != "ray")):
+        raise BadInput(f"--gpus {gpus}: " + ("at least 1" if gpus < 1 else "several GPUs need --executor ray"),
+                       "--gpus")
+    gpus = gpus or 1
     if resume is not None:
-        return _resume(resume, quiet, command, trust_command, executor, ray_address)
+        return _resume(resume, quiet, command, trust_command, executor, ray_address, gpus)
     if campaign_file is not None:
         from mosaic.run.campaign import load_campaign
 
@@ -294,7 +303,7 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
     with campaign_lock(out):
         Journal.create(out)  # refuses a directory that holds a journal: before the GPU is even asked
         try:
-            bench = _live_bench(campaign, out, quiet, executor, ray_address)
+            bench = _live_bench(campaign, out, quiet, executor, ray_address, gpus)
         except NoGpu as exc:
             return _preview(campaign, out, getattr(exc, 'reason', exc.what), quiet)
         reports = foreign_reports(out)
@@ -306,6 +315,6 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
         (out / "campaign.json").write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
         from mosaic.run.loop import run_campaign
 
-        outcome = run_campaign(campaign, bench, journal, quiet=quiet, header={"executor": executor})
+        outcome = run_campaign(campaign, bench, journal, quiet=quiet, header={"executor": executor, "gpus": gpus})
         _summary(out, outcome)
     return 0

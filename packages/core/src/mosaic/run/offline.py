@@ -38,6 +38,7 @@ class OfflineWorkbench:
         self.by_key: dict[str, Any] = {}
         self.yardstick_bundle = None
         self.reference_bundle = None
+        self.gpu_references: list = []  # reference-gpu<slot>.bundle: the reference on the other GPUs
         for path in sorted(root.glob("*.bundle")):
             try:
                 b = load_bundle(path)
@@ -52,6 +53,9 @@ class OfflineWorkbench:
             b.manifest["mosaic_run"] = {**meta, "build": _build_of(b.manifest, meta)}
             if meta.get("role") == "yardstick":
                 self.yardstick_bundle = b
+                continue
+            if meta.get("role") == "reference-gpu":
+                self.gpu_references.append(b)
                 continue
             if meta.get("role") == "reference":
                 self.reference_bundle = b
@@ -132,6 +136,24 @@ class OfflineWorkbench:
             raise BundleError(f"no recorded timing of {kernel.key} against {incumbent.key}", str(b.root))
         n = min(rounds, len(a), len(c))
         return Timed(kernel.key, incumbent.key, a[:n], c[:n], "ABAB", "recorded-blocks", 0.0)
+
+    def noise_by_gpu(self) -> dict:
+        """A several-GPU campaign's reference noise blocks by GPU UUID (each reference bundle names its GPU);
+        empty for a one-GPU campaign."""
+        if not self.gpu_references:
+            return {}
+        out = {}
+        for b in self.gpu_references:
+            uuid = ((b.manifest["mosaic_run"].get("gpu") or {}).get("uuid"))
+            if not isinstance(uuid, str):
+                raise BundleError("a reference-gpu bundle must name its GPU (mosaic_run.gpu.uuid)", str(b.root))
+            out[uuid] = self._timings(b).get("blocks") or []
+        primary = (self.reference_bundle.manifest["mosaic_run"].get("gpu") or {}).get("uuid")
+        if not isinstance(primary, str):
+            raise BundleError("the reference bundle of a several-GPU campaign must name its GPU "
+                              "(mosaic_run.gpu.uuid)", str(self.reference_bundle.root))
+        out[primary] = self._timings(self.reference_bundle).get("blocks") or []
+        return out
 
     def yardstick(self, spec: KernelSpec, rounds: int):
         if self.yardstick_bundle is None:

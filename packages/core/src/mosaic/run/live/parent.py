@@ -147,11 +147,14 @@ class LiveWorkbench:
 
     def __init__(self, campaign, out: str | os.PathLike, *, progress: Callable[[str], None] | None = None,
                  timeouts: Timeouts | None = None, parallel: int | None = None, python: str | None = None,
-                 worker_argv: list[str] | None = None):
+                 worker_argv: list[str] | None = None, slot: int = 0):
         self.c = campaign
         self.dir = Path(out)
         self.bundles = self.dir / "bundles"
-        self.work = self.dir / ".work"
+        # slot: which GPU of a several-GPU campaign (the Ray executor); 0 is the primary. Another slot keeps its
+        # own work files and reference bundle (reference-gpu<slot>.bundle) and captures no yardstick
+        self.slot = int(slot)
+        self.work = self.dir / ".work" / (f"gpu-{self.slot}" if self.slot else "")
         self.progress = progress or (lambda line: None)
         self.timeouts = timeouts or Timeouts()
         self.parallel = parallel if parallel is not None else max(1, min(6, (os.cpu_count() or 2) // 2))
@@ -177,7 +180,16 @@ class LiveWorkbench:
         return self._gpu
 
     def dest(self, key: str) -> Path:
-        return self.bundles / ("reference.bundle" if key == REFERENCE else f"cand-{key}.bundle")
+        if key == REFERENCE:
+            return self.bundles / (f"reference-gpu{self.slot}.bundle" if self.slot else "reference.bundle")
+        return self.bundles / f"cand-{key}.bundle"
+
+    def _reference_meta(self, **more) -> dict:
+        from mosaic.run.executor import gpu_identity
+
+        if not self.slot:  # the GPU is named so that a several-GPU campaign's offline re-decision finds its noise
+            return run_meta(REFERENCE, "reference", gpu=gpu_identity(), **more)
+        return run_meta(f"{REFERENCE}-gpu{self.slot}", "reference-gpu", gpu=gpu_identity(), **more)
 
     def bundle_path(self, key: str) -> str | None:
         p = self.dest(key)
@@ -251,7 +263,7 @@ class LiveWorkbench:
         t0 = time.monotonic()
         res = capture(spec, self.c.gpu, dest, CaptureOptions(blocks=pairs, runs=self.c.runs_per_block,
                                                              timeout=self.timeouts.reference),
-                      extra=run_meta(REFERENCE, "reference"))
+                      extra=self._reference_meta())
         cost = time.monotonic() - t0
         if res.status != "ok":
             raise LiveError(f"the reference capture ended '{res.status}': {res.message or 'see capture.log'}",
@@ -260,10 +272,10 @@ class LiveWorkbench:
         if note:
             self.progress(f"reference: {note}")
         parts = {"reference_capture_s": round(cost, 3)}
-        if self.c.yardstick:
+        if self.c.yardstick and not self.slot:
             parts["yardstick_s"] = round(self._capture_yardstick(spec), 3)
         total = sum(parts.values())
-        update_bundle(dest, extra=run_meta(REFERENCE, "reference", cost_s=total, cost_parts=parts))
+        update_bundle(dest, extra=self._reference_meta(cost_s=total, cost_parts=parts))
         b = load_bundle(dest)
         blocks = blocks_of((b.read_json("timings") or {}).get("blocks"))
         return ReferenceCapture(Kernel(REFERENCE, b.kernel, None, str(dest)), blocks, round(total, 3))

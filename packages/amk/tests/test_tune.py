@@ -25,13 +25,20 @@ def h200():
 # ------------------------------------------------------------------------------------------------ the knob table
 
 
-def test_every_knob_is_a_schedule_config_field_with_values_it_accepts():
+def test_every_knob_is_a_schedule_config_field_or_a_gemv_define_with_values_it_accepts():
+    from mosaic_amk.cuda.build import _DEFINE
+
     fields = {a.name for a in attrs.fields(ScheduleConfig)}
     seen = set()
     for k in tune.KNOBS:
-        assert k.field in fields and k.field not in seen and k.values and k.why
+        assert k.field not in seen and k.values and k.why
         seen.add(k.field)
-        assert all(f in fields for f, _ in k.needs)
+        assert all(f in fields or f in tune.GEMV_DEFINES for f, _ in k.needs)
+        if k.define:  # a GEMV build define: one the VM build allows, with its default among the values
+            assert k.field in tune.GEMV_DEFINES and k.build and tune.GEMV_DEFINES[k.field] in k.values
+            assert all(_DEFINE.match(f"{k.field}={v}") for v in k.values)
+            continue
+        assert k.field in fields
         for v in k.values:  # each value is one ScheduleConfig accepts from the defaults or from CUDA_DEFAULT
             ok = []
             for base in (ScheduleConfig(), CUDA_DEFAULT):
@@ -44,6 +51,29 @@ def test_every_knob_is_a_schedule_config_field_with_values_it_accepts():
     # the build variants (a new nvcc build each) come after every launch-flag / schedule knob
     builds = [k.build for k in tune.KNOBS]
     assert builds == sorted(builds) and any(builds) and not all(builds)
+
+
+def test_gemv_defines_are_proposed_only_where_the_build_allows_them():
+    # CUDA_DEFAULT has the weight preload, which needs GEMV body 1: no body-2 proposal
+    assert not [p for p in tune.proposals(CUDA_DEFAULT, tune.KNOBS, set()) if p.knob.startswith("AMK_")]
+    plain = attrs.evolve(CUDA_DEFAULT, weight_preload=0)
+    props = [p for p in tune.proposals(plain, tune.KNOBS, set()) if p.knob.startswith("AMK_")]
+    assert [(p.knob, p.value, p.was, p.defines, p.config) for p in props] == [
+        ("AMK_GEMV_IMPL", 2, 1, ("AMK_GEMV_IMPL=2",), plain)]
+    # with body 2: its depth, and no preload / stream proposals
+    body2 = ("AMK_GEMV_IMPL=2",)
+    props = list(tune.proposals(plain, tune.KNOBS, set(), body2))
+    assert [(p.value, p.defines) for p in props if p.knob == "AMK_GEMV_DEPTH"] == [
+        (4, ("AMK_GEMV_DEPTH=4", "AMK_GEMV_IMPL=2")), (12, ("AMK_GEMV_DEPTH=12", "AMK_GEMV_IMPL=2")),
+        (16, ("AMK_GEMV_DEPTH=16", "AMK_GEMV_IMPL=2"))]
+    assert not [p for p in props if p.knob in ("weight_preload", "weight_stream")]
+    assert all(p.defines == body2 for p in props if not p.knob.startswith("AMK_"))
+    back = [p for p in props if p.knob == "AMK_GEMV_IMPL"]
+    assert [(p.value, p.defines) for p in back] == [(1, ())]  # the default is not written out
+    # tried keys tell the defines apart
+    assert tune.config_key(plain, body2) != tune.config_key(plain)
+    with pytest.raises(BadInput, match="not a tune build define"):
+        tune.define_map(["AMK_TRACE=1"])
 
 
 def test_knob_table_by_name():
@@ -159,7 +189,15 @@ def test_replay_applies_every_kept_trial_in_order(tmp_path):
             {"kind": "trial", "trial": 3, "config": b.to_json(), "decision": "kept"},
             {"kind": "trial", "trial": 4, "config": c.to_json(), "decision": "reverted"}]
     st = tune.replay(recs)
-    assert st.start == start and st.incumbent == b and st.trials == 4 and st.kept == 2
+    assert st.start == start and st.incumbent == b and st.trials == 4 and st.kept == 2 and st.defines == ()
+    d = attrs.evolve(b, weight_preload=0)
+    more = [*recs, {"kind": "trial", "trial": 5, "config": d.to_json(), "decision": "kept"},
+            {"kind": "trial", "trial": 6, "config": d.to_json(), "defines": ["AMK_GEMV_IMPL=2"], "decision": "kept"}]
+    st2 = tune.replay(more)
+    assert st2.incumbent == d and st2.defines == ("AMK_GEMV_IMPL=2",) and st2.kept == 4
+    assert tune.config_key(d, ("AMK_GEMV_IMPL=2",)) in st2.tried and tune.config_key(d) in st2.tried
+    with pytest.raises(BadInput, match="not a tune build define"):
+        tune.replay([*recs, {"kind": "trial", "trial": 5, "config": d.to_json(), "defines": ["AMK_X=1"]}])
     assert st.tried == {tune.config_key(x) for x in (start, a, b, c)} | {"refused x"}
     with pytest.raises(BadInput, match="start record"):
         tune.replay(recs[1:])
@@ -173,9 +211,11 @@ def test_replay_applies_every_kept_trial_in_order(tmp_path):
 
 
 def test_config_toml_reads_back_as_the_same_config(tmp_path):
-    cfg = attrs.evolve(CUDA_DEFAULT, wait_mode="acquire", num_sms=120)
-    (tmp_path / "best.toml").write_text(tune.config_toml(cfg))
+    cfg = attrs.evolve(CUDA_DEFAULT, wait_mode="acquire", num_sms=120, weight_preload=0)
+    text = tune.config_toml(cfg, ("AMK_GEMV_DEPTH=4", "AMK_GEMV_IMPL=2"))
+    (tmp_path / "best.toml").write_text(text)
     assert load_config(tmp_path / "best.toml") == cfg
+    assert "# GEMV build defines (CudaVM extra_defines, not config fields): AMK_GEMV_DEPTH=4 AMK_GEMV_IMPL=2" in text
 
 
 # ------------------------------------------------------------------------------------------------ end to end (CPU)

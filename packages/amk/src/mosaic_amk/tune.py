@@ -1,8 +1,9 @@
-"""``mosaic amk tune``: the self-improvement loop over ScheduleConfig (the seed's "propose -> lower -> validate ->
+"""``mosaic amk tune``: the self-improvement loop over ScheduleConfig and the GEMV build defines (the seed's "propose -> lower -> validate ->
 ReferenceVM correctness gate -> CUDA-event measurement -> keep/revert", with a physical roofline guard).
 
 Every trial changes one knob of the incumbent (the knob table, :data:`KNOBS`, is data: which fields, their values
-in the order they are tried, and what each needs), then:
+in the order they are tried, and what each needs; the last two are the GEMV micro-kernel's build defines,
+:data:`GEMV_DEFINES`, which the CudaVM takes as extra_defines), then:
 
 1. **screen**: the config is built (ScheduleConfig's own validation), checked against the GPU record
    (``ScheduleConfig.check``), lowered at position 0 and at the last position the gate or the timing reaches
@@ -61,6 +62,28 @@ class Knob:
     why: str
     needs: tuple = ()
     build: bool = False  # a build variant of the VM (a new nvcc build the first time): tried after the rest
+    define: bool = False  # ``field`` is a GEMV micro-kernel build define (GEMV_DEFINES), not a ScheduleConfig field
+
+
+# The GEMV micro-kernel's build defines the loop may set (cuda/build.py allows them; kernels/gemv_rows.cuh: body 1,
+# the default, or body 2, the cp.async streaming ring of AMK_GEMV_DEPTH 16-byte loads in flight per lane) and their
+# values when unset. A candidate carries the ones that differ (``defines``: sorted "NAME=V" strings), passed to the
+# CudaVM as extra_defines; the ReferenceVM has no build, so they never change its schedules.
+GEMV_DEFINES = {"AMK_GEMV_IMPL": 1, "AMK_GEMV_DEPTH": 8}
+
+
+def define_map(defines: Sequence[str]) -> dict:
+    out = {}
+    for d in defines:
+        name, _, value = str(d).partition("=")
+        if name not in GEMV_DEFINES or not value.isdigit():
+            raise BadInput(f"not a tune build define: {d!r} (known: {', '.join(GEMV_DEFINES)})")
+        out[name] = int(value)
+    return out
+
+
+def define_tuple(values: dict) -> tuple:
+    return tuple(sorted(f"{k}={int(v)}" for k, v in values.items() if v != GEMV_DEFINES[k]))
 
 
 SPLIT_ARGMAX = VM_FUSIONS + ("split_argmax",)
@@ -84,11 +107,17 @@ KNOBS: tuple[Knob, ...] = (
     Knob("num_sms", (0, 128, 120), "SMs used (0: all)"),
     # build variants of the VM
     Knob("weight_preload", (8, 6, 2, 0), "16-byte weight chunks per lane loaded before a GEMV task's wait",
-         needs=(("weight_stream", 0),), build=True),
-    Knob("weight_stream", (0, 2, 4), "TMA ring slots per warp", needs=(("weight_preload", 0),), build=True),
+         needs=(("weight_stream", 0), ("AMK_GEMV_IMPL", 1)), build=True),
+    Knob("weight_stream", (0, 2, 4), "TMA ring slots per warp", needs=(("weight_preload", 0), ("AMK_GEMV_IMPL", 1)),
+         build=True),
     Knob("gemv_pingpong", (False, True), "the double-buffered GEMV row loop", build=True),
     Knob("attention_stage", (True, False), "KV rows staged in shared memory before the wait", build=True),
     Knob("threads_per_block", (512, 256, 1024), "the persistent block's threads", build=True),
+    # the GEMV micro-kernel's own build defines (body 2 issues its own first loads: no preload, no stream)
+    Knob("AMK_GEMV_IMPL", (1, 2), "GEMV body: 1 (bursts of 8) or 2 (the cp.async streaming ring)",
+         needs=(("weight_preload", 0), ("weight_stream", 0)), build=True, define=True),
+    Knob("AMK_GEMV_DEPTH", (8, 4, 12, 16), "body 2's 16-byte loads in flight per lane",
+         needs=(("AMK_GEMV_IMPL", 2),), build=True, define=True),
 )
 
 
@@ -103,16 +132,25 @@ def knob_table(names: Sequence[str] | None = None) -> tuple[Knob, ...]:
     return tuple(k for k in KNOBS if k.field in set(names))
 
 
-def _has(cfg: ScheduleConfig, field: str, value) -> bool:
-    v = getattr(cfg, field)
+def current(cfg: ScheduleConfig, defines: Sequence[str], field: str):
+    """The value of a knob's field in a candidate (a config field, or a build define with its default)."""
+    if field in GEMV_DEFINES:
+        return define_map(defines).get(field, GEMV_DEFINES[field])
+    return getattr(cfg, field)
+
+
+def _has(cfg: ScheduleConfig, defines: Sequence[str], field: str, value) -> bool:
+    v = current(cfg, defines, field)
     return value in v if isinstance(v, tuple) else v == value
 
 
-def applies(knob: Knob, cfg: ScheduleConfig) -> bool:
-    return all(_has(cfg, f, v) for f, v in knob.needs)
+def applies(knob: Knob, cfg: ScheduleConfig, defines: Sequence[str] = ()) -> bool:
+    return all(_has(cfg, defines, f, v) for f, v in knob.needs)
 
 
-def config_key(cfg: ScheduleConfig) -> str:
+def config_key(cfg: ScheduleConfig, defines: Sequence[str] = ()) -> str:
+    if defines:
+        return json.dumps({"config": cfg.to_json(), "defines": sorted(defines)}, sort_keys=True)
     return json.dumps(cfg.to_json(), sort_keys=True)
 
 
@@ -123,6 +161,7 @@ class Proposal:
     was: Any
     config: ScheduleConfig | None  # None: ScheduleConfig refused the value combination
     error: str | None = None
+    defines: tuple = ()  # the candidate's build defines (define_tuple)
 
     def to_json(self) -> dict:
         return {"knob": self.knob, "value": _plain(self.value), "was": _plain(self.was)}
@@ -132,32 +171,39 @@ def _plain(v):
     return list(v) if isinstance(v, tuple) else v
 
 
-def refused_key(incumbent: ScheduleConfig, field: str, value) -> str:
+def refused_key(incumbent: ScheduleConfig, field: str, value, defines: Sequence[str] = ()) -> str:
     """The ``tried`` key of a change ScheduleConfig refused (there is no config to key it by)."""
-    return f"refused {config_key(incumbent)} {field}={json.dumps(_plain(value))}"
+    return f"refused {config_key(incumbent, defines)} {field}={json.dumps(_plain(value))}"
 
 
-def proposals(incumbent: ScheduleConfig, knobs: Sequence[Knob], tried: set[str]) -> Iterator[Proposal]:
-    """Single-knob changes of ``incumbent`` in table order, skipping knobs whose needs it lacks, its own values and
-    configs already tried (``tried``: config_key strings, and refused_key strings of refused changes; updated by
-    the caller)."""
+def proposals(incumbent: ScheduleConfig, knobs: Sequence[Knob], tried: set[str], defines: Sequence[str] = ()
+              ) -> Iterator[Proposal]:
+    """Single-knob changes of ``incumbent`` (with build ``defines``) in table order, skipping knobs whose needs it
+    lacks, its own values and candidates already tried (``tried``: config_key strings, and refused_key strings of
+    refused changes; updated by the caller)."""
+    defines = tuple(defines)
     for knob in knobs:
-        if not applies(knob, incumbent):
+        if not applies(knob, incumbent, defines):
             continue
-        was = getattr(incumbent, knob.field)
+        was = current(incumbent, defines, knob.field)
         for value in knob.values:
             if value == was:
+                continue
+            if knob.define:
+                new = define_tuple({**define_map(defines), knob.field: value})
+                if config_key(incumbent, new) not in tried:
+                    yield Proposal(knob.field, value, was, incumbent, defines=new)
                 continue
             try:
                 cfg = attrs.evolve(incumbent, **{knob.field: value})
             except (ValueError, TypeError) as exc:
-                if refused_key(incumbent, knob.field, value) in tried:
+                if refused_key(incumbent, knob.field, value, defines) in tried:
                     continue
-                yield Proposal(knob.field, value, was, None, str(exc).splitlines()[0][:300])
+                yield Proposal(knob.field, value, was, None, str(exc).splitlines()[0][:300], defines)
                 continue
-            if config_key(cfg) in tried:
+            if config_key(cfg, defines) in tried:
                 continue
-            yield Proposal(knob.field, value, was, cfg)
+            yield Proposal(knob.field, value, was, cfg, defines=defines)
 
 
 # ------------------------------------------------------------------------------------------------ the screen
@@ -290,6 +336,7 @@ class State:
     tried: set = attrs.field(factory=set)
     trials: int = 0
     kept: int = 0
+    defines: tuple = ()  # the incumbent's build defines
 
 
 def replay(records: Sequence[dict], where: str = "journal") -> State:
@@ -306,9 +353,13 @@ def replay(records: Sequence[dict], where: str = "journal") -> State:
             st.tried.add(rec["key"])
         if rec.get("config") is not None:
             cfg = ScheduleConfig.from_mapping(rec["config"], where)
-            st.tried.add(config_key(cfg))
+            raw = rec.get("defines") or []
+            if not isinstance(raw, list):
+                raise BadInput(f"journal trial {rec.get('trial')}: defines must be a list", where)
+            defines = define_tuple(define_map(raw))
+            st.tried.add(config_key(cfg, defines))
             if rec.get("decision") == "kept":
-                st.incumbent, st.kept = cfg, st.kept + 1
+                st.incumbent, st.defines, st.kept = cfg, defines, st.kept + 1
     return st
 
 
@@ -324,8 +375,9 @@ class ReferenceBackend:
     def __init__(self, spec, gpu, envelope):
         self.spec, self.gpu, self.envelope = spec, gpu, envelope
 
-    def gate(self, cfg: ScheduleConfig, run: ScheduleConfig | None = None):
-        """``run``: the screened config (the KV capacity the CUDA VM would give it): the schedules validated."""
+    def gate(self, cfg: ScheduleConfig, run: ScheduleConfig | None = None, defines: Sequence[str] = ()):
+        """``run``: the screened config (the KV capacity the CUDA VM would give it): the schedules validated.
+        Build ``defines`` do not reach the ReferenceVM (it has no build)."""
         from mosaic_amk.bench.gate import judge, reference_vm_candidate
         from mosaic_amk.reference_vm import ReferenceVM
 
@@ -343,16 +395,17 @@ class CudaBackend:
         self.spec, self.gpu, self.envelope, self.weights = spec, gpu, envelope, weights
         self.max_positions, self.steps = max_positions, steps
 
-    def vm(self, cfg: ScheduleConfig):
+    def vm(self, cfg: ScheduleConfig, defines: Sequence[str] = ()):
         from mosaic_amk.cuda.cuda_vm import CudaVM
 
-        return CudaVM(self.spec, cfg, self.gpu, weights=self.weights, max_positions=self.max_positions)
+        return CudaVM(self.spec, cfg, self.gpu, weights=self.weights, max_positions=self.max_positions,
+                      extra_defines=tuple(defines))
 
-    def gate(self, cfg: ScheduleConfig, run: ScheduleConfig | None = None):
+    def gate(self, cfg: ScheduleConfig, run: ScheduleConfig | None = None, defines: Sequence[str] = ()):
         """The CudaVM applies the screen's config transforms itself (cuda_config, staged_rope_order)."""
         from mosaic_amk.bench.gate import judge
 
-        vm = self.vm(cfg)
+        vm = self.vm(cfg, defines)
         return judge(self.envelope, vm.forced), vm
 
     def sampler(self, vm) -> Callable[[], float]:
@@ -391,9 +444,10 @@ def run_loop(backend, spec, gpu, journal: Journal, state: State, knobs: Sequence
         if not scr.ok:
             raise CheckFailed("the incumbent config is rejected before launch",
                               [Diagnostic(scr.stage, "incumbent", message=scr.reason)])
-        verdict, inc_vm = backend.gate(state.incumbent, scr.config)
+        verdict, inc_vm = backend.gate(state.incumbent, scr.config, state.defines)
         inc_digest = scr.digest
-        journal.append({"kind": "incumbent", "config": state.incumbent.to_json(), "screen": scr.reason,
+        journal.append({"kind": "incumbent", "config": state.incumbent.to_json(), "defines": list(state.defines),
+                        "screen": scr.reason,
                         "gate": verdict_json(verdict)})
         log(f"incumbent: {scr.reason}; {verdict_line(verdict)}")
         if not verdict.ok:
@@ -415,12 +469,13 @@ def run_loop(backend, spec, gpu, journal: Journal, state: State, knobs: Sequence
 
     def stop(reason: str) -> State:
         journal.append({"kind": "stop", "reason": reason, "trials": state.trials, "kept": state.kept,
-                        "incumbent": state.incumbent.to_json(), "incumbent_ms": inc_ms, "floor_ms": floor_ms})
+                        "incumbent": state.incumbent.to_json(), "defines": list(state.defines),
+                        "incumbent_ms": inc_ms, "floor_ms": floor_ms})
         log(f"stop: {reason}")
         return state
 
     while True:
-        for prop in proposals(state.incumbent, knobs, state.tried):
+        for prop in proposals(state.incumbent, knobs, state.tried, state.defines):
             if backend.timed and near_floor(inc_ms, floor_ms, settings.stop_within):
                 return stop(f"the incumbent {inc_ms:.4f} ms is within {settings.stop_within:.0%} of the "
                             f"weight-traffic floor {floor_ms:.4f} ms")
@@ -431,22 +486,23 @@ def run_loop(backend, spec, gpu, journal: Journal, state: State, knobs: Sequence
             state.trials += 1
             ts = time.monotonic()
             rec: dict[str, Any] = {"kind": "trial", "trial": state.trials, **prop.to_json(),
-                                   "config": prop.config.to_json() if prop.config else None}
+                                   "config": prop.config.to_json() if prop.config else None,
+                                   "defines": list(prop.defines)}
             if prop.config is None:
-                rec["key"] = refused_key(state.incumbent, prop.knob, prop.value)
+                rec["key"] = refused_key(state.incumbent, prop.knob, prop.value, state.defines)
                 state.tried.add(rec["key"])
                 rec.update(stage="invalid", decision="rejected", reason=prop.error)
             else:
-                state.tried.add(config_key(prop.config))
+                state.tried.add(config_key(prop.config, prop.defines))
                 rec.update(_trial(backend, spec, gpu, prop.config, settings, inc_vm, inc_ms, noise, floor_ms,
-                                  verdict_json, verdict_line, inc_digest))
+                                  verdict_json, verdict_line, inc_digest, prop.defines))
             cand_vm = rec.pop("_vm", None)
             rec["seconds"] = round(time.monotonic() - ts, 2)
             journal.append(rec)
             log(f"trial {state.trials}: {prop.knob}={_plain(prop.value)!r} (was {_plain(prop.was)!r}): "
                 f"{rec['decision']}: {rec['reason']}")
             if rec["decision"] == "kept":
-                state.incumbent, state.kept = prop.config, state.kept + 1
+                state.incumbent, state.defines, state.kept = prop.config, prop.defines, state.kept + 1
                 inc_vm, inc_digest = cand_vm, rec.get("digest")
                 measure_incumbent(f"after trial {state.trials}")
                 break  # proposals restart from the new incumbent
@@ -456,7 +512,7 @@ def run_loop(backend, spec, gpu, journal: Journal, state: State, knobs: Sequence
 
 
 def _trial(backend, spec, gpu, cfg, settings, inc_vm, inc_ms, noise, floor_ms, verdict_json, verdict_line,
-           inc_digest=None) -> dict:
+           inc_digest=None, defines: Sequence[str] = ()) -> dict:
     scr = screen(spec, cfg, gpu, settings.positions, settings.max_positions)
     if not scr.ok:
         return {"stage": scr.stage, "decision": "rejected", "reason": scr.reason}
@@ -469,7 +525,7 @@ def _trial(backend, spec, gpu, cfg, settings, inc_vm, inc_ms, noise, floor_ms, v
                           "launch or build, or nothing on this model): the ReferenceVM gate is the incumbent's; "
                           "not timed"}
     try:
-        verdict, vm = backend.gate(cfg, scr.config)
+        verdict, vm = backend.gate(cfg, scr.config, defines)
     except Exception as exc:  # noqa: BLE001 - a candidate that cannot run is rejected, the loop goes on
         return {**out, "stage": "gate", "decision": "rejected",
                 "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
@@ -525,14 +581,19 @@ def report(records: Sequence[dict]) -> str:
     kept = [f"{r['knob']}={r['value']}" for r in trials if r.get("decision") == "kept"]
     lines.append(f"kept: {', '.join(kept) if kept else 'nothing'}")
     if stops:
+        if stops[-1].get("defines"):
+            lines.append(f"incumbent's GEMV build defines: {' '.join(stops[-1]['defines'])}")
         lines.append(f"stopped: {stops[-1]['reason']}")
     return "\n".join(lines)
 
 
-def config_toml(cfg: ScheduleConfig) -> str:
-    """A ScheduleConfig TOML of the fields that differ from ScheduleConfig()'s defaults (``--config`` reads it)."""
+def config_toml(cfg: ScheduleConfig, defines: Sequence[str] = ()) -> str:
+    """A ScheduleConfig TOML of the fields that differ from ScheduleConfig()'s defaults (``--config`` reads it); the
+    GEMV build defines, which are no ScheduleConfig fields, in a comment."""
     base = ScheduleConfig().to_json()
     out = ["# written by `mosaic amk tune`: the incumbent (fields that differ from ScheduleConfig's defaults)"]
+    if defines:
+        out.append(f"# GEMV build defines (CudaVM extra_defines, not config fields): {' '.join(defines)}")
     for k, v in cfg.to_json().items():
         if v == base[k]:
             continue
@@ -621,7 +682,7 @@ def tune(model_dir: str, gpu_name: str, out_dir: str, *, vm: str = "cuda", confi
     run_loop(backend, spec, gpu, journal, state, knobs, settings, log=log)
     records = journal.read()
     (out / "report.md").write_text(report(records) + "\n")
-    (out / "best.toml").write_text(config_toml(state.incumbent))
+    (out / "best.toml").write_text(config_toml(state.incumbent, state.defines))
     return records
 
 

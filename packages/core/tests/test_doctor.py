@@ -243,3 +243,21 @@ def test_on_a_gpu_machine_the_device_driver_record_and_cupti_are_reported_usable
     row = doc.cupti_check()
     assert row.ok, row.detail
     assert row.data["timestamp_ns"] > 0
+
+
+def test_a_plugin_that_fails_to_load_is_listed_broken_with_its_reason(capsys):
+    from importlib.metadata import EntryPoint
+
+    from mosaic.plugins import PluginHost
+
+    host = PluginHost([EntryPoint("ghost", "mosaic_no_such_plugin_module", "mosaic")]).load()
+    capsys.readouterr()  # the host's one warning line on stderr
+    rows = doc.plugin_checks(host)
+    assert [(r.name, r.ok) for r in rows] == [("ghost", False)]
+    assert "ModuleNotFoundError" in rows[0].detail and "mosaic_no_such_plugin_module" in rows[0].detail
+    assert rows[0].fix.startswith("# repair or remove")
+    checks = doc.diagnose(host)
+    assert {c.section for c in checks} == set(doc.SECTIONS)  # mosaic-core itself is an installed distribution
+    langs = {c.name: c for c in checks if c.section == "language"}
+    assert set(langs) == set(doc.LANGUAGE_NEEDS) and not any(c.ok for c in langs.values())
+    assert all("plugin not installed" in c.detail for c in langs.values())

@@ -162,6 +162,12 @@ def distribution_checks() -> list[Check]:
     return [seen[n] for n in sorted(seen)]
 
 
+def _plugin_fix(name: str, distribution: str) -> str:
+    if distribution in ("", "?"):
+        return f"# repair or remove whatever declares the mosaic entry point '{name}'"
+    return f"pip install --force-reinstall --no-deps {distribution}  # its plugin '{name}' does not load"
+
+
 def plugin_checks(host=None) -> list[Check]:
     """Each loaded (or broken) plugin and what it registers: languages, GPUs, families, proposers."""
     if host is None:
@@ -178,7 +184,7 @@ def plugin_checks(host=None) -> list[Check]:
         text = "; ".join(f"{k} {', '.join(v)}" for k, v in regs.items()) or "registers none of these"
         out.append(Check("plugin", name, info.loaded,
                          f"{info.distribution} {info.version}: {text}" if info.loaded else (info.error or "broken"),
-                         None if info.loaded else f"pip install --force-reinstall {info.distribution}",
+                         None if info.loaded else _plugin_fix(name, info.distribution),
                          {"distribution": info.distribution, "version": info.version, **regs}))
     return out
 
@@ -213,7 +219,10 @@ def _cuda_python_devices() -> tuple[list[dict] | None, str, str | None]:
             driver_version = f"CUDA {ver // 1000}.{ver % 1000 // 10}"
     except Exception:  # noqa: BLE001 - no libcuda: reported as no driver below
         pass
-    err, count = runtime.cudaGetDeviceCount()
+    try:
+        err, count = runtime.cudaGetDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - a cuda-python that cannot load the runtime
+        return [], f"cuda-python cannot query devices: {_why(exc)}", driver_version
     if int(err) != 0 or not count:
         return [], f"no CUDA device visible ({err!s})".replace("<", "").replace(">", ""), driver_version
     devices = []
@@ -396,8 +405,20 @@ def diagnose(host=None) -> list[Check]:
         from mosaic.plugins import host as _host
 
         host = _host()
-    return [python_check(), *distribution_checks(), *plugin_checks(host), *(tool_check(t) for t in TOOLS),
-            *gpu_checks(host.items("gpus").values()), cupti_check(), *language_checks(host)]
+    steps = [("python", python_check), ("distribution", distribution_checks), ("plugin", lambda: plugin_checks(host)),
+             *((("tool", t), lambda t=t: tool_check(t)) for t in TOOLS),
+             ("gpu", lambda: gpu_checks(host.items("gpus").values())), ("cupti", cupti_check),
+             ("language", lambda: language_checks(host))]
+    out: list[Check] = []
+    for what, step in steps:
+        section, name = what if isinstance(what, tuple) else (what, what)
+        try:
+            got = step()
+        except Exception as exc:  # noqa: BLE001 - the report goes on; the broken check says why
+            got = Check(section, name, False, f"the check itself failed: {_why(exc)}",
+                        "# a bug in mosaic.doctor: please report this line")
+        out += [got] if isinstance(got, Check) else got
+    return out
 
 
 #: what ``--require`` accepts besides a tool, plugin or language name

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 from mosaic.errors import BadInput
 from mosaic.kernel_files import KernelFile, read_kernel_file, substitute_cxx_knobs
@@ -161,9 +162,35 @@ def test_source_candidate_breaking_the_contract_is_unbuildable_and_kept(tmp_path
     assert r.status == "unbuildable" and "not frozen" in r.message and "\n" not in r.message
     b = load_bundle(r.bundle)
     assert b.one("source").read_text() == text and b.manifest["capture"]["summary"]["error"] == r.message
-    unnamed = KernelSpec(family="softmax", shape={"rows": 8, "cols": 128}, dtype="bf16", language="cutlass")
-    r = lower_source(unnamed, CU, "h200", tmp_path / "n.bundle")
+    misnamed = KernelSpec(family="softmax", shape={"rows": 8, "cols": 128}, dtype="bf16", language="cutlass",
+                          name="../k.txt")
+    r = lower_source(misnamed, CU, "h200", tmp_path / "n.bundle")
     assert r.status == "unbuildable" and "spec.name must be the kernel file's name" in r.message
+    assert load_bundle(r.bundle).one("source").name == "edited.txt"
+    unnamed = attrs.evolve(misnamed, name="")  # named after what its language builds: kernel.cu for cutlass
+    r = lower_source(unnamed, text, "h200", tmp_path / "u.bundle")
+    assert r.status == "unbuildable" and "not frozen" in r.message
+    assert load_bundle(r.bundle).one("source").name == "kernel.cu"
+
+
+def test_source_knobs_apply_what_the_file_has():
+    from mosaic.kernel_files import source_knobs
+    from mosaic.records import KernelSpec
+
+    kf = KernelFile.from_json({**read_kernel_file_text(CU).to_json(with_source=True)})
+    spec = KernelSpec(family="softmax", shape={"rows": 8, "cols": 128}, dtype="bf16", language="cutlass",
+                      knobs={"threads": 512, "tile_m": 128, "kernel_schedule": "pingpong"})
+    values, ignored = source_knobs(spec, kf)
+    assert values == {"threads": 512, "fast": False, "alpha": 2.5} and ignored == ["kernel_schedule", "tile_m"]
+
+
+def read_kernel_file_text(text: str, name: str = "scale.cu") -> KernelFile:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / name
+        p.write_text(text)
+        return read_kernel_file(p)
 
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402

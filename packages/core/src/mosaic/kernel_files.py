@@ -504,7 +504,8 @@ def check_language(kfile: KernelFile, language: str) -> None:
         raise BadInput(f"language '{language}' builds {syntax} kernel files; {kfile.name} is {kfile.syntax}", "--file")
 
 
-def capture_file(kfile: KernelFile, spec, gpu_name: str, out: str | os.PathLike, opts=None):
+def capture_file(kfile: KernelFile, spec, gpu_name: str, out: str | os.PathLike, opts=None,
+                 ignored_knobs: list[str] | tuple = ()):
     """Capture a kernel file like :func:`mosaic.capture.capture`, in a child process with a timeout
     (``python -m mosaic.kernel_files REQUEST.json``). A file the child finds broken (its import raises, its
     entry or knob class is not what the contract says) is ``bad-file`` with one message and no bundle."""
@@ -513,6 +514,8 @@ def capture_file(kfile: KernelFile, spec, gpu_name: str, out: str | os.PathLike,
     opts = opts or CaptureOptions()
     out = Path(out)
     extra = {"kernel_file": {**kfile.to_json(), "knob_values": dict(spec.knobs)}}
+    if ignored_knobs:  # a source candidate's spec named knobs its file's class has not
+        extra["kernel_file"]["ignored_knobs"] = list(ignored_knobs)
     with tempfile.TemporaryDirectory(prefix="mosaic-kfile-req-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req.write_text(json.dumps({"spec": spec.to_json(), "gpu": gpu_name, "out": str(out.resolve()),
@@ -538,12 +541,31 @@ def capture_file(kfile: KernelFile, spec, gpu_name: str, out: str | os.PathLike,
 
 # -- source-level candidates: a proposer's edited file text, built like the file it edits -------------
 
+DEFAULT_NAMES = {"c++": "kernel.cu", "python": "kernel.py"}
+
+
 def _source_name(spec) -> str:
+    """The candidate's file name: ``spec.name`` when it is one, else ``kernel.cu`` / ``kernel.py`` after the
+    syntax its language builds."""
     name = spec.name
-    if not name or Path(name).name != name or Path(name).suffix.lower() not in SYNTAXES:
+    if not name:
+        from mosaic.plugins import host
+
+        syntax = getattr(host().get("languages", spec.language).backend, "kernel_file_syntax", None)
+        if syntax is None:
+            raise BadInput(f"language '{spec.language}' builds no kernel files", "source")
+        return DEFAULT_NAMES[syntax]
+    if Path(name).name != name or Path(name).suffix.lower() not in SYNTAXES:
         raise BadInput(f"a source candidate's spec.name must be the kernel file's name (e.g. rmsnorm.cu), got "
                        f"{name!r}", "spec.name")
     return name
+
+
+def source_knobs(spec, kfile: KernelFile) -> tuple[dict[str, Any], list[str]]:
+    """The knob values a source candidate builds with: the spec's knobs that the file's knob class has (typed,
+    over its defaults), and the names of those it has not (a knob-set of another kernel: recorded, not used)."""
+    known = {k: v for k, v in spec.knobs.items() if kfile.knob(k) is not None}
+    return kfile.knob_values(known), sorted(set(spec.knobs) - set(known))
 
 
 def write_source(spec, source: str, directory: str | os.PathLike) -> KernelFile:
@@ -558,7 +580,8 @@ def write_source(spec, source: str, directory: str | os.PathLike) -> KernelFile:
 
 
 def lower_source(spec, source: str, gpu_name: str, out: str | os.PathLike, opts=None):
-    """Lower a source candidate (``spec.name`` is its file name, ``source`` the whole file) into the bundle
+    """Lower a source candidate (``spec.name`` is its file name, else ``kernel.cu``/``kernel.py`` after its
+    language; ``source`` the whole file; the spec's knobs its class has are applied) into the bundle
     ``out``, in a child process, as ``mosaic capture --file --lower-only`` would. A text that breaks the
     contract, fails to import or to compile is ``unbuildable`` with one line, and the bundle records it
     with the text -- a candidate, not an error of the caller."""
@@ -571,15 +594,19 @@ def lower_source(spec, source: str, gpu_name: str, out: str | os.PathLike, opts=
         try:
             kfile = write_source(spec, source, tmp)
             check_language(kfile, spec.language)
-            values = kfile.knob_values(spec.knobs)
+            values, ignored = source_knobs(spec, kfile)
         except BadInput as exc:
             reason = exc.line()
         else:
-            result = capture_file(kfile, attrs.evolve(spec, knobs=values), gpu_name, out, attrs.evolve(opts))
+            result = capture_file(kfile, attrs.evolve(spec, knobs=values), gpu_name, out, attrs.evolve(opts),
+                                  ignored_knobs=ignored)
             if result.status != "bad-file":
                 return result
             reason = result.message
-    name = Path(spec.name).name if spec.name and Path(spec.name).suffix else "edited.txt"
+    try:
+        name = _source_name(spec)
+    except BadInput:
+        name = "edited.txt"
     save_bundle(out, kernel=spec, language=spec.language, overwrite=True, gpu=gpu_name,
                 files={f"source/{name}": ("source", source), "capture.log": ("log", f"unbuildable: {reason}\n")},
                 extra={"capture": {"status": "unbuildable", "lower_only": opts.lower_only,
@@ -590,6 +617,8 @@ def lower_source(spec, source: str, gpu_name: str, out: str | os.PathLike, opts=
 def prepare_source(spec, source: str, gpu, workdir: str | os.PathLike, inputs: Mapping[str, Any]):
     """In a GPU child: the Runnable of a source candidate (its language's file backend's ``prepare``)."""
     kfile = write_source(spec, source, Path(workdir) / "source")
+    values, _ = source_knobs(spec, kfile)
+    spec = attrs.evolve(spec, knobs=values)
     backend = file_backend(kfile, spec.language)
     backend.check(spec)
     return backend.prepare(spec, gpu, Path(workdir), dict(inputs))

@@ -3,6 +3,7 @@ scaled by its own factor, its own block-to-block spread, so its own reference no
 plain function of (slot, kernel) — no GPU, no randomness."""
 
 from mosaic.proposers import Proposal
+from mosaic.run.executor import Lowered
 from mosaic.run.workbench import Built, Checked, Kernel, ReferenceCapture, Timed
 
 US = {"ref": 200.0, "naive": 260.0, "a": 275.0, "b": 270.0, "c": 199.0}  # device time on slot 0, us
@@ -21,6 +22,13 @@ class SlotBench:
     def __init__(self, slot: int = 0):
         self.slot = slot
         self.built: list[str] = []
+        self.adopted: dict[str, str] = {}
+
+    def adopt(self, key, lowered):
+        self.adopted[key] = lowered.message
+
+    def adopted_keys(self):
+        return dict(self.adopted)
 
     def blocks(self, us):
         return [[us * SCALE[self.slot] * 1e3 * (1 + SPREAD[self.slot] * ((i % 3) - 1))] * 5 for i in range(10)]
@@ -59,3 +67,13 @@ class Ranked:
             return []
         return [Proposal(True, request.parent, {"kind": "knob", "knob": "name", "value": n, "was": "naive"},
                          {"name": n}) for n in ("a", "b", "c")]
+
+
+class ScriptedLowerer:
+    """Stands in for a language's lower-only capture: answers at once, naming what it lowered."""
+
+    def accepts(self, kernel):
+        return kernel.source is None
+
+    def __call__(self, key, spec_json):
+        return Lowered(key, "lowered", f"lowered {spec_json['knobs']['name']}")

@@ -56,6 +56,12 @@ def test_the_lowering_stage_lowers_in_the_proposers_order_with_the_gpu_hidden(ru
         assert g.status == "unbuildable", g.message
         assert "CUTLASS-COOP-TILE" in g.message and g.wall_s > 0
     assert stage.take(unbuildable(32).key) is None  # never named: nothing to wait for
+    stage.submit([unbuildable(64)])  # already lowered and taken: not again
+    assert stage.queue == [] and not stage.running
+    k4 = unbuildable(32)
+    stage.submit([k4])
+    ref = stage.claim(k4.key)  # an actor would take this reference as its argument
+    assert ray.get(ref).key == k4.key and stage.take(k4.key) is None
 
 
 def test_the_live_workbench_in_a_ray_actor_builds_from_the_stages_lowering(runtime, tmp_path):
@@ -154,11 +160,12 @@ def test_two_gpus_each_measure_their_noise_and_decide_on_the_gpu_that_timed(runt
 
     seq = loop(ef.SlotBench(0), tmp_path / "one")
     seq.run()
-    bench = RayWorkbench(ef.SlotBench, num_gpus=0, actor_cpus=0, gpus=2)
+    bench = RayWorkbench(ef.SlotBench, lowerer=ef.ScriptedLowerer(), num_gpus=0, actor_cpus=0, gpus=2)
     try:
         par = loop(bench, tmp_path / "two")
         out = par.run()
         built = [ray.get(a.call.remote("built_keys")) for a in bench.actors]
+        adopted = [ray.get(a.call.remote("adopted_keys")) for a in bench.actors]
     finally:
         bench.close()
     verdicts = lambda lp: [(e["step"], e["key"], e["decision"], e["reason_code"])  # noqa: E731
@@ -174,6 +181,9 @@ def test_two_gpus_each_measure_their_noise_and_decide_on_the_gpu_that_timed(runt
     assert 1 in slots.values()  # candidates were evaluated ahead on the second GPU and the loop used them
     for e in timed:  # a comparison runs on the GPU that built the candidate: never across GPUs
         assert e["key"] in built[e["gpu"]["slot"]]
+    names = {e["key"]: e["knobs"]["name"] for e in par.events if e["event"] == "proposal"}
+    for slot in (0, 1):  # every candidate built on a GPU took the stage's lowering (shipped to that actor)
+        assert {k: f"lowered {names[k]}" for k in built[slot]} == adopted[slot]
     for v in (e for e in par.events if e["event"] == "verdict" and e["step"] > 0):
         t = next(e for e in timed if e["key"] == v["key"] and e["against"] != "reference")
         assert v["gpu"] == t["gpu"]["uuid"] and v["noise_ns"] == noise[t["gpu"]["uuid"]]

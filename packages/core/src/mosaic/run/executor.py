@@ -233,6 +233,18 @@ class LoweringStage:
         self._fill()
         return lowered
 
+    def claim(self, key: str):
+        """The lowering of ``key`` as a Ray object reference (submitted now when it was only queued), for a
+        task or actor that takes it as an argument (Ray resolves it there; nobody waits here); None when the
+        stage was never asked for it."""
+        if key not in self.running:
+            queued = [q for q in self.queue if q[0] == key]
+            if not queued:
+                return None
+            self.queue.remove(queued[0])
+            return self.remote.remote(self.lowerer, key, queued[0][1])
+        return self.running.pop(key)
+
     def close(self) -> None:
         import ray
 
@@ -412,7 +424,7 @@ class RayWorkbench:
             if k.key == skip or k.key in self.ahead_of or k.key in self.answers or k.key in self.slot_of:
                 continue
             slot = idle.pop(0)
-            lowered = self._lowered(k.key)
+            lowered = self.lowering.claim(k.key) if self.lowering is not None else None  # resolved in the actor
             ref = self.actors[slot].evaluate.remote(k, lowered, self.reference, self.incumbent, self.rounds)
             self.ahead_of[k.key] = (slot, ref, self.incumbent.key)
             self.busy[slot] = ref

@@ -261,3 +261,21 @@ def test_a_plugin_that_fails_to_load_is_listed_broken_with_its_reason(capsys):
     langs = {c.name: c for c in checks if c.section == "language"}
     assert set(langs) == set(doc.LANGUAGE_NEEDS) and not any(c.ok for c in langs.values())
     assert all("plugin not installed" in c.detail for c in langs.values())
+
+
+def test_optional_packages_follow_their_metadata_and_stay_out_of_the_install_list(capsys):
+    import importlib.metadata as md
+
+    code, report = _report(capsys)
+    rows = {c["name"]: c for c in report["checks"] if c["section"] == "optional"}
+    assert set(rows) == set(doc.OPTIONAL)
+    for dist, row in rows.items():
+        try:
+            version = md.version(dist)
+        except md.PackageNotFoundError:
+            version = None
+        assert row["ok"] == (version is not None) and row["data"]["version"] == version
+        if version is None:
+            assert row["fix"] == doc.OPTIONAL[dist][1] and row["fix"] not in report["install"]
+    code, _, _ = _doctor(capsys, "--require", "torch")
+    assert code == (0 if rows["torch"]["ok"] else 1)

@@ -395,8 +395,30 @@ def language_checks(host=None) -> list[Check]:
     return out
 
 
+# -- optional packages ----------------------------------------------------------------------------------------
+#: packages some features use when installed: distribution -> (what for, the line that installs it)
+OPTIONAL = {
+    "torch": ("the torch/cuBLAS/SDPA yardsticks, CuTe device memory, AMK", "pip install 'torch>=2.4'"),
+    "ray": ("mosaic run --executor ray", "pip install ray"),
+    "mcp": ("mosaic mcp (a campaign served to coding agents)", "pip install mcp"),
+    "rich": ("progress bars (mosaic.progress; else tqdm, else plain lines)", "pip install 'mosaic-core[progress]'"),
+    "tqdm": ("progress bars when rich is absent", "pip install tqdm"),
+}
+
+
+def optional_checks() -> list[Check]:
+    """Whether each optional package is installed (its metadata; nothing is imported) and what it is for."""
+    out = []
+    for dist, (purpose, fix) in OPTIONAL.items():
+        version = _version(dist)
+        out.append(Check("optional", dist, version is not None,
+                         f"{version}: {purpose}" if version else f"not installed: {purpose}",
+                         None if version else fix, {"version": version}))
+    return out
+
+
 # -- the whole report -----------------------------------------------------------------------------------------
-SECTIONS = ("python", "distribution", "plugin", "tool", "gpu", "cupti", "language")
+SECTIONS = ("python", "distribution", "plugin", "tool", "gpu", "cupti", "language", "optional")
 
 
 def diagnose(host=None) -> list[Check]:
@@ -408,7 +430,7 @@ def diagnose(host=None) -> list[Check]:
     steps = [("python", python_check), ("distribution", distribution_checks), ("plugin", lambda: plugin_checks(host)),
              *((("tool", t), lambda t=t: tool_check(t)) for t in TOOLS),
              ("gpu", lambda: gpu_checks(host.items("gpus").values())), ("cupti", cupti_check),
-             ("language", lambda: language_checks(host))]
+             ("language", lambda: language_checks(host)), ("optional", optional_checks)]
     out: list[Check] = []
     for what, step in steps:
         section, name = what if isinstance(what, tuple) else (what, what)
@@ -426,7 +448,7 @@ REQUIRE_SECTIONS = {"gpu": "gpu", "cupti": "cupti", "tools": "tool", "toolchain"
 
 
 def requirable(checks: list[Check]) -> list[str]:
-    names = {c.name for c in checks if c.section in ("tool", "language", "plugin")}
+    names = {c.name for c in checks if c.section in ("tool", "language", "plugin", "optional")}
     return sorted(names | set(REQUIRE_SECTIONS))
 
 
@@ -436,7 +458,7 @@ def find(checks: list[Check], what: str) -> list[Check] | None:
     have means the language)."""
     if what in REQUIRE_SECTIONS:
         return [c for c in checks if c.section == REQUIRE_SECTIONS[what]]
-    for section in ("tool", "language", "plugin"):
+    for section in ("tool", "language", "plugin", "optional"):
         found = [c for c in checks if c.section == section and c.name == what]
         if found:
             return found
@@ -450,15 +472,16 @@ def satisfied(found: list[Check], what: str) -> bool:
 
 
 def missing_fixes(checks: list[Check]) -> list[str]:
-    """The install lines for everything not usable, each once, in report order."""
+    """The install lines for everything not usable, each once, in report order (optional packages excluded)."""
     out: list[str] = []
     for c in checks:
-        for line in (c.fix or "").splitlines() if not c.ok else ():
+        for line in (c.fix or "").splitlines() if not c.ok and c.section != "optional" else ():
             if line not in out:
                 out.append(line)
     return out
 
 
-__all__ = ["Check", "Headers", "LANGUAGE_NEEDS", "LanguageNeeds", "Module", "SECTIONS", "TOOLS", "cupti_check",
-           "diagnose", "distribution_checks", "find", "gpu_checks", "header_location", "language_checks",
-           "missing_fixes", "plugin_checks", "python_check", "requirable", "satisfied", "tool_check"]
+__all__ = ["Check", "Headers", "LANGUAGE_NEEDS", "LanguageNeeds", "Module", "OPTIONAL", "SECTIONS", "TOOLS",
+           "cupti_check", "diagnose", "distribution_checks", "find", "gpu_checks", "header_location",
+           "language_checks", "missing_fixes", "optional_checks", "plugin_checks", "python_check", "requirable",
+           "satisfied", "tool_check"]

@@ -7,13 +7,15 @@ import click
 from mosaic.commands.output import echo_json
 
 TITLES = {"python": "Python", "distribution": "Installed mosaic distributions", "plugin": "Plugins",
-          "tool": "CUDA toolchain", "gpu": "GPU", "cupti": "CUPTI", "language": "Kernel languages"}
+          "tool": "CUDA toolchain", "gpu": "GPU", "cupti": "CUPTI", "language": "Kernel languages",
+          "optional": "Optional packages"}
 
 
 @click.command("doctor")
 @click.option("--require", "required", multiple=True, metavar="X",
               help="Exit 1 unless X is usable here: a tool (nvcc, ptxas, nvdisasm, cuobjdump, or 'tools' for all), "
-                   "'gpu', 'cupti', a language (cute, pallas, cutlass) or a plugin name. Repeatable.")
+                   "'gpu', 'cupti', a language (cute, pallas, cutlass), a plugin name or an optional package (torch, "
+                   "ray, mcp, rich, tqdm). Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def doctor(required: tuple[str, ...], as_json: bool) -> None:
     """Report what is usable on this machine (Python, mosaic distributions and plugins, nvcc/ptxas/nvdisasm/
@@ -42,7 +44,8 @@ def doctor(required: tuple[str, ...], as_json: bool) -> None:
             click.echo(f"{TITLES[section]}:")
             width = max(len(c.name) for c in rows)
             for c in rows:
-                click.echo(f"  {'ok' if c.ok else '--'}  {c.name.ljust(width)}  {c.detail}")
+                fix = f"  ({c.fix})" if c.section == "optional" and not c.ok else ""
+                click.echo(f"  {'ok' if c.ok else '--'}  {c.name.ljust(width)}  {c.detail}{fix}")
         if fixes:
             click.echo("\nTo install what is missing:")
             for line in fixes:

@@ -222,3 +222,18 @@ def test_several_gpus_need_the_ray_executor(tmp_path):
                         "cute", "--family", "gemm", "--shape", "64x64x64", "--dtype", "bf16"],
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 2 and "several GPUs need --executor ray" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_report_names_the_executor_and_the_gpus_that_timed(tmp_path):
+    from mosaic.run.report import build_report, to_markdown
+
+    head = {"event": "campaign", "campaign": {"source": "pallas", "target": "cute", "family": "gemm",
+                                              "shape": {"k": 64, "m": 128, "n": 32}, "dtype": "bf16"},
+            "gpu": {"name": "h200"}, "workbench": "live", "proposer": "knobs", "executor": "ray"}
+    timed = [{"event": "timed", "key": k, "against": "x", "gpu": {"uuid": u, "index": i, "name": "H200"}}
+             for k, u, i in (("a", "GPU-1", 0), ("b", "GPU-2", 1), ("c", "GPU-1", 0))]
+    rep = build_report([head, *timed])
+    assert rep["executor"] == "ray" and [(g["uuid"], g["timed"]) for g in rep["gpus"]] == [("GPU-1", 2), ("GPU-2", 1)]
+    md = to_markdown(rep)
+    assert "gemm 128x32x64 bf16" in md.splitlines()[0] and "; executor: ray." in md
+    assert "Timed on: GPU 0 GPU-1 (2 comparisons); GPU 1 GPU-2 (1 comparisons)." in md

@@ -149,6 +149,7 @@ def build_report(events: list[dict]) -> dict:
         "format": "mosaic-run-report", "version": 1,
         "campaign": head.get("campaign"), "gpu": (head.get("gpu") or {}).get("name"),
         "workbench": head.get("workbench"), "proposer": head.get("proposer"),
+        "executor": head.get("executor"), "gpus": _gpus_of(events),
         "reference": None if ref is None else {"time_ns": ref["time_ns"], "noise": noise, "floor_ns": ref["floor_ns"]},
         "yardstick": None if yard is None else {"name": yard["name"], "time_ns": yard["time_ns"],
                                                  "note": "timed in the same run"},
@@ -162,6 +163,18 @@ def build_report(events: list[dict]) -> dict:
         "series": series,
         "beams": beam_lineage(events),
     }
+
+
+def _gpus_of(events: list[dict]) -> list[dict]:
+    """The GPUs that timed this campaign's comparisons (by UUID, in order of first use) and how many each made."""
+    seen: dict[str, dict] = {}
+    for e in events:
+        g = e.get("gpu") if e.get("event") == "timed" else None
+        if isinstance(g, dict) and g.get("uuid"):
+            row = seen.setdefault(g["uuid"], {"uuid": g["uuid"], "index": g.get("index"), "name": g.get("name"),
+                                               "timed": 0})
+            row["timed"] += 1
+    return list(seen.values())
 
 
 def _edit_text(e: dict) -> str:
@@ -189,7 +202,11 @@ def to_markdown(rep: dict) -> str:
     lines = [f"# mosaic run: {c.get('source')} -> {c.get('target')}, {c.get('family')} "
              f"{problem_text(c.get('family'), c.get('shape'))} {c.get('dtype')} on {rep['gpu']}", ""]
     iso = c.get("isolation") if rep["workbench"] == "live" else None  # live: which processes measured
-    lines.append(f"Workbench: {rep['workbench']}{f' (isolation: {iso})' if iso else ''}; proposer: {rep['proposer']}.")
+    lines.append(f"Workbench: {rep['workbench']}{f' (isolation: {iso})' if iso else ''}; proposer: {rep['proposer']}"
+                 + (f"; executor: {rep['executor']}" if rep.get("executor") else "") + ".")
+    if rep.get("gpus"):
+        lines.append("Timed on: " + "; ".join(f"GPU {g['index']} {g['uuid']} ({g['timed']} comparisons)"
+                                              for g in rep["gpus"]) + ".")
     ref = rep["reference"]
     if ref:
         n = ref["noise"]

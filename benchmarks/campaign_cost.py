@@ -84,6 +84,8 @@ def journal_costs(directory: Path) -> dict:
     return {"campaign": str(directory), "executor": head.get("executor", "local (not recorded)"),
             "problem": (head.get("campaign") or {}).get("shape"), "target": (head.get("campaign") or {}).get("target"),
             "stop": stop["stop"] if stop else "unfinished", "device_min": round(cost_s / 60, 3), "timed": timed,
+            "ahead_unused_min": (round(stop["ahead_unused_cost_s"] / 60, 3)
+                                 if stop and "ahead_unused_cost_s" in stop else None),
             "device_min_per_timed": round(cost_s / 60 / timed, 3) if timed else None,
             "lower_wait_mean_s": round(statistics.mean(waits), 2) if waits else None,
             "lower_wait_max_s": round(max(waits), 2) if waits else None, "gpus": gpus, "steps": steps}
@@ -154,11 +156,12 @@ def main(argv=None) -> int:
                 print(f"{d}: no journal.jsonl", file=sys.stderr)
                 return 2
             rows.append(journal_costs(d))
-        print("| campaign | executor | stop | device min | timed | device min / timed | lowering wait mean / max "
-              "(s) | GPUs |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| campaign | executor | stop | device min | + unused ahead (other GPUs) | timed | device min / timed "
+              "| lowering wait mean / max (s) | GPUs |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['campaign']} | {r['executor']} | {r['stop']} | {r['device_min']} | {r['timed']} | "
+            print(f"| {r['campaign']} | {r['executor']} | {r['stop']} | {r['device_min']} | "
+                  f"{r['ahead_unused_min'] if r['ahead_unused_min'] is not None else '-'} | {r['timed']} | "
                   f"{r['device_min_per_timed']} | {r['lower_wait_mean_s']} / {r['lower_wait_max_s']} | "
                   f"{', '.join(r['gpus']) or 'not recorded'} |")
         for r in rows:

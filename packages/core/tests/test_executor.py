@@ -188,6 +188,8 @@ def test_two_gpus_each_measure_their_noise_and_decide_on_the_gpu_that_timed(runt
         t = next(e for e in timed if e["key"] == v["key"] and e["against"] != "reference")
         assert v["gpu"] == t["gpu"]["uuid"] and v["noise_ns"] == noise[t["gpu"]["uuid"]]
     assert not (tmp_path / "one" / "journal.jsonl").read_text().count("noise_by_gpu")  # one GPU: unchanged
+    stop = next(e for e in par.events if e["event"] == "stop")
+    assert stop["ahead_unused_cost_s"] == 0.0  # the scripted GPUs cost nothing; said, not counted in the budget
 
 
 def test_offline_reads_each_gpus_reference_noise_from_its_bundles(tmp_path):

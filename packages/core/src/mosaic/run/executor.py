@@ -374,6 +374,7 @@ class RayWorkbench:
         self.reference = None
         self.incumbent = None
         self.rounds = None
+        self.unused_s = 0.0  # device seconds of evaluations ahead that the loop did not use
         gpu_names = ", ".join(str((w.get("gpu") or {}).get("uuid") or f"slot-{w['slot']}") for w in self.where)
         self.progress(f"ray: {cpus} CPU(s), {have:g} GPU(s); evaluation actor(s) on {gpu_names}; "
                       + (f"{parallel} lowering(s) at once" if self.lowering else "no lowering stage"))
@@ -459,12 +460,32 @@ class RayWorkbench:
         if ans is not None and ans[2] == incumbent.key and ans[1][2] is not None:
             timed = ans[1][2]
         else:  # on the GPU that built and gated it (the candidate is compiled there)
+            if ans is not None and ans[1][2] is not None:  # timed against an incumbent that is no longer
+                self.unused_s += ans[1][2].cost_s
             timed = self._ask("time", incumbent, kernel, rounds, slot=self.slot_of.get(kernel.key, 0))
         if incumbent.key == (self.reference.key if self.reference is not None else None):
             self.incumbent = kernel  # measured against the reference: the loop's new incumbent
         else:
             self.incumbent = incumbent
         return timed
+
+    def ahead_unused_s(self) -> float | None:
+        """Device seconds spent on evaluations ahead that the loop never used (waits for those still running);
+        None with one GPU (nothing is evaluated ahead). Not part of the loop's budget, which counts what its
+        decisions used, exactly as the offline re-decision counts it."""
+        import ray
+
+        if len(self.actors) < 2:
+            return None
+        for key, (slot, ref, _) in list(self.ahead_of.items()):
+            built, checked, timed = ray.get(ref)
+            self.unused_s += built.cost_s + (checked.cost_s if checked else 0.0) + (timed.cost_s if timed else 0.0)
+            del self.ahead_of[key]
+            self.busy.pop(slot, None)
+        for _slot, (_built, _checked, timed), _inc in self.answers.values():  # built ahead, never timed
+            self.unused_s += timed.cost_s if timed else 0.0
+        self.answers.clear()
+        return self.unused_s
 
     def yardstick(self, spec, rounds):
         return self._ask("yardstick", spec, rounds)

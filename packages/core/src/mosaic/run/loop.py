@@ -397,7 +397,10 @@ class Loop:
             fp = self.fingerprint(self.incumbent.kernel.key, self.incumbent.kernel.bundle)
             remaining = [r.to_json() for r in self.diff(self.ref_fp, fp).rows]
         t_inc, t_ref = self.t_inc_vs_ref if self.t_inc_vs_ref else (None, None)
-        self.emit("stop", stop=stop.split(":")[0], reason=stop,
+        unused = getattr(self.bench.inner, "ahead_unused_s", None)  # several GPUs: work evaluated ahead, unused
+        unused = unused() if unused is not None else None
+        more = {"ahead_unused_cost_s": round(unused, 3)} if unused is not None else {}
+        self.emit("stop", **more, stop=stop.split(":")[0], reason=stop,
                   incumbent=self.incumbent.kernel.key if self.incumbent else None,
                   incumbent_knobs=dict(self.incumbent.kernel.spec.knobs) if self.incumbent else None,
                   t_incumbent_ns=t_inc, t_reference_ns=t_ref, noise_ns=self.noise.value, timed=self.timed,

@@ -221,7 +221,9 @@ def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local
 
     timeouts, parallel = bench.timeouts, bench.parallel
     bench.close()
-    return RayWorkbench(functools.partial(LiveWorkbench, campaign, out, progress=progress, parallel=parallel),
+    # the actor's process need not share this one's working directory: the campaign directory goes absolute
+    return RayWorkbench(functools.partial(LiveWorkbench, campaign, Path(out).resolve(), progress=progress,
+                                          parallel=parallel),
                         lowerer=CaptureLowerer(campaign.gpu, timeouts.lower, PREFETCH_LANGUAGES), address=ray_address,
                         num_gpus=1, gpus=gpus, progress=progress)
 

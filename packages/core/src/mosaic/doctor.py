@@ -403,6 +403,7 @@ OPTIONAL = {
     "mcp": ("mosaic mcp (a campaign served to coding agents)", "pip install mcp"),
     "rich": ("progress bars (mosaic.progress; else tqdm, else plain lines)", "pip install 'mosaic-core[progress]'"),
     "tqdm": ("progress bars when rich is absent", "pip install tqdm"),
+    "cupy-cuda13x": ("the AMK CUDA VM's launches", "pip install 'mosaic-amk[gpu]'  # cupy-cuda13x, a CUDA 13 driver"),
 }
 
 

@@ -15,7 +15,7 @@ TITLES = {"python": "Python", "distribution": "Installed mosaic distributions", 
 @click.option("--require", "required", multiple=True, metavar="X",
               help="Exit 1 unless X is usable here: a tool (nvcc, ptxas, nvdisasm, cuobjdump, or 'tools' for all), "
                    "'gpu', 'cupti', a language (cute, pallas, cutlass), a plugin name or an optional package (torch, "
-                   "ray, mcp, rich, tqdm). Repeatable.")
+                   "ray, mcp, rich, tqdm, cupy-cuda13x). Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def doctor(required: tuple[str, ...], as_json: bool) -> None:
     """Report what is usable on this machine (Python, mosaic distributions and plugins, nvcc/ptxas/nvdisasm/

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from mosaic.bundle import load_bundle
+from mosaic.records import KernelSpec
 from mosaic.toolchain.cubin import read_cubin
 from mosaic.toolchain.nvcc import find_nvcc
 
@@ -147,3 +148,29 @@ def test_source_candidates_build_like_their_file(tmp_path):
         assert bad.status == "unbuildable" and "\n" not in bad.message and re.search(pattern, bad.message), bad.message
         kept = load_bundle(bad.bundle)
         assert kept.one("source").read_text() == text and kept.manifest["capture"]["status"] == "unbuildable"
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_live_build_lowers_a_source_edit(tmp_path):
+    """The live workbench's build step (no GPU needed to lower): a proposer's edited gemm.cu is built by the
+    kernel-file backend into the candidate's bundle, its text kept, its build recorded ok for the offline
+    re-decision; the gate (a GPU step) is not reached here."""
+    from mosaic.run.campaign import Campaign
+    from mosaic.run.live.parent import LiveWorkbench
+    from mosaic.run.workbench import Checked, Kernel, candidate_key
+
+    c = Campaign.from_json({"source": "cutlass", "target": "cutlass", "family": "gemm", "shape": "256x256x128",
+                            "dtype": "bf16", "budget_min": 1})
+    bench = LiveWorkbench(c, tmp_path, progress=lambda line: None)
+    bench._gate = lambda kernel, dest: Checked(kernel.key, False, "the gate runs on a GPU")  # not reached here
+    edited = GEMM.read_text().replace("static constexpr int tile_k = 16;", "static constexpr int tile_k = 32;")
+    spec = KernelSpec("gemm", {"m": 256, "n": 256, "k": 128}, "bf16", "cutlass",
+                      {"tile_m": 128, "kernel_schedule": "pingpong"}, name="gemm.cu")
+    k = Kernel(candidate_key(spec, edited), spec, edited)
+    assert bench.build(k).ok
+    b = load_bundle(bench.dest(k.key))
+    assert b.manifest["mosaic_run"]["build"]["ok"] is True and b.one("source").read_text() == edited
+    assert b.manifest["kernel_file"]["knob_values"]["tile_m"] == 128 and \
+        b.manifest["kernel_file"]["ignored_knobs"] == ["kernel_schedule"]
+    assert b.launch() is not None and b.launch().grid == (4, 2, 1)  # 256/64 x 256/128 tiles

@@ -25,8 +25,13 @@ from mosaic.records import KernelSpec
 from mosaic.run.live.protocol import REQUEST_FORMAT, knob_label
 
 
-def prepare(spec: KernelSpec, gpu, workdir: Path, inputs: Mapping[str, Any]):
-    """A Runnable for ``spec`` on the GPU: its language backend's ``prepare()``, or cuBLAS for ``cublas``."""
+def prepare(spec: KernelSpec, gpu, workdir: Path, inputs: Mapping[str, Any], source: str | None = None):
+    """A Runnable for ``spec`` on the GPU: its language backend's ``prepare()``, or cuBLAS for ``cublas``; a
+    source edit (``source``: the whole edited file) through its language's kernel-file backend."""
+    if source is not None:
+        from mosaic.kernel_files import prepare_source
+
+        return prepare_source(spec, source, gpu, Path(workdir), inputs)
     if spec.language in yardstick_names():
         from mosaic.families import yardstick_runnable
 
@@ -63,17 +68,18 @@ def child_check(req: Mapping[str, Any], state=None) -> dict:
     from mosaic.oracle.cache import ReferenceCache
 
     spec = KernelSpec.from_json(req["spec"])
+    source = req.get("source")  # a source edit's whole file, or None
     opts = CaptureOptions(**req["options"])
     root = req.get("oracle_cache")
     if state is not None:
         r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
-                               runnable_factory=lambda s, g, inputs: state.runnable(s, g, inputs)[0],
+                               runnable_factory=lambda s, g, inputs: state.runnable(s, g, inputs, source=source)[0],
                                extra=req.get("extra"), reference_cache=state.reference_cache(root))
         return {"status": "ok", "capture": r.to_json()}
     work = Path(tempfile.mkdtemp(prefix="mosaic-live-check-"))
     try:
         r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
-                               runnable_factory=lambda s, g, inputs: prepare(s, g, work, inputs),
+                               runnable_factory=lambda s, g, inputs: prepare(s, g, work, inputs, source),
                                extra=req.get("extra"), reference_cache=ReferenceCache(root) if root else None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -96,7 +102,8 @@ def child_time(req: Mapping[str, Any], state=None) -> dict:
     from mosaic.timing.timer import make_timer
 
     specs = [KernelSpec.from_json(s) for s in req["specs"]]
-    if len(specs) != 2:
+    sources = list(req.get("sources") or [None] * len(specs))
+    if len(specs) != 2 or len(sources) != 2:
         raise MosaicError("a timing session takes exactly two kernels (incumbent, candidate)", "specs")
     if dict(specs[0].shape) != dict(specs[1].shape) or specs[0].dtype != specs[1].dtype:
         raise MosaicError("both kernels of a timing session must solve the same problem", "specs")
@@ -111,13 +118,13 @@ def child_time(req: Mapping[str, Any], state=None) -> dict:
     work = Path(tempfile.mkdtemp(prefix="mosaic-live-time-"))
     runnables, keys, flush = [], [], None
     try:
-        for i, s in enumerate(specs):
+        for i, (s, src) in enumerate(zip(specs, sources, strict=True)):
             if state is not None:
-                r, key = state.runnable(s, gpu, inputs, digest)
+                r, key = state.runnable(s, gpu, inputs, digest, source=src)
                 runnables.append(r)
                 keys.append(key)
             else:
-                runnables.append(prepare(s, gpu, work / str(i), inputs))
+                runnables.append(prepare(s, gpu, work / str(i), inputs, src))
         hashes = []
         for r in runnables:  # the bits each kernel produces here (compare with its gate's outputs-meta)
             r.poison()

@@ -382,21 +382,23 @@ class LiveWorkbench:
 
     # -- build (+ the numerics gate) ------------------------------------------------------------------------
     def build(self, kernel: Kernel) -> Built:
-        from mosaic.bundle import save_bundle
+        from mosaic.bundle import load_bundle, save_bundle
 
         dest = self.dest(kernel.key)
         t0 = time.monotonic()
-        if kernel.source is not None:
-            reason = (f"source edits are recorded but the {kernel.spec.language} backend builds knob sets only "
-                      "(no backend compiles an edited source file yet)")
-            save_bundle(dest, kernel=kernel.spec, language=kernel.spec.language,
-                        files={"source/edited.txt": ("source", kernel.source), "build.log": ("log", reason)},
-                        gpu=self.c.gpu, overwrite=True,
-                        extra=run_meta(kernel.key, "candidate", False, reason, time.monotonic() - t0))
-            return Built(kernel.key, False, reason, "unbuildable", str(dest), self.cost(kernel.key))
-        self.progress(f"build {kernel.key} ({kernel.spec.language}: {knob_label(kernel.spec)})"
-                      + (" (prefetched)" if kernel.key in self.prefetching else ""))
-        status, message, record = self._lower(kernel)
+        if kernel.source is not None:  # a source edit: built by its language's kernel-file backend
+            from mosaic.capture import CaptureOptions
+            from mosaic.kernel_files import lower_source
+
+            self.progress(f"build {kernel.key} ({kernel.spec.language}: edited source)")
+            r = lower_source(kernel.spec, kernel.source, self.c.gpu, dest,
+                             CaptureOptions(lower_only=True, timeout=self.timeouts.lower))
+            status, message = r.status, r.message
+            record = (load_bundle(r.bundle).manifest.get("capture") or {}) if r.bundle else {}
+        else:
+            self.progress(f"build {kernel.key} ({kernel.spec.language}: {knob_label(kernel.spec)})"
+                          + (" (prefetched)" if kernel.key in self.prefetching else ""))
+            status, message, record = self._lower(kernel)
         t_lower = time.monotonic() - t0
         if status != "lowered":
             reason = f"{status}: {message}" if status != "unbuildable" else message
@@ -439,8 +441,8 @@ class LiveWorkbench:
                 return f"the gate ended '{cap.get('status')}': {cap.get('message') or 'numerics'}"
             return ""
 
-        r = self._serve({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(tmp.resolve()),
-                         "options": attrs.asdict(opts), "extra": None,
+        r = self._serve({"mode": "check", "spec": spec.to_json(), "source": kernel.source, "gpu": self.c.gpu,
+                         "out": str(tmp.resolve()), "options": attrs.asdict(opts), "extra": None,
                          "oracle_cache": str(self.oracle_cache.resolve())}, opts.timeout, problem,
                         f"gate {kernel.key}", before_retry=lambda: shutil.rmtree(tmp, ignore_errors=True))
         cap = r.data.get("capture", {}) if r.status == "ok" else {}
@@ -512,6 +514,7 @@ class LiveWorkbench:
 
         gpu_at_start = gpu_identity()  # which device makes this verdict: index, UUID, clocks now
         r = self._serve({"mode": "time", "gpu": self.c.gpu, "specs": [ref_spec.to_json(), kernel.spec.to_json()],
+                         "sources": [None if incumbent.key == REFERENCE else incumbent.source, kernel.source],
                          "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
                          "values": "normal", "flush": True, "timer": "cupti"}, self.timeouts.time,
                         lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or tail(r.output)}",

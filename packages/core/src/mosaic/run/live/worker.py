@@ -128,10 +128,14 @@ class WorkerState:
         return {k: v.copy() for k, v in arrays.items()}, digest  # the kept arrays are never handed out
 
     def runnable(self, spec, gpu, inputs: Mapping[str, Any], digest: str | None = None,
-                 prepare: Callable | None = None):
-        """A prepared runnable for ``spec`` on these inputs, compiled at most once per worker."""
+                 prepare: Callable | None = None, source: str | None = None):
+        """A prepared runnable for ``spec`` on these inputs, compiled at most once per worker (``source``: a
+        source edit's whole file, built by its language's kernel-file backend; part of the cache key)."""
         digest = digest or inputs_digest(inputs)
-        key = json.dumps({"spec": spec.to_json(), "gpu": gpu.name, "inputs": digest}, sort_keys=True)
+        ident = {"spec": spec.to_json(), "gpu": gpu.name, "inputs": digest}
+        if source is not None:
+            ident["source"] = hashlib.sha256(source.encode()).hexdigest()
+        key = json.dumps(ident, sort_keys=True)
         label = f"{spec.language}({knob_label(spec)})"
         if key in self.runnables:
             self.runnables.move_to_end(key)
@@ -139,7 +143,10 @@ class WorkerState:
             return Borrowed(self.runnables[key][0]), key
         work = Path(tempfile.mkdtemp(prefix="kernel-", dir=self.root))
         try:
-            r = (prepare or prepare_kernel)(spec, gpu, work, dict(inputs))
+            if source is not None:
+                r = prepare_kernel(spec, gpu, work, dict(inputs), source)
+            else:
+                r = (prepare or prepare_kernel)(spec, gpu, work, dict(inputs))
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise

@@ -27,11 +27,11 @@ def tiny(tiny_checkpoint):
 def test_envelope_is_measured_from_hf_variants_over_the_reference_tokens(tiny):
     _, spec, env = tiny
     assert len(env.prompts) == 3 and env.n_tokens == 12
-    assert [name for name, _ in env.variants] == ["hf-eager-uncached", "hf-eager-batch3"]
+    assert [name for name, _ in env.variants] == ["hf-static-cache", "hf-eager-uncached", "hf-eager-batch3"]
     for _, fs in env.variants:
         assert [f.positions for f in fs] == [12, 12, 12]
     # float32 HF against itself: the variants flip nothing on this model, so the envelope is 0 ulps
-    assert env.k == 0 and env.flips() == {"hf-eager-uncached": 0, "hf-eager-batch3": 0}
+    assert env.k == 0 and env.flips() == {"hf-static-cache": 0, "hf-eager-uncached": 0, "hf-eager-batch3": 0}
     for tokens, logits in env.reference:
         assert len(tokens) == 12 and all(lg.shape == (spec.vocab_size,) for lg in logits)
         assert tokens == [int(np.argmax(lg)) for lg in logits]

@@ -2,8 +2,8 @@
 "The parity criterion"), with HF's envelope measured once per run and every candidate judged against it.
 
 :func:`measure_envelope` runs the reference (HF eager greedy, batch 1, KV cache) over the gate prompts and HF's
-own variants teacher-forced over the reference's tokens (on the GPU: the static cache + CUDA graph decode step and
-every prompt in one padded batch; on the CPU: one forward per prompt without a cache and the padded batch); the
+own variants teacher-forced over the reference's tokens (the static-cache decode step, in a CUDA graph on the GPU;
+every prompt in one padded batch; on the CPU also one forward per prompt without a cache); the
 envelope is the largest error any variant made in the reference's top-two difference, or in the gap of any token
 pair it flipped (``parity.variant_envelope``). :func:`judge` teacher-forces one candidate decoder
 (``candidate(prompt, tokens) -> (argmax, logits)``: ``CudaVM.forced``, or :func:`reference_vm_candidate` for the
@@ -80,9 +80,9 @@ def model_dir_of(model) -> str | None:
 
 
 def measure_envelope(model, prompts: Sequence[Sequence[int]], n_tokens: int, *, graph: bool = True) -> Envelope:
-    """The reference and HF's variants of one loaded model (any device and dtype), measured once. On CUDA: the
-    static cache (+ CUDA graph when ``graph``) and the padded batch; on the CPU: the uncached forward and the
-    padded batch."""
+    """The reference and HF's variants of one loaded model (any device and dtype), measured once: HF's static-cache
+    decode step (in a CUDA graph on the GPU when ``graph``), every prompt in one padded batch, and on the CPU also
+    one uncached forward per prompt."""
     from mosaic_amk import hf_variants
 
     if not prompts or n_tokens < 1:
@@ -90,10 +90,10 @@ def measure_envelope(model, prompts: Sequence[Sequence[int]], n_tokens: int, *, 
     t0 = time.perf_counter()
     ref = hf_variants.reference(model, prompts, n_tokens)
     variants: dict[str, Any] = {}
-    if str(model.device).startswith("cuda"):
-        name, static = hf_variants.static_cache(model, prompts, ref, graph=graph)
-        variants[name] = static
-    else:
+    on_gpu = str(model.device).startswith("cuda")
+    name, static = hf_variants.static_cache(model, prompts, ref, graph=graph and on_gpu)
+    variants[name] = static
+    if not on_gpu:
         variants["hf-eager-uncached"] = hf_variants.forced_single(model, prompts, ref)
     if len(prompts) > 1:
         variants[f"hf-eager-batch{len(prompts)}"] = hf_variants.forced_batch(model, prompts, ref)

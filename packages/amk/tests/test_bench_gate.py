@@ -142,3 +142,23 @@ def test_floor_bytes_counts_every_weight_once_and_one_row_of_a_gathered_table(fa
     want = total if tied else total - embed.nbytes + embed.nbytes // spec.vocab_size
     assert floor_bytes(enc) == want
     assert embed.nbytes // spec.vocab_size == spec.hidden_size * 2  # bf16 rows
+
+
+def test_format_table_prints_the_envelope_and_every_candidates_verdict():
+    from mosaic_amk.bench.bench import format_table
+
+    res = {"model": "llama", "layers": 30, "hidden": 576, "vocab": 49152, "params": 134.5e6, "gpu": "h200",
+           "gate": {"envelope_ulps": 3, "prompts": 8, "tokens": 32,
+                    "variant_flips": {"hf-static-cache-graph": 2, "hf-eager-batch8": 5}},
+           "candidates": [
+               {"name": "a", "verdict": {"line": "criterion (2): 256 positions, 1 disagreements, 1 near-ties "
+                                                 "(<= 3 ulps), 0 decisive: PASS"}},
+               {"name": "b", "verdict": {"line": "x"}, "gate": "criterion (2): ... 4 decisive: FAIL: not timed"},
+               {"name": "c", "error": "DeviceError: launch failed"}],
+           "contenders": [{"name": "amk[a]", "ms_per_token": 0.75, "samples": [0.75], "error": None}]}
+    table = format_table(res)
+    assert ("gate, criterion (2): envelope 3 bf16 ulps of HF's own variants (hf-static-cache-graph: 2 flips, "
+            "hf-eager-batch8: 5 flips) over 8 prompts x 32 tokens") in table
+    assert "candidate a: criterion (2): 256 positions, 1 disagreements, 1 near-ties (<= 3 ulps), 0 decisive: PASS" in table
+    assert "candidate b: criterion (2): ... 4 decisive: FAIL: not timed" in table
+    assert "candidate c: DeviceError: launch failed" in table

@@ -3,7 +3,8 @@
 Besides the language-neutral contract (``ENTRY``, ``INPUTS``, ``OUTPUTS``, a frozen ``Knobs`` dataclass) a
 CuTe file's entry is a ``@cute.jit`` function called as ``ENTRY(*inputs, *outputs, knobs, stream)``: the
 operands are row-major ``cute.Tensor``s of the shapes the contract names (16-byte aligned), ``knobs`` an
-instance of the knob class (annotate it ``cutlass.Constexpr``) and ``stream`` a ``CUstream``.
+instance of the knob class (annotate it ``cutlass.Constexpr``: a compile-time value, so the compiled kernel is
+called with the tensors and the stream only) and ``stream`` a ``CUstream``.
 
 ``lower`` imports the file (in the capture's child process only), compiles the entry ahead of time for
 ``gpu.arch`` with fake tensors (no GPU), keeps PTX and cubin, disassembles SASS and re-assembles the PTX
@@ -177,9 +178,11 @@ class CuteFileRunnable:
         if got != want:
             raise Unbuildable(f"device views {got} differ from the lowered layouts {want}", "prepare")
         self.stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
-        self.compiled, knobs, _ = backend._compile(spec, gpu, workdir / "cute_run_dump", tensors=views,
-                                                   stream=self.stream)
-        self.args = (*views, knobs, self.stream)  # the executor drops the Constexpr knobs itself
+        self.compiled, _, _ = backend._compile(spec, gpu, workdir / "cute_run_dump", tensors=views,
+                                               stream=self.stream)
+        # the compiled function's runtime signature has no Constexpr parameter (cutlass.base_dsl's
+        # ExecutionArgs.filter_runtime_signature): it is called with the tensors and the stream only
+        self.args = (*views, self.stream)
         self.launch()  # load the module outside the timed region
         torch.cuda.synchronize()
 

@@ -74,7 +74,7 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype):
     rmsnorm = family == "rmsnorm"
 
     def box(ref, j):
-        return plgpu.load(ref.at[:, j, :], (), layout=layout).astype(f32)
+        return plgpu.load(ref.at[:, j, :], layout=layout).astype(f32)
 
     def spread(v, axis):  # a per-row (axis 0) or per-column (axis 1) vector over the box
         return plgpu.layout_cast(lax.broadcast_in_dim(v, (br, tw), (axis,)), layout)
@@ -86,7 +86,7 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype):
             acc = acc + jnp.sum(x * x, axis=1)
         r = spread(lax.rsqrt(acc * (1.0 / cols) + EPS), 0)
         for j in range(boxes):
-            w = plgpu.load(w_smem.at[j], (), layout=row_layout).astype(f32)
+            w = plgpu.load(w_smem.at[j], layout=row_layout).astype(f32)
             out[:, j, :] = (box(x_smem, j) * r * spread(w, 1)).astype(dtype)
 
     def softmax_block(x_smem, out, _w):
@@ -183,7 +183,8 @@ def lower(backend, spec: KernelSpec, gpu: GpuTarget, workdir: Path) -> Lowered:
     source = workdir / f"{name}.stablehlo.mlir"
     source.write_text(lowered.as_text())
     notes = [f"smem_bytes={smem}", f"block={knobs.block_rows}x{cols} as {cols // knobs.tma_cols} TMA boxes of "
-             f"{knobs.tma_cols}", f"grid={rows // knobs.rows_per_cta()} CTAs x {knobs.blocks_per_cta} blocks"]
+             f"{knobs.tma_cols}", f"grid={rows // knobs.rows_per_cta()} CTAs x {knobs.blocks_per_cta} blocks",
+             f"stages={knobs.max_concurrent_steps}", f"out_slots={knobs.out_slots}"]
     ptx = sass = ptxas = resources = cubin = None
     toolchain = be._toolchain()
     if be.jax_has_gpu():

@@ -113,10 +113,10 @@ class RowwiseKnobs:
 
     def smem_bytes(self, cols: int, itemsize: int, weight: bool) -> int:
         """The shared memory the kernel allocates: input stages, output slots, the weight row, reduction scratch
-        and one barrier per stage (the lowering's own count is checked against the GPU in ``lower``)."""
+        and an mbarrier per stage and for the weight row (the lowering's own count is checked against the GPU in ``lower``)."""
         block = self.block_rows * cols * itemsize
         return ((self.max_concurrent_steps + self.out_slots) * block + (cols * itemsize if weight else 0)
-                + REDUCTION_SCRATCH + 8 * (self.max_concurrent_steps + 1))
+                + REDUCTION_SCRATCH + 8 * (self.max_concurrent_steps + (1 if weight else 0)))
 
 
 @attrs.frozen

@@ -15,7 +15,8 @@ from mosaic.commands.doctor import doctor
 from mosaic.commands.families import families
 from mosaic.commands.gpus import gpus
 from mosaic.commands.lift import lift
+from mosaic.commands.mcp import mcp
 from mosaic.commands.plugins import plugins
 from mosaic.commands.run import run
 
-VERBS = (plugins, gpus, families, bundle, catalog_cmd, lift, diff, check, capture, run, doctor)
+VERBS = (plugins, gpus, families, bundle, catalog_cmd, lift, diff, check, capture, run, doctor, mcp)

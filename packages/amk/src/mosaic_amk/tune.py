@@ -534,7 +534,11 @@ def _trial(backend, spec, gpu, cfg, settings, inc_vm, inc_ms, noise, floor_ms, v
         return {**out, "stage": "gate", "decision": "rejected", "reason": verdict_line(verdict)}
     if not backend.timed:
         return {**out, "stage": "gate", "decision": "screened", "reason": verdict_line(verdict) + "; not timed"}
-    inc_s, cand_s = interleave(backend.sampler(inc_vm), backend.sampler(vm), settings.rounds)
+    try:
+        inc_s, cand_s = interleave(backend.sampler(inc_vm), backend.sampler(vm), settings.rounds)
+    except Exception as exc:  # noqa: BLE001 - e.g. the VM's watchdog: the candidate is rejected, the loop goes on
+        return {**out, "stage": "timing", "decision": "rejected",
+                "reason": f"timing failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
     t_c, t_i = statistics.median(cand_s), statistics.median(inc_s)
     dec = decide_times(t_c, t_i, noise.value, floor_ms)
     out.update(stage="timed" if dec.reason_code != "below-floor" else "below-floor",

@@ -85,10 +85,10 @@ def _over(name: str, actual: int) -> str:
 class SourceBook:
     """The source texts a proposer knows, by candidate key and by SHA-256.
 
-    The loop's request carries the parent's source when it has one (``Request.source``); sources this
-    proposer was sent by the agent are remembered by SHA-256 and tied to their candidate keys through the
-    history (whose source edits name their ``sha256``), so an edit of an earlier source candidate can be
-    offered its text and diffed against it."""
+    The loop's request carries the parent's source when it has one (``Request.source``: a kernel file or a
+    source candidate); sources the agent sent are remembered by SHA-256 and tied to their candidate keys
+    through the history (whose source edits name their ``sha256``), so a reply may also diff against an
+    earlier source candidate it names as ``parent`` (the ``repair`` one)."""
 
     def __init__(self) -> None:
         self.by_sha: dict[str, tuple[str, str]] = {}  # sha256 -> (name, text)
@@ -104,7 +104,7 @@ class SourceBook:
             edit = h.get("edit") if isinstance(h.get("edit"), Mapping) else {}
             if h.get("key") and edit.get("sha256") in self.by_sha:
                 self.by_key.setdefault(h["key"], self.by_sha[edit["sha256"]])
-        text = getattr(request, "source", None)  # the loop's own record of the parent's source, when it has one
+        text = request.source  # the loop's own record of the parent's source, when it has one
         if isinstance(text, str):
             self.remember(text, self.by_key.get(request.parent, ("kernel", ""))[0], request.parent)
 

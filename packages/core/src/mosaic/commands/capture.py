@@ -117,7 +117,8 @@ def _capture_file(path, language, family, shape, dtype, knobs, gpu, lower_only, 
 
         input_generator(spec, values)
     result = kf.capture_file(kfile, spec, gpu, out, opts)
-    if result.status in ("bad-file", "unbuildable"):
+    built = result.bundle is not None and (Path(result.bundle) / "lowering.json").is_file()
+    if result.status == "bad-file" or (result.status == "unbuildable" and not built):  # the file does not build
         kept = f"; the bundle {result.bundle} records it" if result.bundle else ""
         raise BadInput(f"{result.message or result.status}{kept}")
     return result

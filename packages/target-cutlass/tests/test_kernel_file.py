@@ -7,6 +7,7 @@ the compiled code; a file that fails nvcc or breaks the calling convention is on
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,15 @@ def test_live_build_lowers_a_source_edit(tmp_path):
     assert b.manifest["kernel_file"]["knob_values"]["tile_m"] == 128 and \
         b.manifest["kernel_file"]["ignored_knobs"] == ["kernel_schedule"]
     assert b.launch() is not None and b.launch().grid == (4, 2, 1)  # 256/64 x 256/128 tiles
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a machine with a GPU runs it for real")
+def test_a_file_that_builds_but_cannot_run_here_is_exit_1(tmp_path):
+    p = mosaic("capture", "--file", str(RMSNORM), "--lang", "cutlass", "--family", "rmsnorm", "--shape", "64x1024",
+               "--dtype", "bf16", "-o", "run.bundle", cwd=tmp_path)
+    assert p.returncode == 1 and p.stdout.startswith("unbuildable: ") and "Traceback" not in p.stderr, p.stdout
+    b = load_bundle(tmp_path / "run.bundle")
+    assert b.one("cubin") is not None and b.one("source").read_bytes() == RMSNORM.read_bytes()
+    assert b.manifest["capture"]["lower_only"] is False and b.read_json("timings") is None

@@ -48,7 +48,7 @@ def test_rmsnorm_file_lowers_into_a_bundle(tmp_path):
     section = b.manifest["kernel_file"]
     assert section["sha256"] == hashlib.sha256(RMSNORM.read_bytes()).hexdigest() == \
         b.manifest["files"]["source/rmsnorm.cu"]["sha256"]
-    assert section["entry"] == "rmsnorm" and section["knob_values"] == {"threads": 512, "unroll": 4, "eps": 1e-6}
+    assert section["path"] == "rmsnorm.cu" and section["entry"] == "rmsnorm" and section["knob_values"] == {"threads": 512, "unroll": 4, "eps": 1e-6}
     assert b.kernel.knobs == {"threads": 512, "unroll": 4, "eps": 1e-6} and b.kernel.family == "rmsnorm"
     ptx = b.read_text("ptx")
     assert re.search(r"\.entry\s+rmsnorm\(", ptx) and ".maxntid 512" in ptx  # __launch_bounds__(Knobs::threads)

@@ -513,7 +513,8 @@ def capture_file(kfile: KernelFile, spec, gpu_name: str, out: str | os.PathLike,
 
     opts = opts or CaptureOptions()
     out = Path(out)
-    extra = {"kernel_file": {**kfile.to_json(), "knob_values": dict(spec.knobs)}}
+    # the manifest names the file, not where it lay on this machine (the bundle holds the file itself)
+    extra = {"kernel_file": {**kfile.to_json(), "path": kfile.name, "knob_values": dict(spec.knobs)}}
     if ignored_knobs:  # a source candidate's spec named knobs its file's class has not
         extra["kernel_file"]["ignored_knobs"] = list(ignored_knobs)
     with tempfile.TemporaryDirectory(prefix="mosaic-kfile-req-") as tmp:

@@ -124,23 +124,6 @@ def test_executor_names_are_checked():
         check_executor("threads")
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--executor", "threads", "--source", "pallas", "--target", "cute", "--family", "gemm", "--shape", "64x64x64",
-      "--dtype", "bf16"], "unknown executor 'threads'"),
-    (["--offline", "DIR", "--executor", "ray"], "--executor/--ray-address/--gpus apply to live runs"),
-    (["--executor", "local", "--ray-address", "auto"], "--ray-address joins a Ray cluster: it needs --executor ray"),
-])
-def test_bad_executor_flags_are_one_line_and_exit_2(tmp_path, argv, says):
-    import subprocess
-
-    mosaic = str(Path(sys.executable).parent / "mosaic")
-    r = subprocess.run([mosaic, "run", *[str(tmp_path) if a == "DIR" else a for a in argv]],
-                       capture_output=True, text=True, cwd=tmp_path)
-    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr
-    ours = [x for x in r.stderr.strip().splitlines() if not x.startswith("warning: plugin")]  # others' plugins
-    assert len(ours) == 1
-
-
 def test_two_gpus_each_measure_their_noise_and_decide_on_the_gpu_that_timed(runtime, tmp_path):
     from types import SimpleNamespace
 
@@ -190,52 +173,3 @@ def test_two_gpus_each_measure_their_noise_and_decide_on_the_gpu_that_timed(runt
     assert not (tmp_path / "one" / "journal.jsonl").read_text().count("noise_by_gpu")  # one GPU: unchanged
     stop = next(e for e in par.events if e["event"] == "stop")
     assert stop["ahead_unused_cost_s"] == 0.0  # the scripted GPUs cost nothing; said, not counted in the budget
-
-
-def test_offline_reads_each_gpus_reference_noise_from_its_bundles(tmp_path):
-    from mosaic.errors import BundleError
-    from mosaic.records import KernelSpec
-    from mosaic.run.workbench import REFERENCE, run_meta, save_kernel_bundle, update_bundle
-
-    src = rf.build_campaign(tmp_path / "c")
-    bench = OfflineWorkbench(src, "gemm", "bf16")
-    assert bench.noise_by_gpu() == {}  # one GPU: nothing more
-    ref = src / "bundles" / "reference.bundle"
-    update_bundle(ref, extra=run_meta(REFERENCE, "reference", cost_s=30.0, gpu={"uuid": "GPU-a", "index": 0}))
-    other = rf.blocks(175.0, 0.01, 20, 20, 7)
-    spec = KernelSpec("gemm", rf.SHAPE, "bf16", "pallas", {"kernel": "jax-hopper"})
-    b1 = src / "bundles" / "reference-gpu1.bundle"
-    save_kernel_bundle(b1, spec=spec, key="reference-gpu1", role="reference-gpu", blocks=other, gpu="h200")
-    with pytest.raises(BundleError, match="must name its GPU"):
-        OfflineWorkbench(src, "gemm", "bf16").noise_by_gpu()
-    update_bundle(b1, extra=run_meta("reference-gpu1", "reference-gpu", gpu={"uuid": "GPU-b", "index": 1}))
-    got = OfflineWorkbench(src, "gemm", "bf16").noise_by_gpu()
-    assert set(got) == {"GPU-a", "GPU-b"}
-    assert [list(x) for x in got["GPU-b"]] == [list(x) for x in other]
-    assert [list(x) for x in got["GPU-a"]] == [list(x) for x in bench.capture_reference(spec).noise_blocks]
-    assert "reference-gpu1" not in OfflineWorkbench(src, "gemm", "bf16").by_key  # never a candidate
-
-
-def test_several_gpus_need_the_ray_executor(tmp_path):
-    import subprocess
-
-    mosaic = str(Path(sys.executable).parent / "mosaic")
-    r = subprocess.run([mosaic, "run", "--executor", "local", "--gpus", "2", "--source", "pallas", "--target",
-                        "cute", "--family", "gemm", "--shape", "64x64x64", "--dtype", "bf16"],
-                       capture_output=True, text=True, cwd=tmp_path)
-    assert r.returncode == 2 and "several GPUs need --executor ray" in r.stderr and "Traceback" not in r.stderr
-
-
-def test_the_report_names_the_executor_and_the_gpus_that_timed(tmp_path):
-    from mosaic.run.report import build_report, to_markdown
-
-    head = {"event": "campaign", "campaign": {"source": "pallas", "target": "cute", "family": "gemm",
-                                              "shape": {"k": 64, "m": 128, "n": 32}, "dtype": "bf16"},
-            "gpu": {"name": "h200"}, "workbench": "live", "proposer": "knobs", "executor": "ray"}
-    timed = [{"event": "timed", "key": k, "against": "x", "gpu": {"uuid": u, "index": i, "name": "H200"}}
-             for k, u, i in (("a", "GPU-1", 0), ("b", "GPU-2", 1), ("c", "GPU-1", 0))]
-    rep = build_report([head, *timed])
-    assert rep["executor"] == "ray" and [(g["uuid"], g["timed"]) for g in rep["gpus"]] == [("GPU-1", 2), ("GPU-2", 1)]
-    md = to_markdown(rep)
-    assert "gemm 128x32x64 bf16" in md.splitlines()[0] and "; executor: ray." in md
-    assert "Timed on: GPU 0 GPU-1 (2 comparisons); GPU 1 GPU-2 (1 comparisons)." in md

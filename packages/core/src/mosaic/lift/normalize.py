@@ -279,22 +279,40 @@ def _steps_over_rings(waits: list[tuple[str, int | None]], body) -> int | None:
         if at is not None:
             tested.add(slot)
     slots = [slot for slot, _ in kept]
-    per_root: dict[str, list[int]] = {}
-    for root, off, _ in slots:
-        per_root.setdefault(root, []).append(off)
+    per_root: dict[str, list[tuple[int, tuple]]] = {}
+    for root, off, index in slots:
+        per_root.setdefault(root, []).append((off, index))
     best = 0
-    for offsets in per_root.values():
-        ordered = sorted(set(offsets))
+    for waits_here in per_root.values():
+        ordered = sorted({o for o, _ in waits_here})
         ring_of, ring = {}, 0
         for k, o in enumerate(ordered):
             if k and o - ordered[k - 1] != 8:
                 ring += 1
             ring_of[o] = ring
-        counts: dict[int, int] = {}
-        for o in offsets:
-            counts[ring_of[o]] = counts.get(ring_of[o], 0) + 1
-        best = max(best, *counts.values())
+        rings: dict[int, list[tuple]] = {}
+        for o, index in waits_here:
+            rings.setdefault(ring_of[o], []).append(index)
+        best = max(best, *(_ring_steps(indices, body) for indices in rings.values()))
     return best
+
+
+def _ring_steps(indices: list[tuple], body) -> int:
+    """Steps one trip takes on one ring: its waits, unless they all index the ring by one stage counter that the
+    trip advances fewer times (quack's consumer tests stage s+1 at the end of a trip, ``consumer_try_wait``, and
+    waits on it at the top of the next one only if that test failed: two waits, one ``UIADD3 UR10, UR10, 0x1``)."""
+    names = {ix[0][0] if ix else None for ix in indices}
+    if len(indices) < 2 or len(names) != 1 or None in names:
+        return len(indices)
+    counter = names.pop()
+    # ``UIADD3 UR10, UR10, 0x1`` (then ``USEL UR10, UR10, URZ, UP0``), or PTX's ``add.s32 %r138, %r726, 1;
+    # selp.b32 %r726, 0, %r138, %p34``
+    selected = {o for i in body if i.opcode in ("SEL", "USEL", "selp") and i.operands and i.operands[0] == counter
+                for o in i.operands[1:3]}
+    bumps = sum(1 for i in body if i.opcode in _ADDS and len(i.operands) >= 3 and i.operands[1] == counter
+                and (i.operands[0] == counter or i.operands[0] in selected)
+                and _IMM.fullmatch(i.operands[2]) and int(i.operands[2], 0) == 1)
+    return min(len(indices), bumps) if bumps else len(indices)
 
 
 def loop_unroll(w: WorkLoop) -> int:

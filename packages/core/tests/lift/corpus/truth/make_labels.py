@@ -297,7 +297,8 @@ def build_cases() -> list[dict]:
                           f".venv/lib/python3.11/site-packages /tmp/cv/bin/python {HERE.relative_to(REPO)}/build_quack.py "
                           f"--only {name} (quack-kernels {entry['quack_kernels']}, nvidia-cutlass-dsl "
                           f"{entry['nvidia_cutlass_dsl']})",
-                          "config": {k: entry[k] for k in ("kernel", "N", "dtype")}, "labels": dict(entry["labels"])})
+                          "config": {**{k: entry[k] for k in ("kernel", "N", "dtype")}, **entry.get("config", {})},
+                          "labels": dict(entry["labels"])})
     for name, entry in sorted(json.loads((HERE / "flash-labels.json").read_text()).items()):
         for ext in ("cubin", "ptx"):
             cases.append({"id": f"{name}-{ext}", "source": "flash-attn-4",

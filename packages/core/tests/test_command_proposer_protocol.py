@@ -149,7 +149,8 @@ def test_unified_diff_round_trips_and_refuses_what_does_not_apply():
     for diff, needle in (("no hunks here\n", "no hunk"),
                          ("@@ -1,2 +1,2 @@\n-line 0\n+x\n", "header says"),
                          ("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-line 0\n+x\n--- a/y\n+++ b/y\n", "more than one file"),
-                         ("@@ -1 +1 @@\n-nope\n+x\n", "does not apply")):
+                         ("@@ -1 +1 @@\n-nope\n+x\n", "does not apply"),
+                         ("@@ -1," + "9" * 5000 + " +1 @@\n-line 0\n", "no hunk")):
         with pytest.raises(BadInput, match=needle):
             apply_unified_diff(a, diff)
 
@@ -263,3 +264,50 @@ def test_a_scripted_agent_converges_by_source_edits_and_offline_reproduces_it(tm
                         timeout=300)
     assert re.returncode == 0, re.stdout + re.stderr
     assert "all 5 recorded verdicts and the stop reproduced" in re.stdout
+
+
+# -- any reply at all: a Proposal, never an exception ---------------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=20)
+FIELDS = st.dictionaries(st.sampled_from(["protocol", "knobs", "source", "diff", "name", "why", "parent", "done"]),
+                         JSON | st.text(max_size=200), max_size=6)
+
+
+def _book():
+    book = SourceBook()
+    book.remember(SOURCE_V1, NAME, "p")
+    return book
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400) | st.text(max_size=400).map(str.encode))
+def test_any_bytes_are_a_proposal_or_a_reasoned_rejection(raw):
+    p = parse_reply(raw, request(), {"p"}, _book())
+    assert p.ok or p.done or p.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(FIELDS)
+def test_any_reply_object_is_a_proposal_or_a_reasoned_rejection(reply):
+    p = parse_reply(json.dumps(reply), request(), {"p"}, _book())
+    assert p.ok or p.done or p.reason
+    if p.ok:  # what is accepted is well-formed: a knob set of plain values, a text source, an edit record
+        assert isinstance(p.knobs, dict) and (p.source is None or isinstance(p.source, str))
+        assert p.edit["kind"] == ("source" if p.source is not None else "knob")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="@-+ \n,0123456789abc\\", max_size=200))
+def test_any_diff_text_applies_or_is_refused_with_one_line(diff):
+    from mosaic.errors import BadInput
+
+    try:
+        out = apply_unified_diff(SOURCE_V1, diff)
+    except BadInput as exc:
+        assert "\n" not in exc.line()
+    else:
+        assert isinstance(out, str)

@@ -17,7 +17,7 @@ import re
 
 from mosaic.errors import BadInput
 
-HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+HUNK = re.compile(r"^@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@")
 
 
 def _hunks(diff: str, where: str) -> list[tuple[int, list[str], list[str]]]:

@@ -241,4 +241,19 @@ def prepare(spec: KernelSpec, inputs: dict):
     return PallasRunnable(fn, args, dtype, (rows, cols), out_name="y")
 
 
-__all__ = ["FAMILIES", "RmsnormKnobs", "build", "lower", "prepare"]
+def run_interpreted(spec: KernelSpec, inputs: dict, detect_races: bool = True):
+    """Run the kernel of ``spec`` on the family's ``inputs`` in jax's GPU interpreter (CPU; ``interpret.py``):
+    an InterpretResult whose one output is ``y``. The interpreter computes on the CPU through XLA, which
+    flushes float32 subnormals to zero, so bf16 subnormal inputs read as zero here (not on the GPU)."""
+    import jax.numpy as jnp
+
+    from mosaic_target_pallas import interpret
+    from mosaic_target_pallas.backend import _jax_dtype
+
+    knobs, (rows, cols), dtype = knobs_of(spec), dims(spec), _jax_dtype(spec)
+    fn = build(spec.family, knobs, rows, cols, dtype)
+    args = [jnp.asarray(inputs[key], dtype) for key, _ in arg_shapes(spec.family, rows, cols)]
+    return interpret.run(fn, *args, detect_races=detect_races)
+
+
+__all__ = ["FAMILIES", "RmsnormKnobs", "build", "lower", "prepare", "run_interpreted"]

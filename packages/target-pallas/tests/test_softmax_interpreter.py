@@ -1,0 +1,84 @@
+"""The Pallas softmax kernel in jax's GPU interpreter (CPU, race detector on) against the family's float64
+oracle: every value of the knob table on a small shape, and every input distribution (normal, int, large,
+equal-rows, denormal) in bf16 and f16 on two configurations. Softmax's denormal
+inputs only check that nothing breaks (its output is uniform up to 2^-126), so they run here too. The
+interpreter computes exp/rsqrt exactly whatever ``approx_math`` says (Mosaic GPU's approximate forms are the
+GPU test's)."""
+
+import pytest
+from mosaic import families, oracle
+from mosaic.records import KernelSpec
+from mosaic_target_pallas.rowwise_knobs import table_configs
+
+pytest.importorskip("jax", minversion="0.11.2",
+                    reason="needs jax >= 0.11.2 (Python >= 3.12): run in .venv312 (make test does)")
+
+FAMILY = "softmax"
+OTHER = {"block_rows": 8, "tma_cols": 64, "vector": 2, "max_concurrent_steps": 3, "blocks_per_cta": 4,
+         "out_slots": 2, "approx_math": True, "online": False}
+DISTRIBUTIONS = ("normal", "int", "large", "equal-rows", "denormal")
+
+
+def _gpu():
+    from mosaic.plugins import PluginHost
+
+    return PluginHost(allow="hopper").load().get("gpus", "h200")
+
+
+def _spec(knobs, rows, cols, dtype="bf16"):
+    return KernelSpec(family=FAMILY, shape={"rows": rows, "cols": cols}, dtype=dtype, language="pallas", knobs=knobs)
+
+
+def small_shape(knobs) -> tuple[int, int]:
+    """Two CTAs of the blocking, 512 columns; one CTA of 256 columns for the longest walks."""
+    per_cta = knobs["block_rows"] * knobs["blocks_per_cta"]
+    return (per_cta, 256) if per_cta >= 256 else (2 * per_cta, 512)
+
+
+def _table():
+    gpu = _gpu()
+    return [pytest.param(knobs, id=f"{k}={v}")
+            for k, v, knobs in table_configs(FAMILY, _spec({}, 16384, 512), gpu)]
+
+
+def check(knobs, values="normal", dtype="bf16", seed=0):
+    from mosaic_target_pallas.rowwise import run_interpreted
+
+    spec = _spec(knobs, *small_shape(knobs), dtype=dtype)
+    inputs = families.make_inputs(spec, seed, values)
+    result = run_interpreted(spec, inputs)
+    verdict = oracle.check(FAMILY, inputs, {"y": result.outputs[0]}, dtype)
+    return verdict, result.races_found
+
+
+@pytest.mark.parametrize("knobs", _table())
+def test_every_table_value_passes_the_oracle(knobs):
+    verdict, races = check(knobs)
+    assert verdict.passed, verdict.reason
+    assert races is False
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("values", DISTRIBUTIONS)
+@pytest.mark.parametrize("config", ["default", "other"])
+def test_distributions_pass_the_oracle(config, values, dtype):
+    import attrs
+    from mosaic_target_pallas.rowwise_knobs import SoftmaxKnobs
+
+    knobs = attrs.asdict(SoftmaxKnobs()) if config == "default" else OTHER
+    verdict, races = check(knobs, values, dtype, seed=1)
+    assert verdict.passed, verdict.reason
+    assert races is False
+
+
+def test_a_wrong_kernel_fails_the_oracle():
+    """The check can fail: the kernel's output for another seed's inputs is not these inputs' softmax."""
+    import attrs
+    from mosaic_target_pallas.rowwise import run_interpreted
+    from mosaic_target_pallas.rowwise_knobs import SoftmaxKnobs
+
+    knobs = attrs.asdict(SoftmaxKnobs())
+    spec = _spec(knobs, *small_shape(knobs))
+    other = run_interpreted(spec, families.make_inputs(spec, 2, "normal")).outputs[0]
+    verdict = oracle.check(FAMILY, families.make_inputs(spec, 3, "normal"), {"y": other}, "bf16")
+    assert not verdict.passed and "outside the guard band" in verdict.reason

@@ -14,7 +14,14 @@ import pytest
 from mosaic.catalog import catalog_from_host
 from mosaic.plugins import host
 from mosaic.proposers import Request
-from mosaic.proposers.command import PROTOCOL, REPLY_LIMITS, CommandProposer, SourceBook, parse_reply, request_json
+from mosaic.proposers.command import (
+    PROTOCOL,
+    REPLY_LIMITS,
+    CommandProposer,
+    SourceBook,
+    parse_reply,
+    request_json,
+)
 from mosaic.records import Discrepancy, KernelSpec
 from mosaic.run.loop import full_knobs
 from mosaic.run.workbench import candidate_key, save_kernel_bundle

@@ -16,7 +16,6 @@ anyio = pytest.importorskip("anyio")
 
 sys.path.insert(0, str(Path(__file__).parent))
 import test_command_proposer_protocol as cp  # noqa: E402
-
 from mosaic.unified_diff import make_unified_diff  # noqa: E402
 
 MOSAIC = str(Path(sys.executable).parent / "mosaic")

@@ -164,3 +164,67 @@ def test_mosaic_mcp_bad_input_is_one_line(tmp_path):
     p = subprocess.run([MOSAIC, "mcp", "--campaign", str(tmp_path / "empty"), "--offline"], capture_output=True,
                        text=True)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "campaign.toml" in p.stderr
+
+
+LIVE_TOML = """\
+source = "pallas"
+target = "cute"
+family = "gemm"
+shape = "4096x4096x4096"
+dtype = "bf16"
+gpu = "h200"
+budget_min = 3.0
+max_candidates = 3
+start_knobs = {kernel = "naive"}
+"""
+
+
+@pytest.mark.gpu
+def test_an_mcp_client_drives_a_live_campaign_on_the_gpu(tmp_path):
+    """On the H200: the SDK's client drives `mosaic mcp` on a live Pallas -> CuTe campaign (three knob edits the
+    agent reads off the structural diff); the verdicts it gets are the journal's, and `mosaic run --offline`
+    reproduces them from the bundles."""
+    import importlib
+
+    pytest.importorskip("jax", minversion="0.11.2", reason="needs jax >= 0.11.2 (Python >= 3.12) for the Pallas plugin")
+    pytest.importorskip("cutlass.cute", reason="needs nvidia-cutlass-dsl for the CuTe plugin")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with CUDA and a CUDA device")
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    gc = importlib.import_module("gemm_campaign")  # benchmarks/ is on pytest's pythonpath
+    env = gc.environment("cute")
+    d = tmp_path / "campaign"
+    d.mkdir()
+    (d / "campaign.toml").write_text(LIVE_TOML)
+    plan = [{"kernel": "hopper"}, {"persistent": True}, {"cluster_mn": [2, 1]}]
+
+    async def main():
+        params = StdioServerParameters(command=MOSAIC, args=["mcp", "--campaign", str(d)], env=env)
+        with open(tmp_path / "server.err", "w") as errlog, anyio.fail_after(560):
+            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as s:
+                await s.initialize()
+                verdicts = []
+                for knobs in plan:
+                    rows = json.loads((await s.call_tool("structural_diff", {})).content[0].text)
+                    if rows.get("finished"):
+                        break
+                    res = await s.call_tool("submit_candidate", {"knobs": knobs, "why": "live MCP test"})
+                    verdicts.append(json.loads(res.content[0].text))
+                return verdicts
+
+    verdicts = anyio.run(main)
+    assert verdicts, (tmp_path / "server.err").read_text()[-3000:]
+    ev = [json.loads(x) for x in (d / "journal.jsonl").read_text().splitlines() if x.strip()]
+    recorded = {e["step"]: e for e in ev if e["event"] == "verdict"}
+    for v in verdicts:
+        if v["decision"] in ("accepted", "rejected"):
+            assert recorded[v["step"]]["decision"] == v["decision"]
+            assert recorded[v["step"]]["reason_code"] == v["reason_code"]
+    assert ev[0]["proposer"] == "mcp" and ev[-1]["event"] == "stop"
+    off = subprocess.run(gc.offline_command(d), capture_output=True, text=True, env=env, timeout=300)
+    assert off.returncode == 0, off.stdout[-2000:] + off.stderr[-2000:]
+    assert "recorded verdicts and the stop reproduced" in off.stdout
+    print("\n".join(gc.summary_lines(d)))
+    print(json.dumps(verdicts, indent=1)[:4000])

@@ -8,7 +8,8 @@
 
 The agent's tools and what the harness decides: :mod:`mosaic.agent.mcp_server`, docs/agents.md. stdout is
 the MCP channel; progress lines (unless ``--quiet``) and errors go to stderr. The journal records the
-proposer as ``mcp``: ``mosaic run --offline`` re-decides it from its recorded proposals.
+proposer as ``mcp``: ``mosaic run --offline`` re-decides it from its recorded proposals. Exit 0 when the client
+has gone and the campaign ended; 1 when the campaign stopped on an error (said in one line); 2 for bad input.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def mcp(directory: Path, offline: bool, out: Path | None, quiet: bool) -> int:
             click.echo(f"mosaic mcp: serving the campaign {campaign.source} -> {campaign.target} {campaign.family} "
                        f"{campaign.problem} ({bench.kind}) on stdio; journal in {out}", err=True)
         serve(session)
-    if session.error:
+    if session.error:  # the campaign stopped on an error while it was served: said, and exit 1
         click.echo(f"error: {session.error}", err=True)
+        return 1
     return 0

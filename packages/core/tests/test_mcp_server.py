@@ -228,3 +228,30 @@ def test_an_mcp_client_drives_a_live_campaign_on_the_gpu(tmp_path):
     assert "recorded verdicts and the stop reproduced" in off.stdout
     print("\n".join(gc.summary_lines(d)))
     print(json.dumps(verdicts, indent=1)[:4000])
+
+
+def test_a_campaign_that_stops_on_an_error_is_said_and_the_server_stays_up(tmp_path):
+    import run_fixture as rf
+    from mosaic.records import KernelSpec
+    from mosaic.run.loop import full_knobs
+    from mosaic.run.workbench import candidate_key, save_kernel_bundle
+
+    src = cp.source_campaign(tmp_path / "c")
+    # the hopper candidate's bundle without its timings: the offline workbench cannot time it (a BundleError)
+    spec = KernelSpec("gemm", rf.SHAPE, "bf16", "cute", full_knobs(cp.knob_cls(), rf.HOPPER))
+    key = candidate_key(spec)
+    _, lau, _, _, _, _ = rf.model(rf.HOPPER)
+    save_kernel_bundle(src / "bundles" / f"cand-{key}.bundle", spec=spec, key=key, role="candidate",
+                       files=rf._sass("tma", lau), outputs=rf.small_problem()[1], cost_s=6.0, gpu="h200")
+    out = tmp_path / "mcp"
+
+    async def script(call):
+        return {"v": await call("submit_candidate", knobs={"kernel": "hopper"}),
+                "report": await call("campaign_report"), "late": await call("submit_candidate", knobs={"stages": 5})}
+
+    _, seen = drive(src, out, script)
+    assert seen["v"]["decision"] == "unfinished" and "no recorded timing" in seen["v"]["reason"]
+    assert seen["report"]["state"]["finished"] and "no recorded timing" in seen["report"]["state"]["error"]
+    assert seen["late"]["decision"] == "refused" and "finished" in seen["late"]["reason"]
+    err = (tmp_path / "server.err").read_text().strip().splitlines()
+    assert err and err[-1].startswith("error: ") and "no recorded timing" in err[-1] and "Traceback" not in "".join(err)

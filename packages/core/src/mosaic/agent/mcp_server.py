@@ -40,9 +40,16 @@ def _text(value: Any) -> str:
 
 def build_server(session: CampaignSession):
     """The MCP server (an ``mcp.server.mcpserver.MCPServer``) whose tools act on ``session``."""
+    from contextlib import asynccontextmanager
+
     from mcp.server.mcpserver import MCPServer
 
-    server = MCPServer("mosaic", instructions=INSTRUCTIONS)
+    @asynccontextmanager
+    async def lifespan(_server):
+        session.start()  # the loop starts once the transport is up (fd 1 already diverted by the SDK)
+        yield {}
+
+    server = MCPServer("mosaic", instructions=INSTRUCTIONS, lifespan=lifespan)
 
     def current() -> dict | None:
         return session.request(WAIT_S)
@@ -118,14 +125,15 @@ def build_server(session: CampaignSession):
     return server
 
 
-def serve(session: CampaignSession) -> None:
-    """Serve ``session`` over stdio until the client disconnects; then end the campaign and wait for it."""
+def serve(session: CampaignSession, grace_s: float = 60.0) -> None:
+    """Serve ``session`` over stdio until the client disconnects; then end the campaign and wait up to
+    ``grace_s`` for the step in flight to be decided and the report written."""
     server = build_server(session)
     try:
         server.run("stdio")
     finally:
         session.end()
-        session.join(60)
+        session.join(grace_s)
 
 
 __all__ = ["INSTRUCTIONS", "build_server", "serve"]

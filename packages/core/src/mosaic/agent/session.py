@@ -82,7 +82,8 @@ class CampaignSession:
         self.thread: threading.Thread | None = None
 
     # -- the loop's side --------------------------------------------------------------------------------------
-    def start(self) -> None:
+    def prepare(self) -> None:
+        """Open the journal (refusing a directory that holds one, or another campaign's report)."""
         from mosaic.run.report import foreign_reports
 
         journal = WatchedJournal.create(self.out)
@@ -90,6 +91,14 @@ class CampaignSession:
             raise BadInput("report files here belong to another campaign; choose a fresh --out directory", str(self.out))
         journal.listener = self._seen
         self.journal = journal
+
+    def start(self) -> None:
+        """Start the loop in its thread (once; the MCP server does it when it starts serving, after the SDK has
+        diverted fd 1 from the wire, so nothing the campaign prints can reach the channel)."""
+        if self.thread is not None:
+            return
+        if getattr(self, "journal", None) is None:
+            self.prepare()
         self.thread = threading.Thread(target=self._run, name="mosaic-campaign", daemon=True)
         self.thread.start()
 

@@ -87,11 +87,11 @@ def mcp(directory: Path, offline: bool, out: Path | None, quiet: bool) -> int:
                 raise BadInput(f"no GPU here ({getattr(exc, 'reason', exc.what)}): a live campaign needs a CUDA "
                                "device; --offline serves the campaign's recorded bundles", "mosaic mcp") from None
         session = CampaignSession(campaign, bench, out, gpu_record, header, quiet)
-        session.start()
+        session.prepare()
         if not quiet:
             click.echo(f"mosaic mcp: serving the campaign {campaign.source} -> {campaign.target} {campaign.family} "
                        f"{campaign.problem} ({bench.kind}) on stdio; journal in {out}", err=True)
-        serve(session)
+        serve(session, 60.0 if offline else 900.0)  # live: let a build or a timing in flight finish
     if session.error:  # the campaign stopped on an error while it was served: said, and exit 1
         click.echo(f"error: {session.error}", err=True)
         return 1

@@ -133,6 +133,8 @@ def _mma_info(insn) -> tuple[str, str | None, tuple]:
     types = tuple(m.lower() for m in insn.mods if re.fullmatch(r"(F|BF|S|U|E4M3|E5M2|TF)\d*|E4M3|E5M2", m))
     if insn.opcode == "HMMA" and not {"BF16", "TF32"} & set(insn.mods):
         types = (*types, "f16")  # HMMA.16816.F32: f16 operands (only bf16/tf32 are spelled), f32 accumulator
+    if insn.opcode in ("IGMMA", "IMMA") and "s32" not in types:
+        types = (*types, "s32")  # IGMMA.64x256x32.S8.S8: the integer accumulator (always s32) is not spelled
     return form, shape, types
 
 
@@ -431,7 +433,7 @@ def _integer_reciprocal(insns, n: int) -> bool:
     """``MUFU.RCP`` of a divisor converted from an integer (``I2F.U32.RP R0, R5; MUFU.RCP R0, R0``): ptxas's
     integer division / remainder by a run-time value, which is no floating-point divide."""
     src = insns[n].operands[1].lstrip("-|").removesuffix(".reuse") if len(insns[n].operands) > 1 else ""
-    d = _defs_before(insns, n, src, 8)
+    d = _defs_before(insns, n, src, 64)  # ptxas may schedule the conversion far ahead of the reciprocal
     return d is not None and d.opcode == "I2F"
 
 

@@ -82,6 +82,24 @@ def cases():
                        "loops.depth": 1, "loop.unroll": 1, "mma.form": ["wgmma"], "mma.shape": [f"m64n{bn}k16"],
                        "mma.types": ["bf16", "f32"], "transfer.form": ["tma"], "transfer.store_form": ["tma"],
                        "pipeline.stages": s, "exp.form": ["approx"], "div.form": ["approx"]}}
+    # liger's int8 x packed-int2 GEMM (ops/experimental/mm_int8int2.py, the Triton tutorial's grouped matmul on
+    # pointers): the first two configs of its own get_autotune_config(); int8 tl.dot into an int32 accumulator
+    # (wgmma s32.s8.s8); strides of 1 are specialised to constants as Triton's launcher does; integer divides only
+    from liger_kernel.ops.experimental.mm_int8int2 import get_autotune_config
+
+    for cfg in get_autotune_config()[:2]:
+        kw = cfg.kwargs
+        name = (f"triton-liger-mm-int8int2-{kw['BLOCK_SIZE_M']}x{kw['BLOCK_SIZE_N']}x{kw['BLOCK_SIZE_K']}"
+                f"-w{cfg.num_warps}-s{cfg.num_stages}")
+        out[name] = {
+            "module": "liger_kernel.ops.experimental.mm_int8int2", "kernel": "matmul_kernel",
+            "signature": {"a_ptr": "*i8", "b_ptr": "*u8", "c_ptr": "*i32", "M": "i32", "N": "i32",
+                          "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32"},
+            "constexprs": {"K": N_COLS, "stride_ak": 1, "stride_bn": 1, "stride_cn": 1, **kw},
+            "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
+            "labels": {"block": [32 * cfg.num_warps, 1, 1], "roles": ["all"], "roles.registers": {},
+                       "persistent": False, "mma.form": ["wgmma"], "mma.types": ["s32", "s8"],
+                       "transfer.store_form": ["st.global"], "exp.form": [], "div.form": []}}
     return out
 
 

@@ -49,11 +49,34 @@ class LiveError(MosaicError):
 
 @attrs.frozen
 class Timeouts:
+    """Seconds one request may take. ``check`` (a gate) and ``time`` (a timing session) are caps: the limit a
+    request gets is scaled from what the same kind of request cost in this campaign (:meth:`scaled`), and a
+    request never outlives the device-minute budget (:meth:`LiveWorkbench._limit`)."""
+
     reference: float = 900.0
     yardstick: float = 300.0
     lower: float = 900.0
     check: float = 300.0
     time: float = 300.0
+    floor: float = 60.0   # no scaled limit is shorter
+    factor: float = 5.0   # x the slowest request of the same kind so far
+
+    def scaled(self, kind: str, seen: Mapping[str, list[float]]) -> tuple[float, str]:
+        """(limit, why) for a ``kind`` request ("check" or "time"): ``max(floor, factor x the slowest of that
+        kind so far)``, before the first one ``factor x`` the reference capture's seconds, at most the cap."""
+        cap = float(getattr(self, kind))
+        if seen.get(kind):
+            base, what = max(seen[kind]), f"the slowest {'gate' if kind == 'check' else 'timing session'} so far"
+        elif seen.get("reference"):
+            base, what = max(seen["reference"]), "the reference capture"
+        else:
+            return cap, "the cap (nothing measured yet)"
+        limit = min(cap, max(self.floor, self.factor * base))
+        scaled = f"{self.factor:g} x {what} ({base:.1f} s)"
+        why = (scaled if limit == self.factor * base
+               else f"the floor ({self.floor:g} s; {scaled} is {self.factor * base:.1f} s)"
+               if limit == self.floor else f"the cap ({cap:g} s)")
+        return limit, why
 
 
 class NoGpu(MosaicError):
@@ -168,6 +191,7 @@ class LiveWorkbench:
         self.adopted: dict[str, Any] = {}  # key -> mosaic.run.executor.Lowered (lowered elsewhere: the Ray stage)
         self._gpu = None
         self._gate_note = ""
+        self.seen: dict[str, list[float]] = {}  # seconds per request kind in this campaign ("reference", "check", "time")
         atexit.register(self.close)
 
     # -- helpers --------------------------------------------------------------------------------------------
@@ -200,6 +224,35 @@ class LiveWorkbench:
         from mosaic.bundle import read_manifest
 
         return float(read_manifest(self.dest(key))["mosaic_run"].get("cost_s", 0.0))
+
+    def spent_s(self) -> float:
+        """Device seconds this campaign has spent: the costs its bundles record (the figures the loop adds up;
+        the yardstick's are inside the reference's)."""
+        from mosaic.bundle import read_manifest
+
+        total = 0.0
+        for b in sorted(self.bundles.glob("*.bundle")) if self.bundles.is_dir() else ():
+            if b.name == f"{YARDSTICK}.bundle":
+                continue
+            try:
+                total += float((read_manifest(b).get("mosaic_run") or {}).get("cost_s", 0.0))
+            except (MosaicError, OSError, ValueError, TypeError):
+                continue
+        return total
+
+    def _limit(self, kind: str) -> tuple[float, str, bool]:
+        """(seconds, why, by_budget) for the next ``kind`` request: the scaled timeout, cut to what is left of
+        the device-minute budget when that is less (then a request still running at the limit is killed and the
+        loop, adding its seconds, stops on 'budget')."""
+        limit, why = self.timeouts.scaled(kind, self.seen)
+        left = self.c.budget_min * 60 - self.spent_s()
+        if left < limit:
+            return max(1.0, left), f"what is left of the {self.c.budget_min:g} device-minute budget", True
+        return limit, why, False
+
+    def _observe(self, kind: str, r: ChildResult) -> None:
+        if r.status != "timeout":
+            self.seen.setdefault(kind, []).append(float(r.wall_s))
 
     def close(self) -> None:
         for proc, *_ in self.prefetching.values():
@@ -265,6 +318,7 @@ class LiveWorkbench:
                                                              timeout=self.timeouts.reference),
                       extra=self._reference_meta())
         cost = time.monotonic() - t0
+        self.seen.setdefault("reference", []).append(cost)  # what the first gate's and timing's limits scale from
         if res.status != "ok":
             raise LiveError(f"the reference capture ended '{res.status}': {res.message or 'see capture.log'}",
                             str(res.bundle or dest))
@@ -428,7 +482,8 @@ class LiveWorkbench:
         small = self.c.check_shape is not None and dict(self.c.check_shape) != dict(spec.shape)
         if small:
             spec = attrs.evolve(spec, shape=dict(self.c.check_shape))
-        opts = CaptureOptions(blocks=1, runs=5, warmup=3, timeout=self.timeouts.check,
+        limit, limit_why, by_budget = self._limit("check")
+        opts = CaptureOptions(blocks=1, runs=5, warmup=3, timeout=limit,
                               max_array_bytes=0 if small else CaptureOptions().max_array_bytes)
         tmp = self.work / "gate" / f"{kernel.key}.bundle"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -445,6 +500,7 @@ class LiveWorkbench:
                          "out": str(tmp.resolve()), "options": attrs.asdict(opts), "extra": None,
                          "oracle_cache": str(self.oracle_cache.resolve())}, opts.timeout, problem,
                         f"gate {kernel.key}", before_retry=lambda: shutil.rmtree(tmp, ignore_errors=True))
+        self._observe("check", r)
         cap = r.data.get("capture", {}) if r.status == "ok" else {}
         status = cap.get("status", r.status)
         summary = dict(cap.get("summary") or {})
@@ -454,6 +510,11 @@ class LiveWorkbench:
         elif status == "numerics-failed":
             reason = ("failed the float64 oracle" if not summary.get("numerics_pass", True)
                       else "output changed between runs (not deterministic)")
+        elif status == "timeout" and by_budget:
+            reason = (f"budget: killed after {limit:.0f} s, {limit_why}, with the gate in flight (no verdict on "
+                      "the kernel's numerics)")
+        elif status == "timeout":
+            reason = f"hang: killed after {limit:.0f} s ({limit_why}); the worker was replaced"
         else:
             reason = f"{status} at run time: {cap.get('message') or r.message or tail(r.output)}"
         first = r.isolation.get("first_attempt")
@@ -481,6 +542,8 @@ class LiveWorkbench:
         update_bundle(dest, files=files, extra={
             "mosaic_run": meta,
             "capture": {"status": status, "lower_only": False, "gate": True, "options": attrs.asdict(opts),
+                        "timeout": {"s": round(limit, 3), "why": limit_why, "budget": by_budget},
+                        **({"message": reason} if status == "timeout" else {}),
                         "shape": dict(spec.shape), "summary": summary, "isolation": r.isolation,
                         "wall_s": round(cost, 3)}})
         ref = (summary.get("oracle_reference") or {}).get("source")
@@ -513,12 +576,19 @@ class LiveWorkbench:
         from mosaic.run.executor import gpu_identity
 
         gpu_at_start = gpu_identity()  # which device makes this verdict: index, UUID, clocks now
+        limit, limit_why, by_budget = self._limit("time")
         r = self._serve({"mode": "time", "gpu": self.c.gpu, "specs": [ref_spec.to_json(), kernel.spec.to_json()],
                          "sources": [None if incumbent.key == REFERENCE else incumbent.source, kernel.source],
                          "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
-                         "values": "normal", "flush": True, "timer": "cupti"}, self.timeouts.time,
+                         "values": "normal", "flush": True, "timer": "cupti"}, limit,
                         lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or tail(r.output)}",
                         f"time {kernel.key}")
+        self._observe("time", r)
+        if r.status == "timeout":
+            what = "budget" if by_budget else "hang"
+            raise LiveError(f"{what}: timing {kernel.key} against {incumbent.key} killed after {limit:.0f} s "
+                            f"({limit_why}); the journal holds every step before it (mosaic run --resume "
+                            f"{self.dir} retries)", "mosaic run")
         if r.status != "ok":
             raise LiveError(f"timing {kernel.key} against {incumbent.key} {r.status}: "
                             f"{r.message or tail(r.output)}; the journal holds every step before it "

@@ -1,0 +1,135 @@
+"""Per-request limits of the live workbench, with real child processes (``worker_script.py``: the live worker
+with test modes): a gate's limit is scaled from the gates measured in this campaign, a gate that runs past it
+is killed (its whole process group), recorded as a failed gate 'hang: killed after N s' and the worker
+replaced; a gate that would outlive the device-minute budget is cut at the budget."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mosaic.bundle import load_bundle
+from mosaic.records import KernelSpec
+from mosaic.run.campaign import Campaign
+from mosaic.run.live.parent import LiveError, LiveWorkbench, Timeouts
+from mosaic.run.workbench import Kernel, candidate_key, save_kernel_bundle
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = [sys.executable, str(HERE / "worker_script.py")]
+
+
+def campaign(**more) -> Campaign:
+    return Campaign.from_json({"source": "pallas", "target": "cutlass", "family": "gemm",
+                               "shape": "4096x4096x4096", "dtype": "bf16", "budget_min": 4, **more})
+
+
+def _gone(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    return not status.exists() or "\tZ" in next(ln for ln in status.read_text().splitlines()
+                                                if ln.startswith("State:"))
+
+
+def test_scaled_limits():
+    t = Timeouts()
+    assert t.scaled("check", {}) == (300.0, "the cap (nothing measured yet)")
+    assert t.scaled("check", {"reference": [40.0]})[0] == 200.0  # 5 x the reference before any gate
+    limit, why = t.scaled("check", {"reference": [40.0], "check": [20.2, 19.4, 20.0]})
+    assert limit == pytest.approx(101.0) and "slowest gate" in why and "20.2" in why
+    assert t.scaled("check", {"check": [3.0]}) == (60.0, "the floor (60 s; 5 x the slowest gate so far (3.0 s) "
+                                                         "is 15.0 s)")
+    assert t.scaled("check", {"check": [100.0]}) == (300.0, "the cap (300 s)")
+    assert t.scaled("time", {"check": [20.0], "time": [2.3]})[0] == 60.0  # timing scales from timing only
+    assert Timeouts(check=30.0).scaled("check", {"reference": [40.0]})[0] == 30.0
+
+
+def _candidate(bench, n, cost_s=1.0):
+    spec = KernelSpec("gemm", {"m": n, "n": n, "k": n}, "bf16", "cublas", {})
+    k = Kernel(candidate_key(spec), spec)
+    save_kernel_bundle(bench.dest(k.key), spec=spec, key=k.key, role="candidate", cost_s=cost_s, gpu="h200")
+    return k
+
+
+def _route(bench, mode, **more):
+    """Send the gate's check request to one of worker_script's stand-ins (the child_check needs a GPU)."""
+    real = bench._serve
+
+    def routed(request, *a, **kw):
+        return real({**request, "mode": mode, **more} if request.get("mode") == "check" else request, *a, **kw)
+
+    bench._serve = routed
+
+
+def test_a_hanging_gate_is_killed_at_the_scaled_limit_recorded_and_the_worker_replaced(tmp_path):
+    lines: list[str] = []
+    bench = LiveWorkbench(campaign(), tmp_path, progress=lines.append, worker_argv=SCRIPT,
+                          timeouts=Timeouts(floor=2.0, factor=5.0))
+    try:
+        good = _candidate(bench, 64)
+        _route(bench, "flaky_check")  # passes in a worker's first request
+        assert bench._gate(good, bench.dest(good.key)).passed
+        assert len(bench.seen["check"]) == 1 and bench.seen["check"][0] < 60
+        expected = max(2.0, 5.0 * bench.seen["check"][0])
+        bad = _candidate(bench, 128)
+        pidfile = tmp_path / "hang.pid"
+        bench._serve = LiveWorkbench._serve.__get__(bench)
+        _route(bench, "hang", pidfile=str(pidfile))
+        t0 = time.monotonic()
+        checked = bench._gate(bad, bench.dest(bad.key))
+        took = time.monotonic() - t0
+        assert not checked.passed
+        assert checked.reason.startswith(f"hang: killed after {expected:.0f} s (5 x the slowest gate so far")
+        assert expected - 0.5 <= took < expected + 30  # killed at the limit, not at the 300 s cap nor 60 s sleep
+        assert _gone(int(pidfile.read_text()))  # the hanging request's own child went with the process group
+        cap = load_bundle(bench.dest(bad.key)).manifest["capture"]
+        assert cap["status"] == "timeout" and cap["summary"]["numerics_pass"] is False
+        assert cap["timeout"]["s"] == pytest.approx(expected, abs=1e-3) and cap["timeout"]["budget"] is False
+        assert bench.seen["check"] == bench.seen["check"][:1]  # a killed request does not raise the limit
+        hung_pid = cap["isolation"]["pid"]
+        assert bench.workers.retired[-1]["pid"] == hung_pid
+        # the campaign goes on: the next gate runs in a fresh worker
+        bench._serve = LiveWorkbench._serve.__get__(bench)
+        _route(bench, "flaky_check")
+        nxt = _candidate(bench, 32)
+        assert bench._gate(nxt, bench.dest(nxt.key)).passed
+        iso = load_bundle(bench.dest(nxt.key)).manifest["capture"]["isolation"]
+        assert iso["pid"] != hung_pid and iso["request"] == 1
+    finally:
+        bench.close()
+
+
+def test_a_gate_is_cut_at_the_device_budget(tmp_path):
+    # 0.1 device minutes = 6 s; the candidate's bundle has spent 2 s of them: the gate gets 4 s, not 60
+    bench = LiveWorkbench(campaign(budget_min=0.1), tmp_path, progress=lambda line: None, worker_argv=SCRIPT)
+    try:
+        k = _candidate(bench, 64, cost_s=2.0)
+        assert bench.spent_s() == pytest.approx(2.0)
+        _route(bench, "hang", pidfile=str(tmp_path / "h.pid"))
+        t0 = time.monotonic()
+        checked = bench._gate(k, bench.dest(k.key))
+        took = time.monotonic() - t0
+    finally:
+        bench.close()
+    assert not checked.passed and checked.reason.startswith("budget: killed after 4 s, what is left of the 0.1 "
+                                                            "device-minute budget")
+    assert 3.5 <= took < 30
+    meta = load_bundle(bench.dest(k.key)).manifest
+    assert meta["capture"]["timeout"]["budget"] is True
+    # the gate's seconds are in the bundle: the loop, adding them, is at the budget and stops on it
+    assert meta["mosaic_run"]["cost_s"] >= 0.1 * 60 - 0.5
+
+
+def test_a_hanging_timing_session_is_killed_at_its_limit(tmp_path):
+    bench = LiveWorkbench(campaign(), tmp_path, progress=lambda line: None, worker_argv=SCRIPT,
+                          timeouts=Timeouts(floor=2.0, time=2.0))
+    try:
+        real = bench._serve
+        bench._serve = lambda request, *a, **kw: real({"mode": "hang", "pidfile": str(tmp_path / "t.pid")},
+                                                      *a, **kw)
+        ref = _candidate(bench, 64)
+        cand = _candidate(bench, 128)
+        with pytest.raises(LiveError, match=r"hang: timing .* killed after 2 s \(the cap"):
+            bench.time(ref, cand, 5)
+    finally:
+        bench.close()

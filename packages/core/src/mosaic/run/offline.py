@@ -210,8 +210,30 @@ def gate(family: str, inputs: Mapping, outputs: Mapping, dtype: str, out_dtype: 
     return Checked(key, numerics_pass(verdict), verdict.reason)
 
 
-def compare_verdicts(recorded: list[dict], redecided: list[dict]) -> list[str]:
-    """Every difference between two journals' verdicts and stop (offline re-decision must reproduce them)."""
+def interruption(events: list[dict]) -> tuple[list[dict], str | None]:
+    """(the events to re-decide, what to say) for a recorded journal. A finished journal (it has a ``stop``
+    event) is re-decided whole (None). An interrupted one (no stop: the run was killed) is re-decided up to its
+    last recorded verdict: a last step that was proposed but has no verdict, no failed build and no refusal
+    (killed while it was built or gated or timed) is left out with everything after it, and said."""
+    if any(e.get("event") == "stop" for e in events):
+        return events, None
+    proposals = [(i, e) for i, e in enumerate(events) if e.get("event") == "proposal"]
+    if not proposals:
+        return events, "interrupted before the first step (no stop recorded)"
+    last = max(e["step"] for _, e in proposals)
+    at = next(i for i, e in proposals if e["step"] == last)
+    step_events = [e for e in events[at:] if e.get("step") == last]
+    prop = events[at]
+    finished = (not prop.get("ok") or any(e["event"] == "verdict" for e in step_events)
+                or any(e["event"] == "build" and not e.get("ok") for e in step_events))
+    if finished:
+        return events, f"interrupted after step {last} (no stop recorded); every recorded step re-decided"
+    return events[:at], (f"interrupted at step {last} ({prop.get('key')}: no verdict recorded); not re-decided")
+
+
+def compare_verdicts(recorded: list[dict], redecided: list[dict], stop_too: bool = True) -> list[str]:
+    """Every difference between two journals' verdicts and stop (offline re-decision must reproduce them);
+    ``stop_too=False`` for an interrupted journal, which recorded no stop."""
     def verdicts(events):
         return [(e["key"], e["step"], e["decision"], e["reason_code"]) for e in events if e["event"] == "verdict"]
 
@@ -225,7 +247,7 @@ def compare_verdicts(recorded: list[dict], redecided: list[dict]) -> list[str]:
         y = b[i] if i < len(b) else None
         if x != y:
             problems.append(f"verdict {i + 1}: recorded {_show(x)}, re-decided {_show(y)}")
-    if stop(recorded) != stop(redecided):
+    if stop_too and stop(recorded) != stop(redecided):
         problems.append(f"stop: recorded {stop(recorded)!r}, re-decided {stop(redecided)!r}")
     return problems
 
@@ -249,6 +271,7 @@ class Redecision:
     problems: tuple = ()
     note: str | None = None
     report: Any = None  # report.json's content (mosaic.run.report.write_report), written under the lock
+    interrupted: str | None = None  # the recorded journal has no stop: what was and was not re-decided
 
 
 def require_target(campaign, where: str) -> None:
@@ -318,6 +341,14 @@ def redecide(src: Path, out: Path | None = None, quiet: bool = False, command: t
         raise BadInput("an offline run needs the campaign: journal.jsonl or campaign.toml", str(src))
     require_target(campaign, str(src))
     campaign, proposer, note = offline_proposer(campaign, command)
+    stopped = None
+    if recorded_events is not None:
+        recorded_events, stopped = interruption(recorded_events)
+    if stopped is not None:  # nothing past the recorded steps is proposed: they are what is re-decided
+        from mosaic.run.replay import RecordedOnly
+
+        proposer = RecordedOnly(campaign.proposer, f"offline: {stopped}")
+        note = f"{note}; {stopped}" if note else f"offline: {stopped}"
     out = out or (src / "offline")
     with campaign_lock(out):
         journal = Journal.create(out)
@@ -336,4 +367,5 @@ def redecide(src: Path, out: Path | None = None, quiet: bool = False, command: t
             return Redecision(out, outcome, None, note=note, report=rep)
         redecided, _ = read_campaign_journal(out / NAME)
     n = sum(1 for e in recorded_events if e["event"] == "verdict")
-    return Redecision(out, outcome, n, tuple(compare_verdicts(recorded_events, redecided)), note, rep)
+    problems = compare_verdicts(recorded_events, redecided, stop_too=stopped is None)
+    return Redecision(out, outcome, n, tuple(problems), note, rep, stopped)

@@ -51,8 +51,10 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 namespace {
 struct State {
   Gemm gemm;
+  typename Gemm::Arguments args;  // kept: every launch re-initialises the workspace from them (mosaic_launch)
   Element *a = nullptr, *b = nullptr, *d = nullptr;
   void *workspace = nullptr;
+  size_t workspace_bytes = 0;
   size_t d_bytes = 0;
 };
 
@@ -112,6 +114,8 @@ int mosaic_create(int m, int n, int k, const void *host_a, const void *host_b, f
     }
     size_t ws = Gemm::get_workspace_size(args);
     if (ws && (e = cudaMalloc(&g->workspace, ws)) != cudaSuccess) { rc = fail(err, errlen, "cudaMalloc workspace", e); goto bad; }
+    g->args = args;
+    g->workspace_bytes = ws;
     s = g->gemm.initialize(args, g->workspace);
     if (s != cutlass::Status::kSuccess) {
       snprintf(err, errlen, "initialize: %s", cutlass::cutlassGetStatusString(s));
@@ -135,9 +139,19 @@ int mosaic_grid(void *handle, int *xyz) {
 }
 
 // Enqueue exactly one run on the legacy default stream: no allocation, no synchronisation.
+// A workspace (the stream-K tile scheduler's reduction locks) is re-initialised before every run: CUTLASS zeroes
+// the locks only in initialize_workspace (PersistentTileSchedulerSm90StreamKParams::initialize_workspace ->
+// zero_workspace), the kernel only increments them (fixup: arrive_inc) and waits for exact values (wait_eq on
+// K_idx), and Gemm::run(stream) reuses params without touching the workspace. A second run on stale locks waits
+// forever. The re-initialisation is one cudaMemsetAsync on the same stream, no synchronisation.
 int mosaic_launch(void *handle) {
   State *g = static_cast<State *>(handle);
-  cutlass::Status s = g->gemm.run(static_cast<cudaStream_t>(0));
+  cutlass::Status s;
+  if (g->workspace_bytes) {
+    s = GemmKernel::initialize_workspace(g->args, g->workspace, static_cast<cudaStream_t>(0));
+    if (s != cutlass::Status::kSuccess) return 2000 + static_cast<int>(s);
+  }
+  s = g->gemm.run(static_cast<cudaStream_t>(0));
   return s == cutlass::Status::kSuccess ? 0 : 1000 + static_cast<int>(cudaGetLastError());
 }
 

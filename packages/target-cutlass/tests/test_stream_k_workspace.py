@@ -83,3 +83,21 @@ def test_stream_k_candidate_compiles(tmp_path):
     from mosaic.bundle import load_bundle
 
     assert "GemmKernel::initialize_workspace(g->args" in load_bundle(r.bundle).read_text("source")
+
+
+@pytest.mark.gpu
+def test_stream_k_8192_captures_and_passes_the_oracle_on_the_gpu(tmp_path):
+    """The H200 run's hung candidate, captured for real: many launches (warmup, runs, blocks) on one workspace.
+    Before the fix this capture hung at its second launch; the 300 s timeout kills it (status 'timeout')."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with CUDA and a CUDA device")
+    r = capture(spec(), "h200", tmp_path / "sk.bundle", CaptureOptions(timeout=300, runs=20, blocks=4))
+    assert r.status == "ok", r.message
+    from mosaic.bundle import load_bundle
+
+    b = load_bundle(r.bundle)
+    s = b.manifest["capture"]["summary"]
+    assert s["numerics_pass"] is True
+    print(f"stream-K 128x128 cooperative 8192^3: grid {(s.get('launch') or {}).get('grid')}, "
+          f"{s.get('time_ns')} ns; capture {b.manifest['capture'].get('wall_s')} s")

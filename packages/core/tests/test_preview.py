@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 
 import pytest
 from mosaic.errors import BundleError
@@ -51,16 +50,25 @@ def test_no_shipped_reference_is_said_with_what_the_plugin_ships(tmp_path):
     assert not (tmp_path / "journal.jsonl").exists()  # never mistaken for a campaign to resume
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="checks the target-not-lowerable path of Python 3.11")
-def test_reference_is_copied_verified_and_an_unlowerable_target_is_reported_in_one_line(tmp_path):
-    p = run_preview(campaign(), tmp_path, "test", lambda line: None)
+def test_reference_is_copied_verified_and_an_unlowerable_target_is_reported_in_one_line(tmp_path, monkeypatch):
+    """The target's toolchain is missing: the CUTLASS headers the cutlass plugin's build reads from
+    $MOSAIC_CUTLASS_INCLUDE are not there (an empty directory), so its naive translation cannot be lowered."""
+    pytest.importorskip("mosaic_target_cutlass")
+    if "cutlass" not in host().items("languages"):
+        pytest.skip("the cutlass plugin is not loaded here")
+    missing = tmp_path / "no-cutlass-headers"
+    missing.mkdir()
+    monkeypatch.setenv("MOSAIC_CUTLASS_INCLUDE", str(missing))  # read by the lowering's own process too
+    p = run_preview(campaign(target="cutlass"), tmp_path, "test", lambda line: None)
     ref = tmp_path / "bundles" / "reference.bundle"
     assert (ref / "manifest.json").is_file() and p.reference["recorded_time_ns"] == 177088.0
     assert p.reference["gpu"] == "h200" and p.reference["timer"] == "cupti"
     md = (tmp_path / "preview.md").read_text()
     assert "recorded 177.09 us, noise 1.00 us on h200" in md
     why = dict(p.skipped).get("naive translation")
-    assert why is not None and "\n" not in why  # CuTe DSL needs Python 3.12: the lowering says why, in one line
+    assert why is not None and "\n" not in why  # the lowering says why, in one line
+    assert f"no cutlass/cutlass.h under {missing}" in why, why
+    assert "naive translation" not in dict(p.done)
 
 
 def test_a_tampered_shipped_reference_is_refused_not_used(tmp_path):

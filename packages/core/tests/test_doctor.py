@@ -279,3 +279,20 @@ def test_optional_packages_follow_their_metadata_and_stay_out_of_the_install_lis
             assert row["fix"] == doc.OPTIONAL[dist][1] and row["fix"] not in report["install"]
     code, _, _ = _doctor(capsys, "--require", "torch")
     assert code == (0 if rows["torch"]["ok"] else 1)
+
+
+def test_module_rules_check_the_installed_version_range_then_import():
+    import importlib.metadata as md
+
+    have = md.version("pytest")
+    major = int(have.split(".")[0])
+    ok = doc.Module("pytest", "pytest", minimum=str(major), below=str(major + 1))
+    assert doc._module_problem(ok) == (None, f"pytest {have}")
+    old = doc.Module("pytest", "pytest", minimum=str(major + 1))
+    assert doc._module_problem(old) == (f"pytest {have} is older than {major + 1}", have)
+    new = doc.Module("pytest", "pytest", below=str(major))
+    assert doc._module_problem(new) == (f"pytest {have} is not supported (needs < {major})", have)
+    broken = doc.Module("pytest.no_such_submodule", "pytest")
+    problem, _ = doc._module_problem(broken)
+    assert problem.startswith("import pytest.no_such_submodule failed: ModuleNotFoundError")
+    assert doc._module_problem(doc.Module("x", "mosaic-no-such-dist"))[0] == "mosaic-no-such-dist is not installed"

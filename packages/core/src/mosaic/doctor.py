@@ -42,6 +42,7 @@ class Module:
     module: str
     distribution: str
     minimum: str | None = None
+    below: str | None = None  # the first version known not to work
     python: tuple = (3, 11)  # the lowest Python its wheels exist for
     fix: str = ""  # the line that installs it
 
@@ -80,10 +81,10 @@ LANGUAGE_NEEDS: dict[str, LanguageNeeds] = {
                 fix="pip install 'nvidia-cutlass-dsl>=4.8.1,<5'  # on a CUDA 13 driver: 'nvidia-cutlass-dsl[cu13]'"),)),
     "pallas": LanguageNeeds(
         "mosaic-target-pallas",
-        (Module("jax", "jax", "0.11.2", python=(3, 12),
-                fix="pip install 'jax>=0.11.2'  # on a GPU: 'jax[cuda13]>=0.11.2'"),
-         Module("jax.experimental.mosaic.gpu", "jaxlib", "0.11.2", python=(3, 12),
-                fix="pip install 'jaxlib>=0.11.2'"))),
+        (Module("jax", "jax", "0.11.2", below="0.12", python=(3, 12),
+                fix="pip install 'jax>=0.11.2,<0.12'  # on a GPU: 'jax[cuda13]>=0.11.2,<0.12'"),
+         Module("jax.experimental.mosaic.gpu", "jaxlib", "0.11.2", below="0.12", python=(3, 12),
+                fix="pip install 'jaxlib>=0.11.2,<0.12'"))),
     "cutlass": LanguageNeeds(
         "mosaic-target-cutlass",
         (Headers(("MOSAIC_CUTLASS_INCLUDE", "CUTLASS_INCLUDE"), "cutlass_library", "source/include",
@@ -316,6 +317,8 @@ def _module_problem(need: Module) -> tuple[str | None, str]:
         return f"{need.distribution} is not installed", ""
     if need.minimum and _vtuple(version) < _vtuple(need.minimum):
         return f"{need.distribution} {version} is older than {need.minimum}", version
+    if need.below and _vtuple(version) >= _vtuple(need.below):
+        return f"{need.distribution} {version} is not supported (needs < {need.below})", version
     try:
         importlib.import_module(need.module)
     except Exception as exc:  # noqa: BLE001 - any import failure makes the language unusable here

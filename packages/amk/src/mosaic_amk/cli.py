@@ -171,8 +171,11 @@ def quantize_cmd(model_dir: str, output: str, dequantized: str | None) -> None:
 @click.option("--config", "config_path", type=click.Path(path_type=str), help="ScheduleConfig TOML.")
 @click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--weights", "weights_path", type=click.Path(path_type=str),
+              help="The ReferenceVM runs these weights instead (a .gguf file's own Q8_0/Q4_1 blocks, or an int8 "
+                   "weight-only checkpoint); HF runs --model DIR, their dequantised float checkpoint.")
 def perplexity_cmd(model_dir: str, text_path: str | None, vm: str, max_tokens: int | None, config_path: str | None,
-                   gpu_name: str, as_json: bool) -> None:
+                   gpu_name: str, as_json: bool, weights_path: str | None = None) -> None:
     """Teacher-forced perplexity of a text; with --vm reference exit 1 unless it equals HF eager float32's
     within 1e-4 relative."""
     import json
@@ -197,7 +200,7 @@ def perplexity_cmd(model_dir: str, text_path: str | None, vm: str, max_tokens: i
     from mosaic_amk.importer import import_checkpoint
 
     gpu, config = _gpu_and_config(gpu_name, config_path)
-    check = PerplexityCheck(vm_perplexity(import_checkpoint(model_dir), ids, config, gpu), hf)
+    check = PerplexityCheck(vm_perplexity(import_checkpoint(weights_path or model_dir), ids, config, gpu), hf)
     if as_json:
         click.echo(json.dumps(check.to_json()))
     else:

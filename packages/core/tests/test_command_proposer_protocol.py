@@ -4,6 +4,7 @@ mosaic.limits; a scripted agent drives an offline campaign whose accepted steps 
 ``mosaic run --offline`` re-decides it."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -232,7 +233,8 @@ def run_source_agent(tmp_path: Path):
     src = source_campaign(tmp_path / "c")
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
-    env = {"PATH": "/usr/bin:/bin", "AGENT_LOG": str(tmp_path / "agent.log")}
+    env = {"PATH": "/usr/bin:/bin", "AGENT_LOG": str(tmp_path / "agent.log"),
+           **{k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "MOSAIC_"))}}
     for k, text in (("V1", SOURCE_V1), ("BAD", SOURCE_BAD), ("V2", SOURCE_V2)):
         (tmp_path / k).write_text(text)
         env[f"AGENT_{k}"] = str(tmp_path / k)

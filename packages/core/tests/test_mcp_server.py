@@ -21,11 +21,19 @@ from mosaic.unified_diff import make_unified_diff  # noqa: E402
 MOSAIC = str(Path(sys.executable).parent / "mosaic")
 
 
+def child_env() -> dict:
+    """The server's environment: a plain PATH plus this run's PYTHON* and MOSAIC_* settings (a source tree on
+    PYTHONPATH, MOSAIC_LOAD_PLUGINS), nothing else of the caller's."""
+    import os
+
+    return {"PATH": "/usr/bin:/bin", **{k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "MOSAIC_"))}}
+
+
 async def _drive(src: Path, out: Path, script):
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     params = StdioServerParameters(command=MOSAIC, args=["mcp", "--campaign", str(src), "--offline", "--out", str(out),
-                                                         "--quiet"], env={"PATH": "/usr/bin:/bin"})
+                                                         "--quiet"], env=child_env())
     with open(out.parent / "server.err", "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:

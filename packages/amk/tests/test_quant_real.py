@@ -34,3 +34,17 @@ def test_native_q4_1_greedy_tokens_equal_hf_float32_on_the_dequantised_checkpoin
     print(result.table())
     assert result.ok and all(r.matched == 16 for r in result.rows), result.table()
     assert max(r.result.max_logit_error for r in result.rows) < 1e-3
+
+
+def test_perplexity_command_with_the_gguf_weights(smollm2_checkpoint, capsys):
+    """Criterion (3) on the passage's first 24 tokens: the VM on the GGUF's blocks, HF on the dequantised dir."""
+    from mosaic.cli import main
+    from mosaic_amk.checkpoints import gguf_path
+
+    args = ["amk", "perplexity", "--model", str(smollm2_checkpoint), "--weights", str(gguf_path()), "--max-tokens", "24"]
+    try:
+        main(args)
+    except SystemExit as exc:
+        assert exc.code in (0, None), capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "criterion (3)" in out and "PASS" in out, out

@@ -68,7 +68,8 @@ def source_key(source: str) -> str:
 
 def source_campaign(root: Path) -> Path:
     """The recorded agent campaign of test_proposers plus bundles of the three source candidates (edits of the
-    hopper kernel): BAD fails the numerics gate, V1 runs at 190 us, V2 at 172.4 us (the reference: 172.8 us)."""
+    hopper kernel): BAD fails the numerics gate, V1 runs at 190 us, V2 at 172.4 us (the reference: 172.8 us); and
+    the hopper kernel with 8 stages, unbuildable (shared memory)."""
     src = tp.agent_campaign(root)
     inputs, outputs = rf.small_problem()
     bad = {"c": outputs["c"] + (np.arange(outputs["c"].size).reshape(outputs["c"].shape) % 5 == 1) * 4.0}
@@ -81,6 +82,12 @@ def source_campaign(root: Path) -> Path:
         save_kernel_bundle(src / "bundles" / f"cand-{key}.bundle", spec=spec, key=key, role="candidate",
                            files=files, blocks=None if out is bad else rf.blocks(us, 0.002, 5, 20, int(key[:8], 16)),
                            outputs=out, cost_s=6.0, gpu="h200")
+    unbuildable = {**rf.HOPPER, "stages": 8}  # 8 stages of 128x128x64 bf16 tiles exceed the shared memory
+    spec = KernelSpec("gemm", rf.SHAPE, "bf16", "cute", full_knobs(knob_cls(), unbuildable))
+    _, _, _, _, _, reason = rf.model(unbuildable)
+    save_kernel_bundle(src / "bundles" / f"cand-{candidate_key(spec)}.bundle", spec=spec, key=candidate_key(spec),
+                       role="candidate", files={"build.log": ("log", reason)}, build_ok=False, build_reason=reason,
+                       cost_s=6.0, gpu="h200")
     return src
 
 

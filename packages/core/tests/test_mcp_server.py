@@ -66,6 +66,8 @@ def test_an_mcp_client_drives_an_offline_campaign_to_convergence_by_source_edits
                 "source0": await call("parent_source"), "catalog": await call("catalog", concept="tma-load"),
                 "request0": await call("proposal_request")}
         seen["v1"] = await call("submit_candidate", knobs={"kernel": "hopper"}, why="TMA and wgmma, as the reference")
+        seen["v8"] = await call("submit_candidate", knobs={"stages": 8}, why="deeper pipeline")
+        seen["request8"] = await call("proposal_request")
         seen["v2"] = await call("submit_candidate", source=cp.SOURCE_BAD, name=cp.NAME, why="persistent tile loop")
         seen["request2"] = await call("proposal_request")
         repair = seen["request2"]["repair"]
@@ -89,6 +91,8 @@ def test_an_mcp_client_drives_an_offline_campaign_to_convergence_by_source_edits
     assert seen["request0"]["protocol"] == 2 and seen["request0"]["reply"]["limits"]["nesting_depth"] == 64
     # the verdicts are the harness's: gate, timing, the one rule
     assert (seen["v1"]["decision"], seen["v1"]["reason_code"]) == ("accepted", "faster")
+    assert seen["v8"]["decision"] == "unbuildable" and "smem-per-block" in seen["v8"]["reason"]
+    assert seen["request8"]["repair"]["gate"] == "build" and "smem-per-block" in seen["request8"]["repair"]["reason"]
     assert seen["v2"]["decision"] == "rejected" and seen["v2"]["gate"] == "numerics"
     assert seen["v2"]["key"] == cp.source_key(cp.SOURCE_BAD) and seen["v2"]["t_candidate"] is None
     assert seen["request2"]["repair"]["gate"] == "numerics" and seen["request2"]["repair"]["reason"]

@@ -24,8 +24,12 @@ import attrs
 from mosaic.toolchain.tools import find_tool, version_line, version_number
 
 #: the CUDA tools, with the line that installs each from PyPI (nvcc and ptxas ship in one wheel)
+#: (nvcc from PyPI needs crt, runtime, nvvm and, for CUTLASS, cccl beside it: with these five it builds CUTLASS
+#: kernels for sm_90a)
+PIP_NVCC = ("pip install 'nvidia-cuda-nvcc>=13,<14' 'nvidia-cuda-crt>=13,<14' 'nvidia-cuda-runtime>=13,<14' "
+            "'nvidia-nvvm>=13,<14' 'nvidia-cuda-cccl>=13,<14'  # or a CUDA toolkit 12.3+ on PATH / in $CUDA_HOME")
 TOOLS = {
-    "nvcc": "pip install 'nvidia-cuda-nvcc>=13,<14'  # or a CUDA toolkit 12.3+ on PATH / in $CUDA_HOME",
+    "nvcc": PIP_NVCC,
     "ptxas": "pip install 'nvidia-cuda-nvcc>=13,<14'  # or a CUDA toolkit 12.3+ on PATH / in $CUDA_HOME",
     "nvdisasm": "pip install 'nvidia-cuda-nvdisasm>=13,<14'",
     "cuobjdump": "pip install 'nvidia-cuda-cuobjdump>=13,<14'",

@@ -30,6 +30,20 @@ def _gpu_config(gpu_name: str, config_path: str | None):
     return gpu, load_config(config_path, CUDA_DEFAULT).for_gpu(gpu)
 
 
+def quantized_weights(model: str) -> bool:
+    """Whether ``model`` holds quantized weights the VM reads natively: a .gguf file, or a checkpoint directory whose
+    config.json has a quantization_config (the importer accepts only int8 weight-only, and refuses the rest)."""
+    import json
+
+    path = Path(model)
+    if path.suffix == ".gguf" and path.is_file():
+        return True
+    try:
+        return bool(json.loads((path / "config.json").read_text()).get("quantization_config"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, config_path: str | None,
                   gpu_name: str, as_json: bool, unsafe: bool, tokenizer=None) -> None:
     """Greedy decode with the CUDA VM; --check-hf compares with transformers' eager bf16 generate on the GPU.
@@ -44,10 +58,11 @@ def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, co
 
     ids = _ids(prompt)
     gpu, config = _gpu_config(gpu_name, config_path)
-    native = Path(model_dir).suffix == ".gguf" and Path(model_dir).is_file()  # the GGUF's Q8_0 / Q4_1 blocks
+    native = quantized_weights(model_dir)  # a .gguf file's blocks or an int8 weight-only directory
     if native and check_hf:
-        raise BadInput("--check-hf runs HF on a checkpoint directory: for a .gguf file compare with its dequantised "
-                       "directory (mosaic amk checkpoint) or use benchmarks/amk_quant_speed.py", model_dir)
+        raise BadInput("--check-hf runs HF on an unquantized checkpoint directory: for quantized weights use "
+                       "`mosaic amk parity --model DEQUANTISED_DIR --weights W` or benchmarks/amk_quant_speed.py",
+                       model_dir)
     if not native and not Path(model_dir).is_dir():
         raise BadInput("not a checkpoint directory", model_dir)
     _cupy()  # one clear line when there is no GPU, before loading anything

@@ -265,5 +265,7 @@ def test_a_campaign_that_stops_on_an_error_is_said_and_the_server_stays_up(tmp_p
     assert seen["v"]["decision"] == "unfinished" and "no recorded timing" in seen["v"]["reason"]
     assert seen["report"]["state"]["finished"] and "no recorded timing" in seen["report"]["state"]["error"]
     assert seen["late"]["decision"] == "refused" and "finished" in seen["late"]["reason"]
+    rep = json.loads((out / "report.json").read_text())  # what was decided before the error, reported
+    assert rep["stop"] is None and [e["step"] for e in rep["edits"]] == [0, 1]
     err = (tmp_path / "server.err").read_text().strip().splitlines()
     assert err and err[-1].startswith("error: ") and "no recorded timing" in err[-1] and "Traceback" not in "".join(err)

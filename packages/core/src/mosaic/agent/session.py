@@ -80,6 +80,7 @@ class CampaignSession:
         self.error: str | None = None  # the campaign stopped on an error (one line)
         self.outcome = None
         self.thread: threading.Thread | None = None
+        self.journal: WatchedJournal | None = None
 
     # -- the loop's side --------------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -97,7 +98,7 @@ class CampaignSession:
         diverted fd 1 from the wire, so nothing the campaign prints can reach the channel)."""
         if self.thread is not None:
             return
-        if getattr(self, "journal", None) is None:
+        if self.journal is None:
             self.prepare()
         self.thread = threading.Thread(target=self._run, name="mosaic-campaign", daemon=True)
         self.thread.start()
@@ -112,13 +113,18 @@ class CampaignSession:
         from mosaic.run.report import write_report
 
         try:
-            self.outcome = run_campaign(self.campaign, self.bench, self.journal, self.gpu_record, None, self.header,
-                                        self.quiet, proposer=SessionProposer(self))
-            write_report(self.out)
-        except MosaicError as exc:
-            self.error = exc.line()
-        except Exception as exc:  # noqa: BLE001 - the server stays up and says what stopped the campaign
-            self.error = f"the campaign stopped on an internal error: {type(exc).__name__}: {exc}"
+            try:
+                self.outcome = run_campaign(self.campaign, self.bench, self.journal, self.gpu_record, None,
+                                            self.header, self.quiet, proposer=SessionProposer(self))
+            except MosaicError as exc:
+                self.error = exc.line()
+            except Exception as exc:  # noqa: BLE001 - the server stays up and says what stopped the campaign
+                self.error = f"the campaign stopped on an internal error: {type(exc).__name__}: {exc}"
+            try:  # after an error too: the report of what was decided before it
+                write_report(self.out)
+            except Exception as exc:  # noqa: BLE001
+                if self.error is None:
+                    self.error = f"the report could not be written: {exc}"
         finally:
             with self.cond:
                 self.finished = True

@@ -269,3 +269,14 @@ def test_quantized_q_k_rows_move_with_their_blocks_in_the_blocked_rope_order(int
         [1, 2, 3], 5)
     assert a[0] == b[0]
     assert max(float(np.max(np.abs(x - y))) for x, y in zip(a[1], b[1], strict=True)) < 1e-4
+
+
+def test_a_damaged_gguf_is_one_line(tmp_path, capsys):
+    from mosaic.cli import main
+
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    with pytest.raises(SystemExit) as exc:
+        main(["amk", "lower", "--model", str(bad), "-o", str(tmp_path / "s.json")])
+    err = [ln for ln in capsys.readouterr().err.strip().splitlines() if not ln.startswith("warning: ")]
+    assert exc.value.code == 2 and len(err) == 1 and err[0].startswith("error: ") and "GGUF" in err[0], err

@@ -101,11 +101,13 @@ def test_every_table_value_passes_the_oracle(family, knobs, cols, h200, tmp_path
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("values", DISTRIBUTIONS)
-@pytest.mark.parametrize("config", ["default", "other"])
+@pytest.mark.parametrize("config", ["default", "other", "in-place"])
 @pytest.mark.parametrize("family", ["rmsnorm", "softmax"])
 def test_distributions_pass_the_oracle(family, config, values, dtype, h200, tmp_path):
     if config == "default":
         knobs, cols = attrs.asdict(ROWWISE_KNOBS[family]()), 8192
+    elif config == "in-place":
+        knobs, cols = {"out_slots": 0, "max_concurrent_steps": 3}, 8192
     else:
         knobs, cols = {**OTHER, **({"online": False} if family == "softmax" else {})}, 2048
     verdict = run_on_gpu(_spec(family, 4096, cols, knobs, dtype), h200, tmp_path, values, seed=1)

@@ -1,10 +1,11 @@
 """The Pallas rmsnorm kernel in jax's GPU interpreter (CPU, race detector on) against the family's float64
 oracle: every value of the knob table on a small shape, and every input distribution (normal, int, large,
-equal-rows, denormal) in bf16 and f16 on two configurations. bf16 subnormal inputs are checked on the GPU only
+equal-rows, denormal) in bf16 and f16 on three configurations (one writing in place). bf16 subnormal inputs are checked on the GPU only
 (test_rmsnorm_gpu.py): the interpreter computes through XLA:CPU, which flushes float32 subnormals to zero. The
 interpreter computes exp/rsqrt exactly whatever ``approx_math`` says (Mosaic GPU's approximate forms are the
 GPU test's)."""
 
+import attrs
 import pytest
 from mosaic import families, oracle
 from mosaic.records import KernelSpec
@@ -16,6 +17,8 @@ pytest.importorskip("jax", minversion="0.11.2",
 FAMILY = "rmsnorm"
 OTHER = {"block_rows": 8, "tma_cols": 64, "vector": 2, "max_concurrent_steps": 3, "blocks_per_cta": 4,
          "out_slots": 2, "approx_math": True}
+IN_PLACE = {"block_rows": 4, "tma_cols": 128, "vector": 4, "max_concurrent_steps": 3, "blocks_per_cta": 8,
+            "out_slots": 0, "approx_math": False}
 DISTRIBUTIONS = ("normal", "int", "large", "equal-rows", "denormal")
 
 
@@ -60,14 +63,13 @@ def test_every_table_value_passes_the_oracle(knobs):
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("values", DISTRIBUTIONS)
-@pytest.mark.parametrize("config", ["default", "other"])
+@pytest.mark.parametrize("config", ["default", "other", "in-place"])
 def test_distributions_pass_the_oracle(config, values, dtype):
     if values == "denormal" and dtype == "bf16":
         pytest.skip("bf16 subnormals are float32 subnormals, which XLA:CPU flushes: checked on the GPU")
-    import attrs
     from mosaic_target_pallas.rowwise_knobs import RmsnormKnobs
 
-    knobs = attrs.asdict(RmsnormKnobs()) if config == "default" else OTHER
+    knobs = {"default": attrs.asdict(RmsnormKnobs()), "other": OTHER, "in-place": IN_PLACE}[config]
     verdict, races = check(knobs, values, dtype, seed=1)
     assert verdict.passed, verdict.reason
     assert races is False
@@ -75,7 +77,6 @@ def test_distributions_pass_the_oracle(config, values, dtype):
 
 def test_a_wrong_kernel_fails_the_oracle():
     """The check can fail: the kernel's output for another seed's inputs is not these inputs' norm."""
-    import attrs
     from mosaic_target_pallas.rowwise import run_interpreted
     from mosaic_target_pallas.rowwise_knobs import RmsnormKnobs
 
@@ -84,3 +85,19 @@ def test_a_wrong_kernel_fails_the_oracle():
     other = run_interpreted(spec, families.make_inputs(spec, 2, "normal")).outputs[0]
     verdict = oracle.check(FAMILY, families.make_inputs(spec, 3, "normal"), {"y": other}, "bf16")
     assert not verdict.passed and "outside the guard band" in verdict.reason
+
+
+def test_the_race_detector_finds_a_store_overtaken_by_the_next_load():
+    """In place (out_slots=0) the stage's TMA store must have read it before the pipeline loads into it again:
+    without that wait the race detector reports the race, with it none."""
+    import jax.numpy as jnp
+    from mosaic_target_pallas import interpret
+    from mosaic_target_pallas.rowwise import build
+    from mosaic_target_pallas.rowwise_knobs import RmsnormKnobs
+
+    knobs = RmsnormKnobs(out_slots=0, blocks_per_cta=8)
+    spec = _spec(attrs.asdict(knobs), 32, 512)
+    inputs = families.make_inputs(spec, 0, "normal")
+    args = [jnp.asarray(inputs[k], jnp.bfloat16) for k in ("x", "w")]
+    assert interpret.run(build(FAMILY, knobs, 32, 512, jnp.bfloat16, store_wait=False), *args).races_found is True
+    assert interpret.run(build(FAMILY, knobs, 32, 512, jnp.bfloat16), *args).races_found is False

@@ -36,7 +36,7 @@ def test_every_table_value_constructs_and_neighbours_outside_are_refused(family)
             assert getattr(cls(**{knob: v}), knob) == v
     for knob, bad in [("block_rows", 2), ("block_rows", 12), ("block_rows", 128), ("tma_cols", 32),
                       ("tma_cols", 512), ("vector", 16), ("vector", 3), ("max_concurrent_steps", 0),
-                      ("max_concurrent_steps", 5), ("blocks_per_cta", 512), ("out_slots", 3),
+                      ("max_concurrent_steps", 5), ("blocks_per_cta", 512), ("out_slots", 3), ("out_slots", -1),
                       ("approx_math", "yes"), ("block_rows", True)]:
         with pytest.raises(RecordError) as exc:
             cls(**{knob: bad})
@@ -86,6 +86,10 @@ def test_dependencies_mend_single_edits(h200):
     # one block per CTA cannot have two in flight
     parts = complete(cls.DEPENDENCIES, cls, {**base, "blocks_per_cta": 1}, {"blocks_per_cta"}, _spec(), h200)
     assert parts == [{"knob": "max_concurrent_steps", "value": 1, "was": 2, "code": "steps-within-cta"}]
+    # in place frees the output buffer: a third stage fits 8192 columns; with one stage it needs a second
+    assert can_implement(cls(out_slots=0, max_concurrent_steps=3), _spec(), h200) == []
+    assert complete(cls.DEPENDENCIES, cls, {**base, "max_concurrent_steps": 1, "out_slots": 0}, {"out_slots"}, _spec(),
+                    h200) == [{"knob": "max_concurrent_steps", "value": 2, "was": 1, "code": "in-place-needs-two-stages"}]
     # 8 rows of 8192 bf16 columns do not fit any pipeline: no compound edit
     assert complete(cls.DEPENDENCIES, cls, {**base, "block_rows": 8}, {"block_rows"}, _spec(), h200) is None
 

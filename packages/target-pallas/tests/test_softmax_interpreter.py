@@ -1,6 +1,6 @@
 """The Pallas softmax kernel in jax's GPU interpreter (CPU, race detector on) against the family's float64
 oracle: every value of the knob table on a small shape, and every input distribution (normal, int, large,
-equal-rows, denormal) in bf16 and f16 on two configurations. Softmax's denormal
+equal-rows, denormal) in bf16 and f16 on three configurations (one writing in place). Softmax's denormal
 inputs only check that nothing breaks (its output is uniform up to 2^-126), so they run here too. The
 interpreter computes exp/rsqrt exactly whatever ``approx_math`` says (Mosaic GPU's approximate forms are the
 GPU test's)."""
@@ -16,6 +16,8 @@ pytest.importorskip("jax", minversion="0.11.2",
 FAMILY = "softmax"
 OTHER = {"block_rows": 8, "tma_cols": 64, "vector": 2, "max_concurrent_steps": 3, "blocks_per_cta": 4,
          "out_slots": 2, "approx_math": True, "online": False}
+IN_PLACE = {"block_rows": 4, "tma_cols": 128, "vector": 4, "max_concurrent_steps": 3, "blocks_per_cta": 8,
+            "out_slots": 0, "approx_math": False}
 DISTRIBUTIONS = ("normal", "int", "large", "equal-rows", "denormal")
 
 
@@ -60,12 +62,12 @@ def test_every_table_value_passes_the_oracle(knobs):
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("values", DISTRIBUTIONS)
-@pytest.mark.parametrize("config", ["default", "other"])
+@pytest.mark.parametrize("config", ["default", "other", "in-place"])
 def test_distributions_pass_the_oracle(config, values, dtype):
     import attrs
     from mosaic_target_pallas.rowwise_knobs import SoftmaxKnobs
 
-    knobs = attrs.asdict(SoftmaxKnobs()) if config == "default" else OTHER
+    knobs = {"default": attrs.asdict(SoftmaxKnobs()), "other": OTHER, "in-place": IN_PLACE}[config]
     verdict, races = check(knobs, values, dtype, seed=1)
     assert verdict.passed, verdict.reason
     assert races is False

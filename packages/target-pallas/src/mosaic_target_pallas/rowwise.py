@@ -6,7 +6,9 @@ cols / tma_cols, tma_cols) so that no dimension of the copy exceeds jax's 256-el
 ``max_concurrent_steps`` copies in flight. The reduction runs in registers in a tiled layout that gives
 each warp ``block_rows / 4`` rows of a box and each lane ``vector``-wide slices of them, so a row's sum or
 max never leaves its warp (lane shuffles, no shared-memory scratch). The result is written to one of
-``out_slots`` shared-memory buffers and stored with a TMA copy that overlaps the next block.
+``out_slots`` shared-memory buffers and stored with a TMA copy that overlaps the next block; ``out_slots=0``
+writes the result over the block's own input stage and stores it from there (no output buffer: room for one
+more stage), the pipeline releasing each stage one step late so that the store has read it.
 
 * rmsnorm: pass 1 sums x^2 over the boxes in float32, ``r = rsqrt(sum / cols + eps)``; pass 2 writes
   ``x * r * w`` (the weight row is copied to shared memory once per CTA).
@@ -54,9 +56,11 @@ def _layouts(knobs: RowwiseKnobs):
     return block, row
 
 
-def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype):
+def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_wait: bool = True):
     """A callable ``f(x, w) -> y`` (rmsnorm) or ``f(x) -> y`` (softmax) on (rows, cols) arrays of ``dtype``.
-    Knobs that do not fit the problem raise Unbuildable with one line."""
+    Knobs that do not fit the problem raise Unbuildable with one line. ``store_wait=False`` drops the wait
+    that keeps an in-place store ahead of the pipeline's next load into its stage: a planted race, for the
+    interpreter's race detector to find (tests only)."""
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -72,6 +76,7 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype):
     layout, row_layout = _layouts(knobs)
     f32 = jnp.float32
     rmsnorm = family == "rmsnorm"
+    in_place = knobs.out_slots == 0
 
     def box(ref, j):
         return plgpu.load(ref.at[:, j, :], layout=layout).astype(f32)
@@ -113,25 +118,39 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype):
         w_gmem, o_gmem = rest if rmsnorm else (None, rest[0])
         cta = lax.axis_index("cta")
 
-        def scoped(o_smem, w_smem=None, w_bar=None):
+        def scoped(*refs):
+            o_smem = refs[0] if knobs.out_slots else None
+            w_smem, w_bar = refs[-2:] if rmsnorm else (None, None)
             if rmsnorm:
                 plgpu.copy_gmem_to_smem(w_gmem, w_smem, w_bar)
                 plgpu.barrier_wait(w_bar)
 
             def step(idx, x_smem):
+                rows_out = o_gmem.at[pl.ds((cta * per_cta + idx[0]) * br, br)]
+                if in_place:
+                    # each lane overwrites exactly the elements it read (one layout for loads and stores); the
+                    # pipeline releases this stage one step late (delay_release=1), so the store of the previous
+                    # step must have read its stage before this step ends
+                    compute(x_smem, x_smem, w_smem)
+                    plgpu.commit_smem()
+                    plgpu.copy_smem_to_gmem(x_smem, rows_out)
+                    if store_wait:
+                        plgpu.wait_smem_to_gmem(1, wait_read_only=True)
+                    return
                 slot = idx[0] % knobs.out_slots
                 # the slot's previous TMA store must have read it (out_slots=1: the last store)
                 plgpu.wait_smem_to_gmem(knobs.out_slots - 1, wait_read_only=True)
                 compute(x_smem, o_smem.at[slot], w_smem)
                 plgpu.commit_smem()
-                plgpu.copy_smem_to_gmem(o_smem.at[slot], o_gmem.at[pl.ds((cta * per_cta + idx[0]) * br, br)])
+                plgpu.copy_smem_to_gmem(o_smem.at[slot], rows_out)
 
-            spec = plgpu.BlockSpec((br, boxes, tw), lambda s: (cta * per_cta + s, 0, 0))
+            spec = plgpu.BlockSpec((br, boxes, tw), lambda s: (cta * per_cta + s, 0, 0),
+                                   delay_release=1 if in_place else 0)
             plgpu.emit_pipeline(step, grid=(per_cta,), in_specs=[spec],
                                 max_concurrent_steps=knobs.max_concurrent_steps)(x_gmem)
             plgpu.wait_smem_to_gmem(0)
 
-        scratch = [plgpu.SMEM((knobs.out_slots, br, boxes, tw), dtype)]
+        scratch = [plgpu.SMEM((knobs.out_slots, br, boxes, tw), dtype)] if knobs.out_slots else []
         if rmsnorm:
             scratch += [plgpu.SMEM((boxes, tw), dtype), plgpu.Barrier()]
         pl.run_scoped(scoped, *scratch)

@@ -17,7 +17,9 @@ knob                        meaning
 ``blocks_per_cta``          row blocks one CTA walks through its pipeline (grid = rows / (block_rows x
                             blocks_per_cta) CTAs)
 ``out_slots``               shared-memory output buffers: 2 lets one block's TMA store overlap the next
-                            block's compute, 1 waits for the store before reusing the buffer
+                            block's compute, 1 waits for the store before reusing the buffer, 0 writes
+                            the result in place over the input stage (needs two stages: the stage is
+                            released one step late, after its store has read it)
 ``approx_math``             Mosaic GPU's approximate ``exp``/``rsqrt`` (``CompilerParams.approx_math``)
 ``online`` (softmax only)   True: one pass keeps a running max and rescales the running sum (two passes
                             over shared memory); False: max pass, then sum pass (three passes, no rescale)
@@ -76,15 +78,35 @@ def _flag(value):
     return value
 
 
+#: the tuning table: every value each knob takes (field metadata for the ``knobs`` proposer; the tests lower
+#: and run every one)
+VALUES = {
+    "block_rows": (4, 8, 16, 32, 64),
+    "tma_cols": (64, 128, 256),
+    "vector": (1, 2, 4, 8),
+    "max_concurrent_steps": (1, 2, 3, 4),
+    "blocks_per_cta": (1, 2, 4, 8, 16, 32, 64, 128, 256),
+    "out_slots": (0, 1, 2),
+    "approx_math": (False, True),
+}
+
+
 @attrs.frozen
 class RowwiseKnobs:
-    block_rows: int = attrs.field(converter=_int, default=4, validator=_pow2_in(WARPS, 64))
-    tma_cols: int = attrs.field(converter=_int, default=256, validator=_pow2_in(64, TMA_MAX_BOX))
-    vector: int = attrs.field(converter=_int, default=8, validator=_pow2_in(1, 8))
-    max_concurrent_steps: int = attrs.field(converter=_int, default=2, validator=_int_in(1, 4))
-    blocks_per_cta: int = attrs.field(converter=_int, default=4, validator=_pow2_in(1, 256))
-    out_slots: int = attrs.field(converter=_int, default=1, validator=_int_in(1, 2))
-    approx_math: bool = attrs.field(converter=_flag, default=False, validator=_bool)
+    block_rows: int = attrs.field(default=4, converter=_int, validator=_pow2_in(WARPS, 64),
+                                  metadata={"values": VALUES["block_rows"]})
+    tma_cols: int = attrs.field(default=256, converter=_int, validator=_pow2_in(64, TMA_MAX_BOX),
+                                metadata={"values": VALUES["tma_cols"]})
+    vector: int = attrs.field(default=8, converter=_int, validator=_pow2_in(1, 8),
+                              metadata={"values": VALUES["vector"]})
+    max_concurrent_steps: int = attrs.field(default=2, converter=_int, validator=_int_in(1, 4),
+                                            metadata={"values": VALUES["max_concurrent_steps"]})
+    blocks_per_cta: int = attrs.field(default=4, converter=_int, validator=_pow2_in(1, 256),
+                                      metadata={"values": VALUES["blocks_per_cta"]})
+    out_slots: int = attrs.field(default=1, converter=_int, validator=_int_in(0, 2),
+                                 metadata={"values": VALUES["out_slots"]})
+    approx_math: bool = attrs.field(default=False, converter=_flag, validator=_bool,
+                                    metadata={"values": VALUES["approx_math"]})
 
     def rows_per_cta(self) -> int:
         return self.block_rows * self.blocks_per_cta
@@ -101,6 +123,9 @@ class RowwiseKnobs:
             out.append(("steps-within-cta", f"max_concurrent_steps={self.max_concurrent_steps} exceeds "
                                             f"blocks_per_cta={self.blocks_per_cta}: a CTA cannot stage more "
                                             "blocks than it walks through"))
+        if self.out_slots == 0 and self.max_concurrent_steps < 2:
+            out.append(("in-place-needs-two-stages", "out_slots=0 (in place) needs max_concurrent_steps >= 2: a "
+                                                     "stage is released one step late, after its store"))
         if rows % self.rows_per_cta():
             out.append(("PALLAS-ROWS", f"rows={rows} is not divisible by block_rows x blocks_per_cta = "
                                        f"{self.block_rows} x {self.blocks_per_cta}"))
@@ -128,21 +153,11 @@ class RmsnormKnobs(RowwiseKnobs):
 class SoftmaxKnobs(RowwiseKnobs):
     """y = exp(x - max) / sum(exp(x - max)) per row; float32 arithmetic."""
 
-    online: bool = attrs.field(converter=_flag, default=True, validator=_bool)
+    online: bool = attrs.field(default=True, converter=_flag, validator=_bool, metadata={"values": (True, False)})
 
 
 ROWWISE_KNOBS = {"rmsnorm": RmsnormKnobs, "softmax": SoftmaxKnobs}
 
-#: the tuning table: every value each knob takes (the tests lower and run every one)
-VALUES = {
-    "block_rows": (4, 8, 16, 32, 64),
-    "tma_cols": (64, 128, 256),
-    "vector": (1, 2, 4, 8),
-    "max_concurrent_steps": (1, 2, 3, 4),
-    "blocks_per_cta": (1, 2, 4, 8, 16, 32, 64, 128, 256),
-    "out_slots": (1, 2),
-    "approx_math": (False, True),
-}
 SOFTMAX_VALUES = {**VALUES, "online": (True, False)}
 
 
@@ -177,6 +192,9 @@ def _dependencies():
                    "per block leave room for fewer stages"),
         Dependency("vector-tiles-box", ("vector", "tma_cols"), {"vector": (4, 2, 1)},
                    "32 lanes x vector elements must tile the TMA box: a narrower box needs a narrower vector"),
+        Dependency("in-place-needs-two-stages", ("out_slots", "max_concurrent_steps", "blocks_per_cta"),
+                   {"max_concurrent_steps": (2, 3), "blocks_per_cta": (2, 4)},
+                   "writing in place releases each stage one step late: the pipeline needs a second stage"),
         Dependency("steps-within-cta", ("max_concurrent_steps", "blocks_per_cta"),
                    {"max_concurrent_steps": (2, 1), "blocks_per_cta": (2, 4, 8)},
                    "a CTA cannot stage more blocks ahead than it walks through"),

@@ -505,16 +505,18 @@ def check_language(kfile: KernelFile, language: str) -> None:
 
 
 def capture_file(kfile: KernelFile, spec, gpu_name: str, out: str | os.PathLike, opts=None,
-                 ignored_knobs: list[str] | tuple = ()):
+                 ignored_knobs: list[str] | tuple = (), extra: Mapping | None = None):
     """Capture a kernel file like :func:`mosaic.capture.capture`, in a child process with a timeout
     (``python -m mosaic.kernel_files REQUEST.json``). A file the child finds broken (its import raises, its
-    entry or knob class is not what the contract says) is ``bad-file`` with one message and no bundle."""
+    entry or knob class is not what the contract says) is ``bad-file`` with one message and no bundle.
+    ``extra``: more top-level manifest keys (a campaign's reference metadata)."""
     from mosaic.capture import CaptureOptions, CaptureResult, _record_failure
 
     opts = opts or CaptureOptions()
     out = Path(out)
     # the manifest names the file, not where it lay on this machine (the bundle holds the file itself)
-    extra = {"kernel_file": {**kfile.to_json(), "path": kfile.name, "knob_values": dict(spec.knobs)}}
+    extra = {**dict(extra or {}),
+             "kernel_file": {**kfile.to_json(), "path": kfile.name, "knob_values": dict(spec.knobs)}}
     if ignored_knobs:  # a source candidate's spec named knobs its file's class has not
         extra["kernel_file"]["ignored_knobs"] = list(ignored_knobs)
     with tempfile.TemporaryDirectory(prefix="mosaic-kfile-req-") as tmp:
@@ -538,6 +540,71 @@ def capture_file(kfile: KernelFile, spec, gpu_name: str, out: str | os.PathLike,
         rc = proc.returncode
         what = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc} and no result"
         return _record_failure(spec, gpu_name, out, opts, "crashed" if rc < 0 else "failed", what, output, extra)
+
+
+# -- a campaign's files: the reference and the start kernel of `mosaic run --reference/--start` ------
+
+#: the language of a Python kernel file, by the top-level package it imports (the first that matches an
+#: installed language reading Python files); C++ files go to the one installed language that reads them
+PYTHON_IMPORTS = (("cutlass", "cute"), ("jax", "pallas"))
+
+
+def file_language(kfile: KernelFile, flag: str = "--reference") -> str:
+    """The installed language that builds this file: the only one reading its syntax, or for Python the one
+    its imports name (:data:`PYTHON_IMPORTS`); else one line asking for the language."""
+    from mosaic.plugins import host
+
+    readers = sorted(name for name, lang in host().items("languages").items()
+                     if getattr(lang.backend, "kernel_file_syntax", None) == kfile.syntax)
+    if not readers:
+        raise BadInput(f"no installed language builds {kfile.syntax} kernel files like {kfile.name}", flag)
+    if len(readers) == 1:
+        return readers[0]
+    imported = set()
+    for node in ast.parse(kfile.source).body:
+        if isinstance(node, ast.Import):
+            imported.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            imported.add(node.module.split(".")[0])
+    named = [lang for package, lang in PYTHON_IMPORTS if package in imported and lang in readers]
+    if len(named) != 1:
+        raise BadInput(f"cannot tell which of {', '.join(readers)} {kfile.name} is written in "
+                       f"({'it imports ' + ', '.join(sorted(imported)) if imported else 'it imports nothing'}): "
+                       "name it with --source / --target", flag)
+    return named[0]
+
+
+def check_campaign_file(path: str | os.PathLike, language: str, family: str, flag: str) -> KernelFile:
+    """A campaign's reference or start file: its contract read, built by ``language``, shaped for ``family``."""
+    from mosaic.families import get
+
+    kfile = read_kernel_file(path)
+    try:
+        check_language(kfile, language)
+    except BadInput as exc:
+        raise BadInput(exc.what, flag) from None
+    fam = get(family)
+    if fam is not None:
+        kfile.check_family(tuple(fam.dims), fam.optional_dims)
+    return kfile
+
+
+def knob_class(kfile: KernelFile) -> type:
+    """The file's knob class as a frozen attrs class built from its contract (never by importing the file):
+    each field's default the file's literal, a value typed and checked by the knob's type. The loop and the
+    proposers take it where a template language gives its own knob class."""
+    def typed(knob: Knob):
+        def convert(value):
+            if isinstance(value, str) and knob.type != "str":  # a value is typed already: no text parsing here
+                raise ValueError(f"knob '{knob.name}' of {kfile.name} is a {knob.type}; got {value!r}")
+            try:
+                return knob.parse(value)
+            except BadInput as exc:
+                raise ValueError(f"{exc.what} ({kfile.name})") from None
+        return convert
+
+    fields = {k.name: attrs.field(default=k.default, converter=typed(k)) for k in kfile.knobs}
+    return attrs.make_class(kfile.knob_class, fields, frozen=True)
 
 
 # -- source-level candidates: a proposer's edited file text, built like the file it edits -------------

@@ -28,19 +28,24 @@ from mosaic.errors import BadInput
 
 
 def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer, command,
-                         max_candidates=None, isolation=None):
+                         max_candidates=None, isolation=None, reference=None, start=None):
     from mosaic.run.campaign import Campaign
 
-    missing = [f"--{n}" for n, v in (("source", source), ("target", target), ("family", family),
-                                      ("shape", shape), ("dtype", dtype)) if v is None]
+    # a kernel file names its own language: --source may be left out with --reference, --target with --start
+    missing = [f"--{n}" for n, v in (("source", source or reference), ("target", target or start),
+                                      ("family", family), ("shape", shape), ("dtype", dtype)) if v is None]
     if missing:
         raise BadInput(f"a live run needs {', '.join(missing)} (or a campaign.toml, --resume DIR, --offline DIR)",
                        "mosaic run")
-    data = {"source": source, "target": target, "family": family, "shape": shape, "dtype": dtype}
-    for name, value in (("gpu", gpu), ("beam", beam), ("budget_min", budget_min), ("proposer", proposer),
-                        ("command", command), ("max_candidates", max_candidates), ("isolation", isolation)):
+    data = {"family": family, "shape": shape, "dtype": dtype}
+    for name, value in (("source", source), ("target", target), ("gpu", gpu), ("beam", beam),
+                        ("budget_min", budget_min), ("proposer", proposer), ("command", command),
+                        ("max_candidates", max_candidates), ("isolation", isolation)):
         if value is not None:
             data[name] = value
+    for name, value in (("reference", reference), ("start", start)):
+        if value is not None:
+            data[name] = str(Path(value).resolve())
     return Campaign.from_json(data, "mosaic run")
 
 
@@ -201,6 +206,12 @@ def _check_known(campaign, where: str | None) -> None:
     known = proposers()
     if campaign.proposer not in known:
         raise BadInput(f"unknown proposer '{campaign.proposer}'; known: {', '.join(known)}", where or "--proposer")
+    from mosaic.kernel_files import check_campaign_file
+
+    for flag, path, language in (("--reference", campaign.reference, campaign.source),
+                                 ("--start", campaign.start, campaign.target)):
+        if path is not None:  # the contract is read here, before anything is built (nothing of it runs)
+            check_campaign_file(path, language, campaign.family, flag)
 
 
 def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local", ray_address: str | None = None,
@@ -232,6 +243,12 @@ def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local
 @click.argument("campaign_file", required=False, type=click.Path(path_type=Path))
 @click.option("--source", help="The reference's language (pallas, cute, cutlass, ...).")
 @click.option("--target", help="The candidate's language.")
+@click.option("--reference", "reference_file", default=None,
+              help="The reference is this kernel file (docs/kernel-files.md); its language is --source or the "
+                   "one the file is written in.")
+@click.option("--start", "start_file", default=None,
+              help="The first candidate is this kernel file in the --target language, its knobs the file's "
+                   "class (default: the target's template).")
 @click.option("--family", help="Kernel family (gemm, ...).")
 @click.option("--shape", help="Problem shape, e.g. 4096x4096x4096 (m x n x k for gemm).")
 @click.option("--dtype", help="Input dtype (bf16, f16, ...).")
@@ -262,7 +279,7 @@ def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_min, max_candidates, proposer,
         command, out, resume, offline, quiet, isolation=None, trust_command=False, force=False, executor=None,
-        ray_address=None, gpus=None):
+        ray_address=None, gpus=None, reference_file=None, start_file=None):
     """Port a kernel between languages by convergence: capture, propose, verify, converge; then report."""
     from mosaic.run.executor import check_executor
 
@@ -286,6 +303,10 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
     if campaign_file is not None:
         from mosaic.run.campaign import load_campaign
 
+        if reference_file is not None or start_file is not None:
+            raise BadInput("--reference/--start are flags of a run from flags; in a campaign file they are the "
+                           "keys reference = ... and start = ...", "--reference" if reference_file else "--start")
+
         campaign = load_campaign(campaign_file)
         if isolation is not None:  # the flag overrides the file's setting
             from mosaic.run.campaign import Campaign
@@ -293,7 +314,7 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
             campaign = Campaign.from_json({**campaign.to_json(), "isolation": isolation}, "--isolation")
     else:
         campaign = _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer,
-                                        command, max_candidates, isolation)
+                                        command, max_candidates, isolation, reference_file, start_file)
     _check_known(campaign, str(campaign_file) if campaign_file is not None else None)
     from mosaic.run.journal import Journal
 

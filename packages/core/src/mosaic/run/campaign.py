@@ -18,11 +18,17 @@ Built from the ``mosaic run`` flags or from a TOML file (``mosaic run campaign.t
     command_timeout_s = 120
     reference_knobs = {kernel = "jax-hopper"}
     start_knobs = {kernel = "naive"}    # the naive first translation in the target language
+    reference = "kernels/rmsnorm.py"    # optional: the reference is this kernel file (docs/kernel-files.md),
+                                        # in `source` (default: the language the file is written in)
+    start = "kernels/rmsnorm.cu"        # optional: the first candidate is this kernel file in `target`, its
+                                        # knob class the file's (default: the target's template)
     check_shape = "256x256x128"  # optional: numerics gate on a smaller problem (default: the shape)
     isolation = "worker"         # live: one persistent process for gates and timings, replaced after any
                                  # failure; "step": a fresh process per gate and per timing session
 
-Every field is validated at construction; an unknown key or a bad value is one error line naming it.
+Every field is validated at construction; an unknown key or a bad value is one error line naming it. The
+two files' paths are relative to the TOML file's directory; ``mosaic run`` reads their contracts before
+anything is built (:func:`mosaic.kernel_files.check_campaign_file`: a broken file is one line, exit 2).
 """
 
 from __future__ import annotations
@@ -55,13 +61,18 @@ def _positive_int(inst, attribute, value):
 
 
 #: settings that must be text, and those that must be tables (checked before anything reads them)
-_TEXT = ("source", "target", "family", "dtype", "gpu", "proposer", "isolation")
+_TEXT = ("source", "target", "family", "dtype", "gpu", "proposer", "isolation", "reference", "start")
 _TABLES = ("reference_knobs", "start_knobs")
 
 
 def _knob_map(inst, attribute, value):
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         fail(inst, attribute, value, "a table of knob name to value")
+
+
+def _file_path(inst, attribute, value):
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        fail(inst, attribute, value, "the path of a kernel file")
 
 
 def _command(value: Any) -> tuple:
@@ -96,6 +107,8 @@ class Campaign:
     rounds: int = attrs.field(default=5, validator=_positive_int)  # A/B block pairs per interleaved comparison
     yardstick: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     isolation: str = attrs.field(default="worker", validator=one_of("worker", "step"))
+    reference: str | None = attrs.field(default=None, validator=_file_path)  # the reference's kernel file
+    start: str | None = attrs.field(default=None, validator=_file_path)      # the first candidate's kernel file
 
     def __attrs_post_init__(self):
         f = attrs.fields(Campaign)
@@ -127,12 +140,18 @@ class Campaign:
         if unknown:
             raise BadInput(f"unknown campaign setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
                            where)
-        missing = [k for k in ("source", "target", "family", "shape", "dtype") if k not in data]
+        values = dict(data)
+        for lang, path in (("source", "reference"), ("target", "start")):  # a file's language, when not named
+            if lang not in values and isinstance(values.get(path), str):
+                from mosaic.kernel_files import file_language, read_kernel_file
+
+                values[lang] = file_language(read_kernel_file(values[path]), f"{where}: {path}")
+        missing = [k for k in ("source", "target", "family", "shape", "dtype") if k not in values]
         if missing:
             raise BadInput(f"campaign lacks {', '.join(missing)}", where)
-        values = dict(data)
         for name in _TEXT:
-            if name in values and not isinstance(values[name], str):
+            if name in values and not isinstance(values[name], str) and \
+                    not (name in ("reference", "start") and values[name] is None):
                 raise BadInput(f"campaign setting '{name}' must be a string, not {_kind(values[name])}", where)
         for name in _TABLES:
             if name in values and not isinstance(values[name], Mapping):
@@ -171,4 +190,8 @@ def _kind(value: Any) -> str:
 
 
 def load_campaign(path: str | Path) -> Campaign:
-    return Campaign.from_json(read_toml(path), str(path))
+    data = read_toml(path)
+    for name in ("reference", "start"):  # relative to the campaign file
+        if isinstance(data.get(name), str) and data[name].strip():
+            data[name] = str((Path(path).parent / data[name]).resolve())
+    return Campaign.from_json(data, str(path))

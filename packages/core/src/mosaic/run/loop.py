@@ -201,7 +201,19 @@ class Loop:
 
     def naive_kernel(self) -> Kernel:
         spec = self.spec(self.c.target, full_knobs(self.knob_cls, self.c.start_knobs))
+        if self.c.start:  # a start kernel file: the first candidate is its text, built like a source candidate
+            kfile = start_file(self.c)
+            spec = attrs.evolve(spec, name=kfile.name)
+            return Kernel(candidate_key(spec, kfile.source), spec, kfile.source)
         return Kernel(candidate_key(spec), spec)
+
+    @staticmethod
+    def inherit(p: Proposal, member: Member) -> Proposal:
+        """A knob-only edit of a kernel built from a source (a start file, an accepted source edit) keeps that
+        source: the edit sets the file's knobs, it does not go back to the template."""
+        if p.ok and p.source is None and member.kernel.source is not None:
+            return attrs.evolve(p, source=member.kernel.source)
+        return p
 
     def start(self) -> str | None:
         knobs = full_knobs(self.knob_cls, self.c.start_knobs)
@@ -299,7 +311,7 @@ class Loop:
             return Proposal(rec["ok"], rec["parent"], rec.get("edit"), rec.get("knobs"), rec.get("source"),
                             rec.get("reason") or "", bool(rec.get("done")))
         request = self.request(member)
-        proposals = self.proposer.propose(request)
+        proposals = [self.inherit(p, member) for p in self.proposer.propose(request)]
         ahead: dict[str, Kernel] = {}
         for p in proposals:
             if len(ahead) >= PREFETCH_AHEAD:
@@ -328,7 +340,7 @@ class Loop:
             member.hold -= 1
         self.step += 1
         step = self.step
-        p = self.next_proposal(member)
+        p = self.inherit(self.next_proposal(member), member)
         key = None
         reason = p.reason
         if p.ok:
@@ -419,9 +431,20 @@ def campaign_tools(campaign: Campaign, gpu_record: Mapping | None = None):
     gpu = GpuTarget.from_json(gpu_record) if gpu_record else h.get("gpus", campaign.gpu)
     knob_cls = None
     langs = h.items("languages")
-    if campaign.target in langs and langs[campaign.target].backend is not None:
+    if getattr(campaign, "start", None):  # the start kernel file's own knob class (read from its contract)
+        from mosaic.kernel_files import knob_class
+
+        knob_cls = knob_class(start_file(campaign))
+    elif campaign.target in langs and langs[campaign.target].backend is not None:
         knob_cls = langs[campaign.target].backend.knobs(campaign.family)
     return gpu, knob_cls, catalog_from_host(h)
+
+
+def start_file(campaign: Campaign):
+    """The campaign's start kernel file (``--start``): its contract, built by the target language."""
+    from mosaic.kernel_files import check_campaign_file
+
+    return check_campaign_file(campaign.start, campaign.target, campaign.family, "start")
 
 
 def run_campaign(campaign: Campaign, bench: Workbench, journal: Journal, gpu_record: Mapping | None = None,

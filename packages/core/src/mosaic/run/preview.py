@@ -6,10 +6,12 @@ Every step of a campaign that needs no device runs; every step that needs one is
 2. The reference: a capture of the source kernel that the source language's plugin ships
    (``Language.references``), matched by family, shape, dtype, knobs and GPU record. Its manifest is verified
    and it is copied to ``DIR/bundles/reference.bundle``. Its time and noise are shown as *recorded* (where and
-   when), never as measured here.
-3. The naive translation in the target language (the campaign's ``start_knobs``), lowered here in its own
-   process with a timeout, for the GPU record: PTX, SASS, ptxas log and the shared-memory/register budget
-   check. An unbuildable setting is reported with its reason.
+   when), never as measured here. With a reference kernel file (``--reference FILE``) the file is lowered
+   here instead, into the same bundle: it has no time until the device measures it.
+3. The naive translation in the target language (the campaign's ``start_knobs``; with ``--start FILE`` that
+   file, its knobs the file's class), lowered here in its own process with a timeout, for the GPU record:
+   PTX, SASS, ptxas log and the shared-memory/register budget check. An unbuildable setting is reported with
+   its reason.
 4. The diff reference -> naive translation: the ranked rows the loop would start from.
 5. The proposer's first edits for the naive translation, best first: what the loop would build first.
 
@@ -118,11 +120,13 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
     bundles = out / "bundles"
     bundles.mkdir(parents=True, exist_ok=True)
 
-    # 2. the shipped reference
+    # 2. the shipped reference (or the reference kernel file, lowered here)
     ref_spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.source, dict(c.reference_knobs))
-    ref_path, shipped = find_reference(langs.get(c.source), ref_spec, gpu.name)
     ref_dest = bundles / "reference.bundle"
-    if ref_path is None:
+    ref_path, shipped = (None, []) if c.reference else find_reference(langs.get(c.source), ref_spec, gpu.name)
+    if c.reference:
+        p.reference = _lower_reference_file(c, ref_spec, gpu, ref_dest, p, progress)
+    elif ref_path is None:
         what = "; it ships: " + ", ".join(shipped) if shipped else "; it ships none"
         p.skipped.append(("reference", f"no capture of {c.source} {c.family} {c.problem} {c.dtype} on {gpu.name} is "
                                        f"shipped by the '{c.source}' plugin{what}"))
@@ -141,7 +145,7 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
         progress(f"reference: the '{c.source}' plugin's shipped capture ({rec})")
 
     # 3. the naive translation, lowered here
-    naive_spec = None
+    naive_spec, naive_source = None, None
     lang = langs.get(c.target)
     if lang is None or lang.backend is None:
         installed = ", ".join(n for n, v in sorted(langs.items()) if v.backend is not None) or "none"
@@ -150,19 +154,32 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
     else:
         try:
             naive_spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.target, full_knobs(knob_cls, c.start_knobs))
+            if c.start:
+                from mosaic.run.loop import start_file
+
+                kfile = start_file(c)
+                naive_spec, naive_source = attrs.evolve(naive_spec, name=kfile.name), kfile.source
         except BadInput as exc:
             p.skipped.append(("naive translation", str(exc)))
     naive_dest = None
     if naive_spec is not None:
-        key = candidate_key(naive_spec)
+        key = candidate_key(naive_spec, naive_source)
         naive_dest = bundles / f"cand-{key}.bundle"
-        progress(f"naive translation {c.target} {key}: lowering for {gpu.name} in its own process")
-        r = capture(naive_spec, gpu.name, naive_dest, CaptureOptions(lower_only=True, timeout=LOWER_TIMEOUT_S))
+        what = f"the start file {naive_spec.name}" if naive_source is not None else c.target
+        progress(f"naive translation {what} {key}: lowering for {gpu.name} in its own process")
+        opts = CaptureOptions(lower_only=True, timeout=LOWER_TIMEOUT_S)
+        if naive_source is not None:  # as the live loop builds it: a source candidate (mosaic.kernel_files)
+            from mosaic.kernel_files import lower_source
+
+            r = lower_source(naive_spec, naive_source, gpu.name, naive_dest, opts)
+        else:
+            r = capture(naive_spec, gpu.name, naive_dest, opts)
         p.naive = {"key": key, "knobs": naive_spec.knobs, "status": r.status, "message": r.message,
-                   "bundle": str(r.bundle) if r.bundle else None}
+                   "bundle": str(r.bundle) if r.bundle else None,
+                   "file": naive_spec.name if naive_source is not None else None}
         if r.status in ("ok", "lowered") and r.bundle:
             res = (load_bundle(r.bundle).manifest.get("capture") or {}).get("summary", {}).get("resources") or {}
-            p.done.append(("naive translation", f"{c.target} {key} lowered for {gpu.name}: "
+            p.done.append(("naive translation", f"{what} ({c.target}) {key} lowered for {gpu.name}: "
                                                 f"{res.get('registers', '?')} registers, "
                                                 f"{res.get('spill_stores', '?')} spill stores; budgets checked"))
         else:
@@ -188,7 +205,7 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
                           reference={"key": REFERENCE, "language": c.source, "knobs": dict(c.reference_knobs),
                                      "time_ns": p.reference["recorded_time_ns"],
                                      "noise_ns": p.reference["recorded_noise_ns"]},
-                          tried=frozenset({key}), knob_fields=fields)
+                          tried=frozenset({key}), knob_fields=fields, source=naive_source)
         # A preview has no side effects: an agent's command (a campaign file may name any program) is never run
         # here; the built-in knobs proposer shows what the first edits of the knob walk would be instead.
         shown = shown_proposer(c)
@@ -207,7 +224,7 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
                 spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.target, full_knobs(knob_cls, prop.knobs or {}))
             except BadInput:
                 continue
-            k = candidate_key(spec, prop.source)
+            k = candidate_key(spec, prop.source if prop.source is not None else naive_source)
             if k in seen:
                 continue
             seen.add(k)
@@ -221,6 +238,24 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
     (out / "preview.json").write_text(json.dumps(p.to_json(), indent=1) + "\n")
     (out / "preview.md").write_text(render(p))
     return p
+
+
+def _lower_reference_file(c, spec: KernelSpec, gpu, dest: Path, p: Preview, progress) -> dict | None:
+    """The campaign's reference kernel file, lowered here into ``dest`` (what the device run captures)."""
+    from mosaic.capture import CaptureOptions
+    from mosaic.kernel_files import capture_file, read_kernel_file
+
+    kfile = read_kernel_file(c.reference)
+    spec = attrs.evolve(spec, knobs=kfile.knob_values(spec.knobs), name=kfile.name)
+    progress(f"reference: the kernel file {kfile.name} ({c.source}), lowering for {gpu.name} in its own process")
+    r = capture_file(kfile, spec, gpu.name, dest, CaptureOptions(lower_only=True, timeout=LOWER_TIMEOUT_S))
+    if r.status != "lowered" or r.bundle is None:
+        p.skipped.append(("reference", f"the kernel file {kfile.name} did not lower ({r.status}): {r.message}"))
+        return None
+    p.done.append(("reference", f"kernel file {kfile.name} ({c.source}, sha256 {kfile.sha256[:12]}) lowered for "
+                                f"{gpu.name}; its time and noise are measured on the device"))
+    return {"bundle": str(dest), "file": kfile.name, "sha256": kfile.sha256, "knobs": dict(spec.knobs),
+            "gpu": gpu.name, "recorded_time_ns": None, "recorded_noise_ns": None, "timer": None}
 
 
 def shown_proposer(c) -> str:

@@ -314,9 +314,15 @@ class LiveWorkbench:
         if self.isolation == "worker":  # it imports while the reference is captured; it touches no GPU yet
             self.workers.start()
         t0 = time.monotonic()
-        res = capture(spec, self.c.gpu, dest, CaptureOptions(blocks=pairs, runs=self.c.runs_per_block,
-                                                             timeout=self.timeouts.reference),
-                      extra=self._reference_meta())
+        opts = CaptureOptions(blocks=pairs, runs=self.c.runs_per_block, timeout=self.timeouts.reference)
+        if getattr(self.c, "reference", None):  # the reference is a kernel file (--reference FILE)
+            from mosaic.kernel_files import capture_file, check_campaign_file
+
+            kfile = check_campaign_file(self.c.reference, spec.language, spec.family, "reference")
+            spec = attrs.evolve(spec, knobs=kfile.knob_values(spec.knobs), name=kfile.name)
+            res = capture_file(kfile, spec, self.c.gpu, dest, opts, extra=self._reference_meta())
+        else:
+            res = capture(spec, self.c.gpu, dest, opts, extra=self._reference_meta())
         cost = time.monotonic() - t0
         self.seen.setdefault("reference", []).append(cost)  # what the first gate's and timing's limits scale from
         if res.status != "ok":

@@ -58,3 +58,20 @@ def test_integer_division_is_no_floating_point_divide(tmp_path):
     subprocess.run([find_tool("nvcc"), "-cubin", "-arch=sm_90a", "-O3", "-o", str(tmp_path / "f.cubin"), str(fdiv)], check=True,
                    timeout=300)
     assert _feature(lift_path(tmp_path / "f.cubin"), "div.form") == ["approx"]  # the fast float divide still is one
+
+
+@pytest.mark.skipif(find_tool("nvdisasm") is None, reason="no nvdisasm for the cubin")
+def test_blackwell_flash_attention_role_switch_is_followed_through_its_jump_table(tmp_path):
+    """flash-attn-4's sm_100a forward dispatches its warp roles with a switch ptxas compiles to ``BRX R4 -0x980
+    (*"BRANCH_TARGETS .L_x_315,.L_x_316,.L_x_6"*)``; without the annotation's targets the tcgen05 MMA warp and
+    the epilogue were unreachable (mma.form [])."""
+    cubin = _unpacked(tmp_path, "flash/flash4-fwd-sm100-hdim128-causal.cubin.xz")
+    fp = lift_path(cubin)
+    assert _feature(fp, "mma.form") == ["tcgen05"]
+    assert _feature(fp, "transfer.store_form") == ["tma"]
+    from mosaic.lift.sass import parse_sass
+    from mosaic.toolchain.nvdisasm import disassemble
+
+    prog = max(parse_sass(disassemble(cubin)).values(), key=lambda p: len(p.instructions))
+    brx = [i for i in prog.instructions if i.opcode == "BRX"]
+    assert brx and all(len(i.targets) == 3 and all(t in prog.labels for t in i.targets) for i in brx)

@@ -34,7 +34,7 @@ SASS_BASE = {
     "USETMAXREG": "setmaxnreg", "ACQBULK": "fence", "ACQSHMINIT": "fence",
     # floating point
     "FFMA": "fp32.fma", "FFMA2": "fp32.fma", "FADD": "fp32.add", "FADD2": "fp32.add", "FMUL": "fp32.mul",
-    "FMUL2": "fp32.mul", "FMNMX": "fp32.other", "FSETP": "fp32.other", "FSEL": "fp32.other",
+    "FMUL2": "fp32.mul", "FMNMX": "fp32.other", "FMNMX3": "fp32.other", "FSETP": "fp32.other", "FSEL": "fp32.other",
     "FSET": "fp32.other", "FCHK": "fp32.other", "FSWZADD": "fp32.other", "FRND": "cvt",
     **dict.fromkeys(["HADD2", "HFMA2", "HMUL2", "HSET2", "HSETP2", "HMNMX2", "HADD", "HMUL", "HFMA"], "fp16"),
     **dict.fromkeys(["DFMA", "DADD", "DMUL", "DSETP", "DMNMX", "DSET"], "fp64"),

@@ -19,6 +19,7 @@ _LABEL_RE = re.compile(r"^\s*([.$A-Za-z_][\w.$]*)\s*:\s*$")
 _KERNEL_NVDISASM_RE = re.compile(r"^\s*\.text\.([\w.$]+)\s*:\s*$")
 _KERNEL_CUOBJDUMP_RE = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
 _TARGET_RE = re.compile(r"`\(([^)`]+)\)")
+_ANNOTATION_RE = re.compile(r"\(\*(.*?)\*\)")
 _PRED_RE = re.compile(r"^@(!?U?P[0-7T])\s+")
 _PRED_OPERAND_RE = re.compile(r"!?U?P[0-6]")
 _ARCH_RE = re.compile(r"\b(?:\.target|code for)\s+(sm_\d+[af]?)")
@@ -154,6 +155,15 @@ def _parse_insn(body: str, index: int, address: int, lineno: int, where: str,
     if not body.endswith(";"):
         raise BadInput(f"SASS instruction at line {lineno} is cut short (no ';'): {body[:60]!r}", where)
     body = body[:-1].strip()
+    # nvdisasm's annotation of an indirect branch through a jump table (a dense ``switch``: flash-attn-4's
+    # Blackwell forward dispatches its warp roles so): ``BRX R4 -0x980 (*"BRANCH_TARGETS .L_x_315,.L_x_6"*)``
+    annotated: tuple = ()
+    am = _ANNOTATION_RE.search(body)
+    if am:
+        tm = re.match(r'"BRANCH_TARGETS\s+([^"]*)"', am.group(1).strip())
+        if tm:
+            annotated = tuple(t.strip() for t in tm.group(1).split(",") if t.strip())
+        body = (body[:am.start()] + body[am.end():]).strip()
     pred = ""
     pm = _PRED_RE.match(body)
     if pm:
@@ -170,7 +180,7 @@ def _parse_insn(body: str, index: int, address: int, lineno: int, where: str,
     if opcode == "RET":
         pass  # ``RET.REL.NODEC R12 `(divsum)``: returns to its caller; the label names the function, not a target
     elif opcode in _BRANCHES or opcode in ("BSSY", "BREAK"):
-        labs = _TARGET_RE.findall(rest)
+        labs = _TARGET_RE.findall(rest) or list(annotated)
         if labs:
             targets = tuple(labs)
         elif operands and re.fullmatch(r"0x[0-9a-fA-F]+", operands[-1]):

@@ -33,10 +33,21 @@ HERE = Path(__file__).resolve().parent
 ART = HERE / "artifacts" / "flash"
 
 CASES = {
+    # Blackwell (FlashAttentionForwardSm100, sm_100a: tcgen05 MMA into tensor memory, a warp-role switch
+    # compiled to a jump table); causal, whose SingleTileLPTScheduler needs no SM count at trace time
+    "flash4-fwd-sm100-hdim128-causal": {"head_dim": 128, "tile_mn": None, "causal": True, "arch": "sm_100"},
     "flash4-fwd-sm90-hdim128-128x128": {"head_dim": 128, "tile_mn": (128, 128), "causal": False},
     "flash4-fwd-sm90-hdim128-128x128-causal": {"head_dim": 128, "tile_mn": (128, 128), "causal": True},
     "flash4-fwd-sm90-hdim64-128x128": {"head_dim": 64, "tile_mn": (128, 128), "causal": False},
 }
+
+
+def labels_sm100(obj: dict) -> dict:
+    """From the FlashAttentionForwardSm100 object the interface built: its threads_per_cta (softmax,
+    correction, MMA, load and epilogue warps) and is_persistent; its MMAs are tcgen05 (UMMA) and Q/K/V
+    arrive by TMA."""
+    return {"block": [obj["threads_per_cta"], 1, 1], "persistent": obj["is_persistent"], "mma.form": ["tcgen05"],
+            "transfer.form": ["tma"]}
 
 
 def labels(cfg: dict) -> dict:
@@ -49,16 +60,30 @@ def labels(cfg: dict) -> dict:
             "loop.unroll@producer": 1, "loop.unroll@consumer": 1}  # cutlass.range(..., unroll=1) over n blocks
 
 
-def compile_one(cfg: dict) -> None:
+def compile_one(cfg: dict, out: Path) -> None:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from flash_attn.cute import interface
 
+    import cutlass.cute as cute
+
+    seen = []
+    real = cute.compile
+
+    def compile_and_keep(obj, *args, **kw):
+        seen.append(obj)
+        return real(obj, *args, **kw)
+
+    interface.cute.compile = compile_and_keep
     d = cfg["head_dim"]
     with FakeTensorMode():
         q, k, v = (torch.empty(2, 2048, 16, d, dtype=torch.bfloat16, device="cuda") for _ in range(3))
-        interface._flash_attn_fwd(q, k, v, causal=cfg["causal"], tile_mn=tuple(cfg["tile_mn"]))
+        interface._flash_attn_fwd(q, k, v, causal=cfg["causal"],
+                                  tile_mn=tuple(cfg["tile_mn"]) if cfg["tile_mn"] else None)
+    obj = seen[-1]
+    out.write_text(json.dumps({"threads_per_cta": int(getattr(obj, "threads_per_cta", 0)),
+                               "is_persistent": bool(getattr(obj, "is_persistent", False))}))
 
 
 def main() -> int:
@@ -67,7 +92,7 @@ def main() -> int:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        compile_one(CASES[args.child])
+        compile_one(CASES[args.child], Path(os.environ["CUTE_DSL_DUMP_DIR"]) / "object.json")
         return 0
     from importlib.metadata import version
 
@@ -78,9 +103,10 @@ def main() -> int:
         if args.only and name != args.only:
             continue
         with tempfile.TemporaryDirectory() as dump:
-            env = {**os.environ, "FLASH_ATTENTION_ARCH": "sm_90", "CUTE_DSL_ARCH": "sm_90a",
-                   "FLASH_ATTENTION_NUM_SMS": "132", "CUTE_DSL_KEEP_PTX": "1", "CUTE_DSL_KEEP_CUBIN": "1",
-                   "CUTE_DSL_DUMP_DIR": dump}
+            arch = cfg.get("arch", "sm_90")
+            env = {**os.environ, "FLASH_ATTENTION_ARCH": arch, "CUTE_DSL_ARCH": arch + "a",
+                   "FLASH_ATTENTION_NUM_SMS": "148" if arch == "sm_100" else "132", "CUTE_DSL_KEEP_PTX": "1",
+                   "CUTE_DSL_KEEP_CUBIN": "1", "CUTE_DSL_DUMP_DIR": dump}
             subprocess.run([sys.executable, __file__, "--child", name], env=env, check=True,
                            stderr=subprocess.DEVNULL)
             ptx, cubin = sorted(Path(dump).glob("*.ptx")), sorted(Path(dump).glob("*.cubin"))
@@ -88,10 +114,12 @@ def main() -> int:
                 raise SystemExit(f"{name}: expected one kernel, the DSL kept {len(ptx)} PTX / {len(cubin)} cubins")
             (ART / f"{name}.cubin.xz").write_bytes(lzma.compress(cubin[0].read_bytes(), preset=9))
             (ART / f"{name}.ptx.xz").write_bytes(lzma.compress(ptx[0].read_bytes(), preset=9))
-        data[name] = {"config": {**cfg, "tile_mn": list(cfg["tile_mn"]), "batch": 2, "seqlen": 2048, "heads": 16,
-                                 "dtype": "bf16"},
+            obj = json.loads((Path(dump) / "object.json").read_text())
+        lab = labels_sm100(obj) if cfg.get("arch") == "sm_100" else labels(cfg)
+        data[name] = {"config": {**cfg, "tile_mn": list(cfg["tile_mn"]) if cfg["tile_mn"] else None, "batch": 2,
+                                 "seqlen": 2048, "heads": 16, "dtype": "bf16"},
                       "flash_attn_4": version("flash-attn-4"), "nvidia_cutlass_dsl": version("nvidia-cutlass-dsl"),
-                      "labels": labels(cfg)}
+                      "labels": lab}
         print(name, flush=True)
         out_labels.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return 0

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import attrs
 import pytest
 
 pytest.importorskip("cutlass.cute", reason="needs nvidia-cutlass-dsl")
@@ -150,7 +151,9 @@ class Bench:
         from mosaic.run.workbench import Timed
 
         us = {"ref": 200.0, "256": 260.0, "512": 210.0, "128": 300.0}
-        t = lambda k: [[us[k.bundle or str(k.spec.knobs["threads"])] * 1e3 * (1 + 1e-4 * i)] * 5 for i in range(10)]
+        def t(k):
+            return [[us[k.bundle or str(k.spec.knobs["threads"])] * 1e3 * (1 + 1e-4 * i)] * 5 for i in range(10)]
+
         return Timed(kernel.key, incumbent.key, t(incumbent), t(kernel))
 
     def yardstick(self, spec, rounds):
@@ -183,7 +186,7 @@ def test_the_loop_builds_the_start_file_and_keeps_its_text_through_knob_edits(tm
                                    "shape": "16384x8192", "dtype": "bf16", "beam": 1, "yardstick": False,
                                    "max_candidates": 3}, "test")
     gpu, knob_cls, _ = campaign_tools(campaign)
-    assert [f.name for f in __import__("attrs").fields(knob_cls)] == ["threads", "eps"]
+    assert [f.name for f in attrs.fields(knob_cls)] == ["threads", "eps"]
     bench = Bench()
     loop = Loop(campaign, bench, Script(), Journal(tmp_path / "journal.jsonl"), gpu, knob_cls,
                 lift=lambda bundle: bundle,

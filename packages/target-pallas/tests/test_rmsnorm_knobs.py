@@ -34,7 +34,7 @@ def test_every_table_value_constructs_and_neighbours_outside_are_refused(family)
     for knob, vals in values(family).items():
         for v in vals:
             assert getattr(cls(**{knob: v}), knob) == v
-    for knob, bad in [("block_rows", 2), ("block_rows", 12), ("block_rows", 128), ("tma_cols", 32),
+    for knob, bad in [("block_rows", 1), ("block_rows", 12), ("block_rows", 128), ("tma_cols", 32),
                       ("tma_cols", 512), ("vector", 16), ("vector", 3), ("max_concurrent_steps", 0),
                       ("max_concurrent_steps", 5), ("blocks_per_cta", 512), ("out_slots", 3), ("out_slots", -1),
                       ("approx_math", "yes"), ("block_rows", True)]:
@@ -90,6 +90,11 @@ def test_dependencies_mend_single_edits(h200):
     assert can_implement(cls(out_slots=0, max_concurrent_steps=3), _spec(), h200) == []
     assert complete(cls.DEPENDENCIES, cls, {**base, "max_concurrent_steps": 1, "out_slots": 0}, {"out_slots"}, _spec(),
                     h200) == [{"knob": "max_concurrent_steps", "value": 2, "was": 1, "code": "in-place-needs-two-stages"}]
+    # two-row blocks: half the buffers, so four stages and two output slots fit 8192 columns
+    assert can_implement(cls(block_rows=2, vector=4, max_concurrent_steps=4, out_slots=2, blocks_per_cta=8), _spec(),
+                         h200) == []
+    assert "2 warps x 32 lanes x vector must divide tma_cols=256" in dict(cls(block_rows=2).problems(16384, 8192))[
+        "vector-tiles-box"]
     # 8 rows of 8192 bf16 columns do not fit any pipeline: no compound edit
     assert complete(cls.DEPENDENCIES, cls, {**base, "block_rows": 8}, {"block_rows"}, _spec(), h200) is None
 
@@ -103,6 +108,8 @@ def test_table_configs_are_buildable_where_found(family, h200):
         assert knobs is not None, (knob, value)  # at 512 columns every table value fits
         assert knobs[knob] == value
         assert can_implement(ROWWISE_KNOBS[family](**knobs), spec, h200) == []
-    # at 8192 columns only 4-row blocks fit shared memory
+    # at 8192 columns only 2- and 4-row blocks fit shared memory; 2 rows split each row over two warps, so a
+    # vector of 8 would span 512 columns of a 256-column box: the table mends it to 4
     wide = {(k, v): kn for k, v, kn in table_configs(family, _spec(family), h200)}
-    assert [v for (k, v), kn in wide.items() if k == "block_rows" and kn is not None] == [4]
+    assert [v for (k, v), kn in wide.items() if k == "block_rows" and kn is not None] == [2, 4]
+    assert wide[("block_rows", 2)]["vector"] == 4

@@ -44,15 +44,26 @@ def knobs_of(spec: KernelSpec) -> RowwiseKnobs:
 
 
 def _layouts(knobs: RowwiseKnobs):
-    """(block layout, weight-row layout): a (block_rows, tma_cols) box tiled (4 rows x 32 lanes x vector), the
-    4 row groups over the warps, 32 lane slices over the lanes; the weight row replicated over the warps."""
+    """(block layout, weight-row layout) of a (block_rows, tma_cols) box. From 4 rows up: tiles of 4 rows x 32
+    lanes x ``vector``, the 4 row groups over the warps (a row's reduction stays in its warp). 2 rows: each
+    row split over 2 warps side by side (the reduction crosses warps through Mosaic GPU's shared-memory
+    reduction scratch). One row per block would need a 1-D layout (a size-1 row dimension is not a canonical
+    Mosaic GPU tiling, and a tiling of the columns alone cannot reduce axis 1): not offered. The weight row is laid out like one row of the box, replicated over the
+    warps that share its columns."""
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     width = LANES * knobs.vector
-    block = plgpu.Layout.TILED(plgpu.Tiling(((WARPS, width), (knobs.vector,))),
-                               warp_dims=(-3,), lane_dims=(-2,), vector_dim=-1)
-    row = plgpu.Layout.TILED(plgpu.Tiling(((width,), (knobs.vector,))),
-                             warp_dims=(plgpu.Replicated(WARPS),), lane_dims=(-2,), vector_dim=-1)
+    if knobs.block_rows >= WARPS:
+        block = plgpu.Layout.TILED(plgpu.Tiling(((WARPS, width), (knobs.vector,))),
+                                   warp_dims=(-3,), lane_dims=(-2,), vector_dim=-1)
+        row = plgpu.Layout.TILED(plgpu.Tiling(((width,), (knobs.vector,))),
+                                 warp_dims=(plgpu.Replicated(WARPS),), lane_dims=(-2,), vector_dim=-1)
+        return block, row
+    rows, groups = knobs.block_rows, knobs.warp_groups_per_row()
+    block = plgpu.Layout.TILED(plgpu.Tiling(((rows, groups * width), (width,), (knobs.vector,))),
+                               warp_dims=(-4, -3), lane_dims=(-2,), vector_dim=-1)
+    row = plgpu.Layout.TILED(plgpu.Tiling(((groups * width,), (width,), (knobs.vector,))),
+                             warp_dims=(plgpu.Replicated(rows), -3), lane_dims=(-2,), vector_dim=-1)
     return block, row
 
 

@@ -8,8 +8,9 @@ is the unit of the copy (one 3-D TMA copy per block: rows x boxes x tma_cols).
 ==========================  ===============================================================================
 knob                        meaning
 ==========================  ===============================================================================
-``block_rows``              rows per pipeline step; a multiple of the 4 warps of the warpgroup (a warp owns
-                            ``block_rows / 4`` rows of each box)
+``block_rows``              rows per pipeline step: from 4 up a warp owns ``block_rows / 4`` rows of each
+                            box (row reductions stay in the warp); 2 splits each row over 2 warps (the
+                            reduction crosses warps through shared memory) and halves the buffers
 ``tma_cols``                the TMA box width (elements); the register chunk a warp reduces at a time
 ``vector``                  elements per register vector of a lane (8 x 16-bit = one 16-byte access); a
                             lane holds ``tma_cols / (32 * vector)`` vectors of each row of a box
@@ -81,7 +82,7 @@ def _flag(value):
 #: the tuning table: every value each knob takes (field metadata for the ``knobs`` proposer; the tests lower
 #: and run every one)
 VALUES = {
-    "block_rows": (4, 8, 16, 32, 64),
+    "block_rows": (2, 4, 8, 16, 32, 64),
     "tma_cols": (64, 128, 256),
     "vector": (1, 2, 4, 8),
     "max_concurrent_steps": (1, 2, 3, 4),
@@ -93,7 +94,7 @@ VALUES = {
 
 @attrs.frozen
 class RowwiseKnobs:
-    block_rows: int = attrs.field(default=4, converter=_int, validator=_pow2_in(WARPS, 64),
+    block_rows: int = attrs.field(default=4, converter=_int, validator=_pow2_in(2, 64),
                                   metadata={"values": VALUES["block_rows"]})
     tma_cols: int = attrs.field(default=256, converter=_int, validator=_pow2_in(64, TMA_MAX_BOX),
                                 metadata={"values": VALUES["tma_cols"]})
@@ -108,6 +109,10 @@ class RowwiseKnobs:
     approx_math: bool = attrs.field(default=False, converter=_flag, validator=_bool,
                                     metadata={"values": VALUES["approx_math"]})
 
+    def warp_groups_per_row(self) -> int:
+        """Warps that share one row of a box: 1 from 4 rows up, 2 for 2-row blocks."""
+        return max(1, WARPS // self.block_rows)
+
     def rows_per_cta(self) -> int:
         return self.block_rows * self.blocks_per_cta
 
@@ -116,8 +121,10 @@ class RowwiseKnobs:
         DEPENDENCIES rules' (so the ``knobs`` proposer can mend them) or PALLAS-ROWS (the blocking does not
         divide the shape)."""
         out = []
-        if self.tma_cols % (LANES * self.vector):
-            out.append(("vector-tiles-box", f"vector={self.vector}: 32 lanes x vector must divide "
+        span = self.warp_groups_per_row() * LANES * self.vector
+        if self.tma_cols % span:
+            share = f"{self.warp_groups_per_row()} warps x " if self.warp_groups_per_row() > 1 else ""
+            out.append(("vector-tiles-box", f"vector={self.vector}: {share}32 lanes x vector must divide "
                                             f"tma_cols={self.tma_cols}"))
         if self.max_concurrent_steps > self.blocks_per_cta:
             out.append(("steps-within-cta", f"max_concurrent_steps={self.max_concurrent_steps} exceeds "

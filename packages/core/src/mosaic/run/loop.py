@@ -115,6 +115,11 @@ def full_knobs(knob_cls: type | None, knobs: Mapping) -> dict:
     return {k: plain(v) for k, v in dict(knobs).items()}
 
 
+def _refusal(member, p: Proposal) -> str:
+    """What identifies a refused proposal: its parent and its knobs."""
+    return f"{p.parent or member.kernel.key} {sorted((str(k), repr(v)) for k, v in dict(p.knobs or {}).items())}"
+
+
 class Loop:
     """One campaign's loop. ``lift`` turns a bundle path into a fingerprint; ``diff`` two into a DiffResult."""
 
@@ -135,6 +140,7 @@ class Loop:
         self.progress = progress or (lambda line: None)
         self.fps: dict[str, Any] = {}
         self.tried: set[str] = set()
+        self.refused: set[str] = set()  # (parent, knobs) of proposals the target's knob class refused
         self.events: list[dict] = []  # this run's journal events, for the proposer's history
         self.cost_s = 0.0
         self.timed = 0
@@ -328,7 +334,12 @@ class Loop:
         for p in proposals:
             if not p.ok:
                 return p
-            key = candidate_key(self.spec(self.c.target, full_knobs(self.knob_cls, p.knobs)), p.source)
+            try:
+                key = candidate_key(self.spec(self.c.target, full_knobs(self.knob_cls, p.knobs)), p.source)
+            except BadInput:
+                if _refusal(member, p) in self.refused:
+                    continue  # recorded once already; the proposer's next edit
+                return p  # iterate() records it as refused ("invalid knobs: ..."); the campaign goes on
             if key not in self.tried:
                 return p
         return Proposal(False, member.kernel.key, reason="no untried edit for this kernel", done=True)
@@ -347,6 +358,7 @@ class Loop:
             try:
                 knobs = full_knobs(self.knob_cls, p.knobs or {})
             except BadInput as exc:
+                self.refused.add(_refusal(member, p))
                 p, reason = attrs.evolve(p, ok=False), f"invalid knobs: {exc.what}"
             else:
                 spec = self.spec(self.c.target, knobs)

@@ -133,3 +133,25 @@ def test_a_hanging_timing_session_is_killed_at_its_limit(tmp_path):
             bench.time(ref, cand, 5)
     finally:
         bench.close()
+
+
+def test_a_resumed_campaign_scales_from_the_gates_its_bundles_recorded(tmp_path):
+    from mosaic.run.workbench import update_bundle
+
+    first = LiveWorkbench(campaign(), tmp_path, progress=lambda line: None, worker_argv=SCRIPT)
+    try:
+        done = _candidate(first, 64)
+        update_bundle(first.dest(done.key), extra={"capture": {"gate": True, "status": "ok", "wall_s": 31.0}})
+        hung = _candidate(first, 128)  # a killed gate says nothing about how long a gate takes
+        update_bundle(first.dest(hung.key), extra={"capture": {"gate": True, "status": "timeout", "wall_s": 300.0}})
+        lowered = _candidate(first, 32)  # lowered, never gated
+        update_bundle(first.dest(lowered.key), extra={"capture": {"gate": False, "status": "lowered", "wall_s": 9.0}})
+    finally:
+        first.close()
+    again = LiveWorkbench(campaign(), tmp_path, progress=lambda line: None, worker_argv=SCRIPT)
+    try:
+        limit, why, by_budget = again._limit("check")
+    finally:
+        again.close()
+    assert again.seen == {"check": [31.0]}
+    assert (limit, by_budget) == (155.0, False) and why == "5 x the slowest gate so far (31.0 s)"

@@ -240,10 +240,31 @@ class LiveWorkbench:
                 continue
         return total
 
+    def _seed_seen(self) -> None:
+        """A resumed campaign's earlier requests (replayed, never asked here) from its bundles: the reference
+        capture's seconds and every gate that was not killed."""
+        from mosaic.bundle import read_manifest
+
+        self._seeded = True
+        for b in sorted(self.bundles.glob("*.bundle")) if self.bundles.is_dir() else ():
+            try:
+                m = read_manifest(b)
+            except (MosaicError, OSError, ValueError, TypeError):
+                continue
+            run = m.get("mosaic_run") or {}
+            cap = m.get("capture") or {}
+            part = (run.get("cost_parts") or {}).get("reference_capture_s")
+            if run.get("role") == "reference" and isinstance(part, (int, float)) and "reference" not in self.seen:
+                self.seen["reference"] = [float(part)]
+            elif cap.get("gate") and cap.get("status") != "timeout" and isinstance(cap.get("wall_s"), (int, float)):
+                self.seen.setdefault("check", []).append(float(cap["wall_s"]))
+
     def _limit(self, kind: str) -> tuple[float, str, bool]:
         """(seconds, why, by_budget) for the next ``kind`` request: the scaled timeout, cut to what is left of
         the device-minute budget when that is less (then a request still running at the limit is killed and the
         loop, adding its seconds, stops on 'budget')."""
+        if not getattr(self, "_seeded", False):
+            self._seed_seen()
         limit, why = self.timeouts.scaled(kind, self.seen)
         left = self.c.budget_min * 60 - self.spent_s()
         if left < limit:
@@ -553,7 +574,8 @@ class LiveWorkbench:
                         "shape": dict(spec.shape), "summary": summary, "isolation": r.isolation,
                         "wall_s": round(cost, 3)}})
         ref = (summary.get("oracle_reference") or {}).get("source")
-        self._gate_note = f"{cost:.1f} s, {self._iso_text(r)}" + (f"; float64 reference {ref}" if ref else "")
+        self._gate_note = (f"{cost:.1f} s, {self._iso_text(r)}" + (f"; float64 reference {ref}" if ref else "")
+                           + f"; limit {limit:.0f} s: {limit_why}")
         shutil.rmtree(tmp, ignore_errors=True)
         return Checked(kernel.key, passed, reason, 0.0)
 

@@ -78,3 +78,12 @@ def test_interrupted_between_steps_and_finished_journals(campaign):
     assert interruption(refused)[1].startswith("interrupted after step 5")
     finished = [*events[:at], {"event": "stop", "stop": "budget"}]
     assert interruption(finished) == (finished, None)
+
+
+def test_a_journal_killed_in_the_naive_step_compares_nothing_it_did_not_record(campaign, tmp_path):
+    events = _events(campaign)
+    at = next(i for i, e in enumerate(events) if e["event"] == "proposal" and e["step"] == 0)
+    _write(campaign, events[:at + 2])  # the naive kernel proposed and built, killed in its gate
+    r = redecide(campaign, tmp_path / "out", quiet=True)
+    assert r.interrupted == "interrupted at step 0 (cfdc1fd6d59df9f1: no verdict recorded); not re-decided"
+    assert r.recorded_verdicts == 0 and r.problems == ()

@@ -367,5 +367,9 @@ def redecide(src: Path, out: Path | None = None, quiet: bool = False, command: t
             return Redecision(out, outcome, None, note=note, report=rep)
         redecided, _ = read_campaign_journal(out / NAME)
     n = sum(1 for e in recorded_events if e["event"] == "verdict")
+    if stopped is not None:  # an interrupted journal: only the recorded steps are compared (the naive kernel of a
+        # journal killed in step 0 is decided again by the loop, but there is nothing recorded to compare it with)
+        last = max((e["step"] for e in recorded_events if e["event"] == "proposal"), default=-1)
+        redecided = [e for e in redecided if not (e["event"] == "verdict" and e["step"] > last)]
     problems = compare_verdicts(recorded_events, redecided, stop_too=stopped is None)
     return Redecision(out, outcome, n, tuple(problems), note, rep, stopped)

@@ -113,3 +113,17 @@ def test_table_configs_are_buildable_where_found(family, h200):
     wide = {(k, v): kn for k, v, kn in table_configs(family, _spec(family), h200)}
     assert [v for (k, v), kn in wide.items() if k == "block_rows" and kn is not None] == [2, 4]
     assert wide[("block_rows", 2)]["vector"] == 4
+
+
+def test_the_plugin_routes_the_row_wise_families():
+    from mosaic_target_pallas.plugin import LANGUAGE
+
+    assert {"rmsnorm", "softmax"} <= set(LANGUAGE.families)
+    for family in ("rmsnorm", "softmax"):
+        assert {f"{family}:{c}" for c in ("cpu-lowering", "interpreter", "race-detection", "gpu-capture")} <= \
+            LANGUAGE.capabilities
+        assert LANGUAGE.backend.knobs(family) is ROWWISE_KNOBS[family]
+    from mosaic.errors import BadInput
+
+    with pytest.raises(BadInput, match="pallas has no family 'conv'; known: gemm, attention, rmsnorm, softmax"):
+        LANGUAGE.backend.knobs("conv")

@@ -155,3 +155,61 @@ def test_a_resumed_campaign_scales_from_the_gates_its_bundles_recorded(tmp_path)
         again.close()
     assert again.seen == {"check": [31.0]}
     assert (limit, by_budget) == (155.0, False) and why == "5 x the slowest gate so far (31.0 s)"
+
+
+def test_the_loop_stops_on_budget_when_a_gate_in_flight_is_cut_by_it(tmp_path):
+    """The convergence loop over a recorded campaign (run_fixture's bundles: reference 30 s, each candidate 6 s),
+    whose gates after the naive step are asked of a real LiveWorkbench with a hanging worker. Budget 0.75 device
+    minutes = 45 s: at step 1's gate 42 s are spent, so the gate gets 3 s, is killed, and the loop stops on
+    'budget' with step 1 recorded as a failed gate that says why."""
+    import json
+    import shutil
+    import tomllib
+
+    import attrs
+    sys.path.insert(0, str(HERE))
+    import run_fixture as rf
+    from mosaic.run.journal import Journal
+    from mosaic.run.loop import run_campaign
+    from mosaic.run.offline import OfflineWorkbench
+    from mosaic.run.workbench import REFERENCE
+
+    toml = rf.CAMPAIGN_TOML.replace("budget_min = 10.0", "budget_min = 0.75")
+    src = rf.build_campaign(tmp_path / "recorded", toml=toml)
+    c = Campaign.from_json(dict(tomllib.loads(toml)))
+    live = LiveWorkbench(c, tmp_path / "live", progress=lambda line: None, worker_argv=SCRIPT)
+    _route(live, "hang", pidfile=str(tmp_path / "g.pid"))
+
+    class GateInAWorker(OfflineWorkbench):
+        naive = None
+
+        def capture_reference(self, spec):
+            r = super().capture_reference(spec)
+            shutil.copytree(r.kernel.bundle, live.dest(REFERENCE))  # what the live bench counts as spent
+            return r
+
+        def build(self, kernel):
+            b = super().build(kernel)
+            self.naive = self.naive or kernel.key
+            if b.bundle:
+                shutil.copytree(b.bundle, live.dest(kernel.key))
+            return b
+
+        def check(self, kernel, built, reference):
+            if kernel.key == self.naive:
+                return super().check(kernel, built, reference)
+            before = live.cost(kernel.key)
+            checked = live._gate(kernel, live.dest(kernel.key))
+            return attrs.evolve(checked, cost_s=live.cost(kernel.key) - before)
+
+    try:
+        outcome = run_campaign(c, GateInAWorker(src, "gemm", "bf16"), Journal.create(tmp_path / "out"), quiet=True)
+    finally:
+        live.close()
+    events = [json.loads(line) for line in (tmp_path / "out" / "journal.jsonl").read_text().splitlines()]
+    stop = next(e for e in events if e["event"] == "stop")
+    assert outcome.stop == "budget" and stop["stop"] == "budget" and stop["cost_s"] >= 45.0
+    verdicts = [e for e in events if e["event"] == "verdict"]
+    assert [v["step"] for v in verdicts] == [0, 1]
+    assert verdicts[1]["decision"] == "rejected" and verdicts[1]["reason_code"] == "numerics"
+    assert "budget: killed after 3 s, what is left of the 0.75 device-minute budget" in verdicts[1]["reason"]

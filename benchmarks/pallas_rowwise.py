@@ -28,8 +28,10 @@ def timed(timer, flush, pair, runs, blocks) -> list[float]:
     return [statistics.median(p) / 1e3 for p in per]
 
 
-def one(family, shape, dtype, knobs, gpu, timer, flush, runs, blocks, workdir) -> dict:
-    from mosaic.families import make_inputs, physical_floor_ns, yardstick_runnable
+def one(family, shape, dtype, knobs, gpu, timer, flush, runs, blocks, workdir, inputs, torch, cache) -> dict:
+    """One configuration: oracle check (the float64 reference computed once per family, ``cache``), then timed
+    interleaved with the family's torch yardstick ``torch`` on the same inputs."""
+    from mosaic.families import physical_floor_ns
     from mosaic.oracle import check
     from mosaic.records import KernelSpec
     from mosaic_target_pallas.backend import PallasBackend
@@ -37,16 +39,13 @@ def one(family, shape, dtype, knobs, gpu, timer, flush, runs, blocks, workdir) -
     spec = KernelSpec(family=family, shape=shape, dtype=dtype, language="pallas", knobs=knobs)
     row = {"family": family, "knobs": knobs, "floor_us": physical_floor_ns(family, shape, dtype, gpu) / 1e3}
     try:
-        inputs = make_inputs(spec, 0, "normal")
         mine = PallasBackend().prepare(spec, gpu, workdir, inputs)
         mine.poison()
         mine.launch()
-        verdict = check(family, inputs, mine.output(), dtype)
-        torch = yardstick_runnable(KernelSpec(family, shape, dtype, "torch"), inputs)
+        verdict = check(family, inputs, mine.output(), dtype, cache=cache)
         row.update({"oracle_pass": verdict.passed, "reason": verdict.reason})
         pallas_us, torch_us = timed(timer, flush, [mine, torch], runs, blocks)
         mine.close()
-        torch.close()
         row.update({"status": "ok", "pallas_us": pallas_us, "torch_us": torch_us,
                     "vs_torch": torch_us / pallas_us, "floor_fraction": row["floor_us"] / pallas_us})
     except Exception as exc:  # noqa: BLE001 - a failing configuration is a row
@@ -80,6 +79,9 @@ def main() -> int:
 
     import attrs
     from mosaic.errors import MosaicError
+    from mosaic.families import make_inputs, yardstick_runnable
+    from mosaic.oracle import check
+    from mosaic.oracle.cache import ReferenceCache
     from mosaic.plugins import host
     from mosaic.records import KernelSpec
     from mosaic.timing.device import L2Flush
@@ -103,6 +105,14 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="pallas_rowwise_"))
     for family in a.families.split(","):
         base = attrs.asdict(ROWWISE_KNOBS[family]())
+        yard = KernelSpec(family, shape, a.dtype, "torch")
+        inputs = make_inputs(yard, 0, "normal")
+        torch = yardstick_runnable(yard, inputs)
+        torch.poison()
+        torch.launch()
+        cache = ReferenceCache(None)
+        verdict = check(family, inputs, torch.output(), a.dtype, cache=cache)
+        log(f"{family}: torch yardstick oracle {'pass' if verdict.passed else 'FAIL: ' + verdict.reason}")
         seen = []
         for knob, value, knobs in table_configs(family, KernelSpec(family, shape, a.dtype, "pallas"), gpu):
             if knobs is None:
@@ -111,8 +121,10 @@ def main() -> int:
             if knobs in seen:
                 continue
             seen.append(knobs)
-            out.append(one(family, shape, a.dtype, knobs, gpu, timer, flush, a.runs, a.blocks, workdir))
+            out.append(one(family, shape, a.dtype, knobs, gpu, timer, flush, a.runs, a.blocks, workdir, inputs, torch,
+                           cache))
             print(line(out[-1], base), flush=True)
+        torch.close()
     flush.close()
     path = write_json(json_path(a), {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "timer": timer.source,
                                      "gpu": gpu.name, "shape": shape, "dtype": a.dtype, "runs": a.runs,

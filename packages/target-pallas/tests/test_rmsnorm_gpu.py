@@ -119,7 +119,8 @@ def test_lowering_gives_ptx_and_sass(family, knobs, cols, h200, tmp_path):
     from mosaic_target_pallas.backend import PallasBackend
 
     low = PallasBackend().lower(_spec(family, 16384, cols, knobs), h200, tmp_path)
-    assert low.ptx is not None and low.ptx.read_text().count(".entry") >= 1
+    assert low.ptx is not None and low.ptx.read_text().count(".entry") >= 1, low.notes
+    assert low.sass is not None, low.notes  # jax's SASS, or ptxas + nvdisasm on the captured PTX (the notes say)
     sass = low.sass.read_text()
     for op in ("UTMALDG", "UTMASTG", "SHFL.BFLY"):  # TMA load, TMA store, the warp-local row reduction
         assert op in sass, op

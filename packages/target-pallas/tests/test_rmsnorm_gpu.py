@@ -1,6 +1,6 @@
 """The Pallas rmsnorm and softmax kernels on the GPU (marked ``gpu``; skipped without jax >= 0.11.2 with a CUDA
 backend): every value of the knob table passes the family's float64 oracle; every input distribution does,
-bf16 subnormals (which the CPU interpreter cannot check) and ``approx_math`` included; every distinct table
+bf16 subnormals (which the CPU interpreter cannot check), ``approx_math``, in place and direct loads included; every distinct table
 configuration lowers at the issue's shape to PTX and SASS (TMA loads and stores in it); and a full capture
 at 16384 x 8192 bf16 passes the oracle, is timed, and lifts.
 
@@ -101,11 +101,13 @@ def test_every_table_value_passes_the_oracle(family, knobs, cols, h200, tmp_path
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("values", DISTRIBUTIONS)
-@pytest.mark.parametrize("config", ["default", "other", "in-place"])
+@pytest.mark.parametrize("config", ["default", "other", "in-place", "direct"])
 @pytest.mark.parametrize("family", ["rmsnorm", "softmax"])
 def test_distributions_pass_the_oracle(family, config, values, dtype, h200, tmp_path):
     if config == "default":
         knobs, cols = attrs.asdict(ROWWISE_KNOBS[family]()), 8192
+    elif config == "direct":
+        knobs, cols = {"copy": "direct", "block_rows": 8}, 8192
     elif config == "in-place":
         knobs, cols = {"out_slots": 0, "max_concurrent_steps": 3}, 8192
     else:

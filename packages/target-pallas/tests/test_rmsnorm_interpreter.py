@@ -1,7 +1,7 @@
 """The Pallas rmsnorm kernel in jax's GPU interpreter (CPU, race detector on) against the family's float64
 oracle: every value of the knob table on a small shape, and every input distribution (normal, int, large,
-equal-rows, denormal) in bf16 and f16 on three configurations (one writing in place, with rows split over two
-warps). bf16 subnormal inputs are checked on the GPU only
+equal-rows, denormal) in bf16 and f16 on four configurations (one writing in place with rows split over two
+warps, one loading directly from global memory). bf16 subnormal inputs are checked on the GPU only
 (test_rmsnorm_gpu.py): the interpreter computes through XLA:CPU, which flushes float32 subnormals to zero. The
 interpreter computes exp/rsqrt exactly whatever ``approx_math`` says (Mosaic GPU's approximate forms are the
 GPU test's)."""
@@ -64,13 +64,14 @@ def test_every_table_value_passes_the_oracle(knobs):
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("values", DISTRIBUTIONS)
-@pytest.mark.parametrize("config", ["default", "other", "in-place"])
+@pytest.mark.parametrize("config", ["default", "other", "in-place", "direct"])
 def test_distributions_pass_the_oracle(config, values, dtype):
     if values == "denormal" and dtype == "bf16":
         pytest.skip("bf16 subnormals are float32 subnormals, which XLA:CPU flushes: checked on the GPU")
     from mosaic_target_pallas.rowwise_knobs import RmsnormKnobs
 
-    knobs = {"default": attrs.asdict(RmsnormKnobs()), "other": OTHER, "in-place": IN_PLACE}[config]
+    knobs = {"default": attrs.asdict(RmsnormKnobs()), "other": OTHER, "in-place": IN_PLACE,
+             "direct": attrs.asdict(RmsnormKnobs(copy="direct", block_rows=8, blocks_per_cta=2))}[config]
     verdict, races = check(knobs, values, dtype, seed=1)
     assert verdict.passed, verdict.reason
     assert races is False

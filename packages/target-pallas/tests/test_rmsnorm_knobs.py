@@ -95,6 +95,10 @@ def test_dependencies_mend_single_edits(h200):
                          h200) == []
     assert "2 warps x 32 lanes x vector must divide tma_cols=256" in dict(cls(block_rows=2).problems(16384, 8192))[
         "vector-tiles-box"]
+    # direct loads stage nothing: any block fits, and the pipeline knobs go back to their defaults
+    assert can_implement(cls(copy="direct", block_rows=64), _spec(), h200) == []
+    assert complete(cls.DEPENDENCIES, cls, {**base, "max_concurrent_steps": 3, "copy": "direct"}, {"copy"}, _spec(),
+                    h200) == [{"knob": "max_concurrent_steps", "value": 2, "was": 3, "code": "direct-has-no-pipeline"}]
     # 8 rows of 8192 bf16 columns do not fit any pipeline: no compound edit
     assert complete(cls.DEPENDENCIES, cls, {**base, "block_rows": 8}, {"block_rows"}, _spec(), h200) is None
 

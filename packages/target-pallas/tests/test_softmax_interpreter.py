@@ -1,7 +1,7 @@
 """The Pallas softmax kernel in jax's GPU interpreter (CPU, race detector on) against the family's float64
 oracle: every value of the knob table on a small shape, and every input distribution (normal, int, large,
-equal-rows, denormal) in bf16 and f16 on three configurations (one writing in place, with rows split over two
-warps). Softmax's denormal inputs only check that nothing breaks (its output is uniform up to 2^-126), so they
+equal-rows, denormal) in bf16 and f16 on four configurations (one writing in place with rows split over two
+warps, one loading directly from global memory). Softmax's denormal inputs only check that nothing breaks (its output is uniform up to 2^-126), so they
 run here too. The
 interpreter computes exp/rsqrt exactly whatever ``approx_math`` says (Mosaic GPU's approximate forms are the
 GPU test's)."""
@@ -63,12 +63,13 @@ def test_every_table_value_passes_the_oracle(knobs):
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("values", DISTRIBUTIONS)
-@pytest.mark.parametrize("config", ["default", "other", "in-place"])
+@pytest.mark.parametrize("config", ["default", "other", "in-place", "direct"])
 def test_distributions_pass_the_oracle(config, values, dtype):
     import attrs
     from mosaic_target_pallas.rowwise_knobs import SoftmaxKnobs
 
-    knobs = {"default": attrs.asdict(SoftmaxKnobs()), "other": OTHER, "in-place": IN_PLACE}[config]
+    knobs = {"default": attrs.asdict(SoftmaxKnobs()), "other": OTHER, "in-place": IN_PLACE,
+             "direct": attrs.asdict(SoftmaxKnobs(copy="direct", block_rows=8, blocks_per_cta=2))}[config]
     verdict, races = check(knobs, values, dtype, seed=1)
     assert verdict.passed, verdict.reason
     assert races is False

@@ -15,7 +15,9 @@ more stage), the pipeline releasing each stage one step late so that the store h
 * softmax: ``online=True`` keeps a running max and rescales the running sum in one pass, then writes
   ``exp(x - max) / sum``; ``online=False`` takes the max first, then the sum, then writes.
 
-Every pass reads the block from shared memory, so HBM sees each element once in and once out.
+Every pass reads the block from shared memory, so HBM sees each element once in and once out. ``copy="direct"``
+stages nothing: the warps load their rows from global memory with plain vector loads (the later passes hit
+L2), store the result directly, and a CTA walks its blocks in a loop (no shared memory, so many CTAs per SM).
 """
 
 from __future__ import annotations
@@ -89,8 +91,10 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
     rmsnorm = family == "rmsnorm"
     in_place = knobs.out_slots == 0
 
-    def box(ref, j):
-        return plgpu.load(ref.at[:, j, :], layout=layout).astype(f32)
+    direct = knobs.copy == "direct"
+
+    def box(ref, j):  # shared memory: Mosaic GPU's optimized load; global memory (direct): plain vector loads
+        return plgpu.load(ref.at[:, j, :], layout=layout, optimized=not direct).astype(f32)
 
     def spread(v, axis):  # a per-row (axis 0) or per-column (axis 1) vector over the box
         return plgpu.layout_cast(lax.broadcast_in_dim(v, (br, tw), (axis,)), layout)
@@ -102,7 +106,7 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
             acc = acc + jnp.sum(x * x, axis=1)
         r = spread(lax.rsqrt(acc * (1.0 / cols) + EPS), 0)
         for j in range(boxes):
-            w = plgpu.load(w_smem.at[j], layout=row_layout).astype(f32)
+            w = plgpu.load(w_smem.at[j], layout=row_layout, optimized=not direct).astype(f32)
             out[:, j, :] = (box(x_smem, j) * r * spread(w, 1)).astype(dtype)
 
     def softmax_block(x_smem, out, _w):
@@ -128,6 +132,16 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
     def body(x_gmem, *rest):
         w_gmem, o_gmem = rest if rmsnorm else (None, rest[0])
         cta = lax.axis_index("cta")
+        if direct:
+            # no staging: each warp reads its rows from global memory (the second pass from L2) and stores the
+            # result straight back; a CTA walks its blocks in a loop
+            def walk(b, carry):
+                first = (cta * per_cta + b) * br
+                compute(x_gmem.at[pl.ds(first, br)], o_gmem.at[pl.ds(first, br)], w_gmem)
+                return carry
+
+            lax.fori_loop(0, per_cta, walk, 0)
+            return
 
         def scoped(*refs):
             o_smem = refs[0] if knobs.out_slots else None

@@ -22,6 +22,9 @@ knob                        meaning
                             the result in place over the input stage (needs two stages: the stage is
                             released one step late, after its store has read it)
 ``approx_math``             Mosaic GPU's approximate ``exp``/``rsqrt`` (``CompilerParams.approx_math``)
+``copy``                    ``tma``: blocks staged in shared memory by TMA (the pipeline knobs apply);
+                            ``direct``: plain vector loads from global memory into registers and direct
+                            stores, no shared memory (the pipeline knobs stay at their defaults)
 ``online`` (softmax only)   True: one pass keeps a running max and rescales the running sum (two passes
                             over shared memory); False: max pass, then sum pass (three passes, no rescale)
 ==========================  ===============================================================================
@@ -34,12 +37,14 @@ that must tile the box, and the pipeline depth that cannot exceed the blocks a C
 from __future__ import annotations
 
 import attrs
-from mosaic.fields import fail
+from mosaic.fields import fail, one_of
 
 #: Mosaic GPU's TMA limit: at most this many elements along any dimension of one async copy
 TMA_MAX_BOX = 256
 WARPS = 4
 LANES = 32
+#: (max_concurrent_steps, out_slots) defaults: what a kernel without a pipeline (copy='direct') keeps
+PIPELINE_DEFAULTS = (2, 1)
 #: shared memory Mosaic GPU reserves for cross-warp reductions (CompilerParams.reduction_scratch_bytes)
 REDUCTION_SCRATCH = 128 * 4 * 4
 
@@ -89,6 +94,7 @@ VALUES = {
     "blocks_per_cta": (1, 2, 4, 8, 16, 32, 64, 128, 256),
     "out_slots": (0, 1, 2),
     "approx_math": (False, True),
+    "copy": ("tma", "direct"),
 }
 
 
@@ -108,6 +114,7 @@ class RowwiseKnobs:
                                  metadata={"values": VALUES["out_slots"]})
     approx_math: bool = attrs.field(default=False, converter=_flag, validator=_bool,
                                     metadata={"values": VALUES["approx_math"]})
+    copy: str = attrs.field(default="tma", validator=one_of(*VALUES["copy"]), metadata={"values": VALUES["copy"]})
 
     def warp_groups_per_row(self) -> int:
         """Warps that share one row of a box: 1 from 4 rows up, 2 for 2-row blocks."""
@@ -126,10 +133,14 @@ class RowwiseKnobs:
             share = f"{self.warp_groups_per_row()} warps x " if self.warp_groups_per_row() > 1 else ""
             out.append(("vector-tiles-box", f"vector={self.vector}: {share}32 lanes x vector must divide "
                                             f"tma_cols={self.tma_cols}"))
-        if self.max_concurrent_steps > self.blocks_per_cta:
+        if self.copy == "tma" and self.max_concurrent_steps > self.blocks_per_cta:
             out.append(("steps-within-cta", f"max_concurrent_steps={self.max_concurrent_steps} exceeds "
                                             f"blocks_per_cta={self.blocks_per_cta}: a CTA cannot stage more "
                                             "blocks than it walks through"))
+        if self.copy == "direct" and (self.max_concurrent_steps, self.out_slots) != PIPELINE_DEFAULTS:
+            out.append(("direct-has-no-pipeline", f"copy='direct' stages nothing: max_concurrent_steps and out_slots "
+                                                  f"must stay at their defaults {PIPELINE_DEFAULTS}, got "
+                                                  f"({self.max_concurrent_steps}, {self.out_slots})"))
         if self.out_slots == 0 and self.max_concurrent_steps < 2:
             out.append(("in-place-needs-two-stages", "out_slots=0 (in place) needs max_concurrent_steps >= 2: a "
                                                      "stage is released one step late, after its store"))
@@ -145,7 +156,10 @@ class RowwiseKnobs:
 
     def smem_bytes(self, cols: int, itemsize: int, weight: bool) -> int:
         """The shared memory the kernel allocates: input stages, output slots, the weight row, reduction scratch
-        and an mbarrier per stage and for the weight row (the lowering's own count is checked against the GPU in ``lower``)."""
+        and an mbarrier per stage and for the weight row (the lowering's own count is checked against the GPU in ``lower``);
+        copy='direct': the reduction scratch only."""
+        if self.copy == "direct":
+            return REDUCTION_SCRATCH
         block = self.block_rows * cols * itemsize
         return ((self.max_concurrent_steps + self.out_slots) * block + (cols * itemsize if weight else 0)
                 + REDUCTION_SCRATCH + 8 * (self.max_concurrent_steps + (1 if weight else 0)))
@@ -202,6 +216,9 @@ def _dependencies():
         Dependency("in-place-needs-two-stages", ("out_slots", "max_concurrent_steps", "blocks_per_cta"),
                    {"max_concurrent_steps": (2, 3), "blocks_per_cta": (2, 4)},
                    "writing in place releases each stage one step late: the pipeline needs a second stage"),
+        Dependency("direct-has-no-pipeline", ("copy", "max_concurrent_steps", "out_slots"),
+                   {"max_concurrent_steps": (PIPELINE_DEFAULTS[0],), "out_slots": (PIPELINE_DEFAULTS[1],)},
+                   "direct loads stage nothing: the pipeline knobs go back to their defaults"),
         Dependency("steps-within-cta", ("max_concurrent_steps", "blocks_per_cta"),
                    {"max_concurrent_steps": (2, 1), "blocks_per_cta": (2, 4, 8)},
                    "a CTA cannot stage more blocks ahead than it walks through"),

@@ -27,13 +27,14 @@ def _tensor(fmt: str, rows: int, cols: int, seed: int) -> quant.QuantizedTensor:
     return quant.from_gguf_blocks(fmt, gguf.quants.quantize(w, kind), w.shape)
 
 
-def _run(schedule, weights, inputs, out, defines=()):
+def _run(schedule, weights, inputs, out, defines=(), quant_build=True):
     import cupy as cp
     from mosaic_amk.cuda import encode as E
     from mosaic_amk.cuda.build import build, ring_bytes
     from mosaic_amk.cuda.launcher import Launcher, gate
 
     gate(schedule, False)
+    defines = tuple(defines) + (("AMK_QUANT=1",) if quant_build else ())
     lz = Launcher(E.encode(schedule, runtime_position=False), str(build(512, defines=defines).cubin), threads=512,
                   mode="f32", ring_bytes=ring_bytes(512, defines))
     lz.bind(weights, inputs)
@@ -89,3 +90,16 @@ def test_quantized_embedding_row_is_bit_identical(fmt, cuda_device):
         ops.op_embed([table, np.array([tok], np.int32)], [ref], {})
         got = _run(s, {"table": table}, {"token": np.array([tok], np.int32)}, "x")
         assert _same_bits(got, ref), (fmt, tok)
+
+
+def test_a_quantized_weight_on_the_bf16_build_is_an_error_not_bf16(cuda_device):
+    """The default build leaves the quantized paths out (AMK_QUANT=0): a quantized weight reaching it sets E_QUANT,
+    which the launcher's check reports, instead of its bytes being read as bf16."""
+    n, k = 576, 576
+    w = _tensor("q8_0", n, k, seed=3)
+    x = np.random.default_rng(9).standard_normal(k).astype(F32)
+    bufs = [Buffer("x", "f32", (k,), "input"), Buffer("w", "q8_0", (n, k), "weight"), Buffer("y", "f32", (n,), "output")]
+    s = op_schedule("gemv", bufs, ["x", "w"], ["y"], {"bias": False, "residual": False}, SMS, split_rows(n, SMS),
+                    ["w", "y"])
+    with pytest.raises(Exception, match="AMK_QUANT"):
+        _run(s, {"w": w}, {"x": x}, "y", quant_build=False)

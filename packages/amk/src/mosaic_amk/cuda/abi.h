@@ -90,6 +90,7 @@
 #define E_SCORES 4    // attention: more cached tokens than the score buffer holds
 #define E_SMEM 8      // a fused GEMV's operands (x, its rows, cos/sin) do not fit the block's shared memory
 #define E_ROPE_BLOCK 16 // attention: K rows in the blocked RoPE order but the task is not staged (rope_order.py)
+#define E_QUANT 32     // a quantized weight reached a VM built without AMK_QUANT=1 (cuda_vm.quant_defines)
 
 // dump states
 #define S_IDLE 0

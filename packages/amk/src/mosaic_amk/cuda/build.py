@@ -63,7 +63,7 @@ def nvcc_path() -> str:
 # build-time variants of the micro-kernels (``defines``): the GEMV body (kernels/gemv_rows.cuh: AMK_GEMV_IMPL 1 = the
 # first body, the default, 2 = the streaming ring), its loads in flight per lane (AMK_GEMV_DEPTH, 2..16) and the
 # weight preload before a GEMV task's wait (AMK_WEIGHT_PRELOAD, config.WEIGHT_PRELOADS; body 1 only)
-_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD|WSTREAM|WS_PIECE_KB|WS_FENCE|GEMV_PP|ATT_STAGE|ATT_NB1|TRACE|SHORT_ROWS)=\d{1,2}$")
+_DEFINE = re.compile(r"^AMK_(GEMV_IMPL|GEMV_DEPTH|WEIGHT_PRELOAD|WSTREAM|WS_PIECE_KB|WS_FENCE|GEMV_PP|ATT_STAGE|ATT_NB1|TRACE|SHORT_ROWS|QUANT)=\d{1,2}$")
 
 
 def preload_defines(weight_preload: int) -> tuple[str, ...]:

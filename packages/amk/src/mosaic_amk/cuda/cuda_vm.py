@@ -77,6 +77,15 @@ def short_rows_defines(model: ModelSpec) -> tuple[str, ...]:
     return () if min(ks) <= SHORT_K else ("AMK_SHORT_ROWS=0",)
 
 
+def quant_defines(model: ModelSpec) -> tuple[str, ...]:
+    """AMK_QUANT=1 when the model holds a quantized weight (quant.QuantizedTensor: int8, Q8_0, Q4_1): the build with
+    the quantized GEMV and embedding paths. The bf16 build leaves them out (their registers made the
+    AMK_WEIGHT_PRELOAD=8 + AMK_ATT_STAGE=1 build spill 20 bytes)."""
+    from mosaic_amk.quant import QuantizedTensor
+
+    return ("AMK_QUANT=1",) if any(isinstance(w, QuantizedTensor) for w in model.weights.values()) else ()
+
+
 @attrs.define
 class CudaVM:
     model: ModelSpec
@@ -107,6 +116,7 @@ class CudaVM:
         # weight_preload / weight_stream are build variants of the VM (AMK_WEIGHT_PRELOAD, AMK_WSTREAM): 0 builds
         # the default cubin; the stream's ring comes on top of smem_bytes
         defines = config_defines(self.config) + (("AMK_TRACE=1",) if self.trace else ()) + short_rows_defines(self.model)
+        defines += quant_defines(self.model)
         defines += tuple(self.extra_defines)
         self.build_info = build_vm(self.config.threads_per_block, defines=defines)
         self.launcher = Launcher(self.enc, str(self.build_info.cubin), threads=self.config.threads_per_block,

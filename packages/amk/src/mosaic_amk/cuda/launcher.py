@@ -33,7 +33,8 @@ STATES = {0: "idle", 1: "running", 2: "done", 3: "timeout", 4: "peer-abort", 5: 
 ERRORS = {1: "embed token outside the table", 2: "position outside the KV cache / RoPE table",
           4: "attention context longer than the score buffer in shared memory",
           8: "a GEMV's x (with a fused GEMV's rows and cos/sin) does not fit the block's shared memory",
-          16: "attention over K rows in the blocked RoPE order that could not be staged in shared memory"}
+          16: "attention over K rows in the blocked RoPE order that could not be staged in shared memory",
+          32: "a quantized weight in a VM built without AMK_QUANT=1 (the bf16-only build)"}
 MODES = {"f32": 0, "hf-bf16": 1}
 # vm.cu sync_flags (SYNC_* there; test_cuda_launcher checks they agree): bit 0 relaxed waits, bits 1-2 the
 # signal mode, bit 3 side-warp prefetch

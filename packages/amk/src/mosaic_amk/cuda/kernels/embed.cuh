@@ -17,7 +17,11 @@ __device__ void mk_embed(const Ctx& c, const int* t) {
   }
   const int fmt = bmeta(c, tb, B_DTYPE);
   if (fmt != DT_BF16) {  // a quantized table (gemv_quant.cuh): the row dequantised as quant.embed_row does
+#if AMK_QUANT
     for (int i = tid_v(); i < H; i += AMK_THREADS) y[i] = q_element((const unsigned char*)table, fmt, H, V, tok, i);
+#else
+    if (tid_v() == 0) atomicOr(c.control + C_ERROR, E_QUANT);
+#endif
     return;
   }
   const __nv_bfloat16* row = table + (size_t)tok * H;

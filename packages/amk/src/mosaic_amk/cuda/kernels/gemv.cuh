@@ -48,6 +48,7 @@ __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const _
   const int warp = tid_v() >> 5, lane = tid_v() & 31;
   const bool hf = c.mode == MODE_HF_BF16;
   if (wfmt != DT_BF16) {
+#if AMK_QUANT
     stage_x();
     qgemv_rows((const unsigned char*)W, wfmt, K, wrows, r0, r1, xs, [&](int r, float acc) {
       if (lane == 0) {
@@ -57,6 +58,9 @@ __device__ __forceinline__ void gemv_rows(const Ctx& c, const float* xs, const _
         y[r - y0] = v;
       }
     });
+#else
+    if (tid_v() == 0) atomicOr(c.control + C_ERROR, E_QUANT);
+#endif
     return;
   }
 #if AMK_GEMV_IMPL == 2
@@ -143,6 +147,7 @@ __device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const _
   const int warp = tid_v() >> 5, lane = tid_v() & 31;
   const bool hf = c.mode == MODE_HF_BF16;
   if (wfmt != DT_BF16) {  // quantized gate and up (one format, the encoder checked): gemv_quant.cuh
+#if AMK_QUANT
     stage_x();
     qgemv_rows2((const unsigned char*)Wg, (const unsigned char*)Wu, wfmt, K, wrows, r0, r1, xs,
                 [&](int r, float ga, float ua) {
@@ -152,6 +157,9 @@ __device__ __forceinline__ void silu_rows(const Ctx& c, const float* xs, const _
         y[r] = hf ? bf16r(bf16r(silu(bf16r(g))) * bf16r(u)) : silu(g) * u;
       }
     });
+#else
+    if (tid_v() == 0) atomicOr(c.control + C_ERROR, E_QUANT);
+#endif
     return;
   }
 #if AMK_GEMV_IMPL == 2

@@ -11,6 +11,12 @@
 #pragma once
 #include <cuda_fp16.h>
 #include "gemv_rows.cuh"
+// AMK_QUANT=1 builds the quantized paths into the VM (cuda_vm.quant_defines picks it for a model with quantized
+// weights); the default bf16 build leaves them out, so their registers never weigh on the bf16 kernels, and a
+// quantized weight that reaches it sets E_QUANT instead of being read as bf16.
+#ifndef AMK_QUANT
+#define AMK_QUANT 0
+#endif
 
 __device__ __forceinline__ size_t q_align16(size_t n) { return (n + 15) & ~(size_t)15; }
 __device__ __forceinline__ float f16_at(const unsigned char* p, size_t i) {

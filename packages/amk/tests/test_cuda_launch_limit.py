@@ -5,11 +5,12 @@ unfused bench candidates ("grid size will be reduced from 132 to 0") timed after
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from mosaic.plugins import host
 from mosaic_amk.config import VM_FUSIONS, ScheduleConfig
 from mosaic_amk.cuda import encode as E
-from mosaic_amk.lowering import lower
+from mosaic_amk.lowering import TOKEN, lower
 from mosaic_amk.tiny_models import tiny_model
 
 
@@ -37,10 +38,11 @@ def test_a_later_launcher_with_a_smaller_table_does_not_break_an_earlier_one(cud
 
     spec, unfused, fused = _encodings()
     cubin = str(build(512).cubin)
+    token = {TOKEN: np.array([3], np.int32)}  # unbound int32 buffers are filled with -1: the VM refuses that id
     first = Launcher(unfused, cubin, threads=512, mode="f32")
-    first.bind(spec.weights)
+    first.bind(spec.weights, token)
     second = Launcher(fused, cubin, threads=512, mode="f32")  # the same CUfunction, a smaller launch
-    second.bind(spec.weights)
+    second.bind(spec.weights, token)
     first.launch()  # raises DeviceError (CUDA_ERROR_INVALID_VALUE) when the limit fell under its launch size
     assert int(first.fn.max_dynamic_shared_size_bytes) >= first.smem_bytes + first.ring_bytes + first.table_bytes
     first.check()

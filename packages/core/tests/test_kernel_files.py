@@ -239,3 +239,54 @@ def test_fuzzed_files_read_or_refuse_in_one_line(tmp_path_factory, case, knobs):
     if kf.syntax == "c++":
         out = substitute_cxx_knobs(kf, values)
         assert out.count("\n") == kf.source.count("\n")
+
+
+# -- what every language's file backend shares (mosaic.kernel_files.FileBackend / PythonFileBackend) ---
+
+def test_failure_is_one_line_naming_the_type_and_the_first_message_line():
+    from mosaic.backend import Unbuildable
+    from mosaic.kernel_files import failure
+
+    exc = failure("cute.compile failed", ValueError("\n\n  tile 96 does not divide 4096  \nsecond line"), "k.py")
+    assert isinstance(exc, Unbuildable) and exc.where == "k.py"
+    assert exc.what == "cute.compile failed: ValueError: tile 96 does not divide 4096"
+    assert failure("x", RuntimeError("a" * 1000), "k.py").what == "x: RuntimeError: " + "a" * 400
+    assert failure("Mosaic GPU lowering failed", KeyError(), "k.py").what == "Mosaic GPU lowering failed: KeyError"
+
+
+def test_file_backend_checks_family_dims_and_knobs_in_the_child(tmp_path):
+    from mosaic.kernel_files import FileBackend
+    from mosaic.records import KernelSpec
+
+    kf = read_kernel_file(write(tmp_path, "scale.cu", CU))
+    be = FileBackend(kf)
+    be.check(KernelSpec(family="rmsnorm", language="cutlass", dtype="bf16", shape={"rows": 8, "cols": 64},
+                        knobs={"threads": 64}))
+    with pytest.raises(BadInput, match="family does not have"):
+        be.check(KernelSpec(family="gemm", language="cutlass", dtype="bf16", shape={"m": 8, "n": 8, "k": 8}))
+    with pytest.raises(BadInput, match="unknown knob"):
+        be.check(KernelSpec(family="rmsnorm", language="cutlass", dtype="bf16", shape={"rows": 8, "cols": 64},
+                            knobs={"warps": 4}))
+    with pytest.raises(BadInput, match="own class"):
+        be.knobs("rmsnorm")
+
+
+def test_python_file_backend_imports_once_and_builds_the_files_own_knobs(tmp_path):
+    from mosaic.kernel_files import PythonFileBackend
+    from mosaic.records import KernelSpec
+
+    class Backend(PythonFileBackend):
+        module_name = "mosaic_test_python_file_backend"
+
+    kf = read_kernel_file(write(tmp_path, "softmax.py", PY))
+    be = Backend(kf)
+    spec = KernelSpec(family="softmax", language="cute", dtype="f32", shape={"rows": 4, "cols": 32},
+                      knobs={"block_rows": 8})
+    be.check(spec)
+    assert be.module() is be.module() and be.module().__name__ == "mosaic_test_python_file_backend"
+    knobs = be.knob_instance(spec)
+    assert type(knobs).__name__ == "Knobs" and (knobs.block_rows, knobs.use_exp2, knobs.label) == (8, True, "a")
+    broken = read_kernel_file(write(tmp_path, "broken.py", PY.replace("import dataclasses",
+                                                                      "import dataclasses\nimport no_such_pkg_x")))
+    with pytest.raises(BadInput, match="importing the kernel file raised ModuleNotFoundError"):
+        Backend(broken).check(spec)

@@ -29,8 +29,6 @@ import hashlib
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -481,6 +479,65 @@ def make_knobs(module, kfile: KernelFile, values: Mapping[str, Any]):
         raise BadInput(f"knob class {kfile.knob_class} refused {values}: {exc}", kfile.path) from None
 
 
+def failure(what: str, exc: BaseException, where: str):
+    """The one-line :class:`~mosaic.backend.Unbuildable` for a user's kernel that a language's compiler or
+    lowering refused: ``"<what>: <ExceptionType>: <first non-blank line of its message>"`` (at most 400
+    characters of that line; the type alone when the message is empty). Raise it ``from None``."""
+    from mosaic.backend import Unbuildable
+
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    return Unbuildable(f"{what}: {type(exc).__name__}" + (f": {first[:400]}" if first else ""), where)
+
+
+class FileBackend:
+    """What every language's backend for one kernel file shares (the plugins subclass it): the knobs are the
+    file's own class, and ``check`` (in the child) holds the file's operands to the family's dimensions and
+    its knob values to its knob class's types."""
+
+    def __init__(self, kfile: KernelFile):
+        self.kfile = kfile
+
+    def knobs(self, family: str) -> type:
+        raise BadInput("a kernel file's knobs are its own class (mosaic.kernel_files)", "--knob")
+
+    def check_family(self, spec) -> None:
+        """Every operand dimension is one of ``spec.family``'s (an unknown family: one line)."""
+        from mosaic.families import get
+
+        fam = get(spec.family)
+        if fam is None:
+            raise BadInput(f"no family '{spec.family}'", "--family")
+        self.kfile.check_family(tuple(fam.dims), fam.optional_dims)
+
+    def check(self, spec) -> None:
+        self.check_family(spec)
+        self.kfile.knob_values(spec.knobs)
+
+
+class PythonFileBackend(FileBackend):
+    """A file backend for a Python kernel file: the file is imported (once, in the child) as
+    :attr:`module_name`, and ``check`` also builds the file's own knob instance from the spec's knobs."""
+
+    module_name = "mosaic_kernel_file"
+
+    def __init__(self, kfile: KernelFile):
+        super().__init__(kfile)
+        self._module = None
+
+    def module(self):
+        if self._module is None:
+            self._module = load_python_module(self.kfile, self.module_name)
+        return self._module
+
+    def knob_instance(self, spec):
+        """The file's knob class instantiated with the spec's knobs over its defaults."""
+        return make_knobs(self.module(), self.kfile, self.kfile.knob_values(spec.knobs))
+
+    def check(self, spec) -> None:
+        self.check_family(spec)
+        self.knob_instance(spec)
+
+
 def file_backend(kfile: KernelFile, language: str):
     """The language backend's object for this one file (``backend.kernel_file(kfile)``)."""
     from mosaic.plugins import host
@@ -505,12 +562,14 @@ def check_language(kfile: KernelFile, language: str) -> None:
 
 
 def capture_file(kfile: KernelFile, spec, gpu_name: str, out: str | os.PathLike, opts=None,
-                 ignored_knobs: list[str] | tuple = (), extra: Mapping | None = None):
+                 ignored_knobs: list[str] | tuple = (), extra: Mapping | None = None,
+                 prefix: tuple[str, ...] | list[str] = ()):
     """Capture a kernel file like :func:`mosaic.capture.capture`, in a child process with a timeout
     (``python -m mosaic.kernel_files REQUEST.json``). A file the child finds broken (its import raises, its
     entry or knob class is not what the contract says) is ``bad-file`` with one message and no bundle.
-    ``extra``: more top-level manifest keys (a campaign's reference metadata)."""
-    from mosaic.capture import CaptureOptions, CaptureResult, _record_failure
+    ``extra``: more top-level manifest keys (a campaign's reference metadata). ``prefix``: a command the
+    child runs under (``mosaic.profile``'s ``ncu ...``)."""
+    from mosaic.capture import CaptureOptions, run_child
 
     opts = opts or CaptureOptions()
     out = Path(out)
@@ -524,22 +583,8 @@ def capture_file(kfile: KernelFile, spec, gpu_name: str, out: str | os.PathLike,
         req.write_text(json.dumps({"spec": spec.to_json(), "gpu": gpu_name, "out": str(out.resolve()),
                                    "options": attrs.asdict(opts), "result": str(res), "extra": extra,
                                    "kernel_file": kfile.to_json(with_source=True)}))
-        proc = subprocess.Popen([sys.executable, "-m", "mosaic.kernel_files", str(req)], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            output, _ = proc.communicate(timeout=opts.timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-            return _record_failure(spec, gpu_name, out, opts, "timeout", f"killed after {opts.timeout:.0f} s",
-                                   output, extra)
-        if res.is_file():
-            data = json.loads(res.read_text())
-            return CaptureResult(data["status"], Path(data["bundle"]) if data["bundle"] else None,
-                                 data["message"], data["summary"])
-        rc = proc.returncode
-        what = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc} and no result"
-        return _record_failure(spec, gpu_name, out, opts, "crashed" if rc < 0 else "failed", what, output, extra)
+        return run_child([*prefix, sys.executable, "-m", "mosaic.kernel_files", str(req)], res, spec, gpu_name,
+                         out, opts, extra)
 
 
 # -- a campaign's files: the reference and the start kernel of `mosaic run --reference/--start` ------

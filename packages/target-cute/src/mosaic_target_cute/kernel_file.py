@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
-from mosaic.errors import BadInput
-from mosaic.kernel_files import KernelFile, load_python_module, make_knobs
+from mosaic.kernel_files import KernelFile, PythonFileBackend, failure
 from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
 from mosaic.toolchain.cubin import read_cubin
 
@@ -44,30 +43,11 @@ def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-class CuteFileBackend:
-    """The mosaic.backend methods for one CuTe DSL kernel file."""
+class CuteFileBackend(PythonFileBackend):
+    """The mosaic.backend methods for one CuTe DSL kernel file (``check``: the family's dimensions, then
+    import the file and build its knob instance, in the child)."""
 
-    def __init__(self, kfile: KernelFile):
-        self.kfile = kfile
-        self._module = None
-
-    def knobs(self, family: str) -> type:
-        raise BadInput("a kernel file's knobs are its own class (mosaic.kernel_files)", "--knob")
-
-    def check(self, spec: KernelSpec) -> None:
-        """In the child: the family's dimensions, then import the file and build its knob instance."""
-        from mosaic.families import get
-
-        fam = get(spec.family)
-        if fam is None:
-            raise BadInput(f"no family '{spec.family}'", "--family")
-        self.kfile.check_family(tuple(fam.dims), fam.optional_dims)
-        make_knobs(self.module(), self.kfile, self.kfile.knob_values(spec.knobs))
-
-    def module(self):
-        if self._module is None:
-            self._module = load_python_module(self.kfile, "mosaic_cute_kernel_file")
-        return self._module
+    module_name = "mosaic_cute_kernel_file"
 
     def _compile(self, spec: KernelSpec, gpu: GpuTarget, dump: Path, tensors=None, stream=None):
         import cutlass.cute as cute
@@ -77,7 +57,7 @@ class CuteFileBackend:
             raise Unbuildable(f"a CuTe kernel file builds dtypes {', '.join(CUTE_DTYPES)}, not {spec.dtype}",
                               self.kfile.name)
         module = self.module()
-        knobs = make_knobs(module, self.kfile, self.kfile.knob_values(spec.knobs))
+        knobs = self.knob_instance(spec)
         if tensors is None:
             tensors = self.fake_tensors(spec)
         if dump.exists():
@@ -89,8 +69,7 @@ class CuteFileBackend:
             compiled = cute.compile(getattr(module, self.kfile.entry), *tensors, knobs,
                                     stream if stream is not None else make_fake_stream(), options=options)
         except Exception as exc:  # noqa: BLE001 - the DSL raises many types; a failed compile is unbuildable
-            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-            raise Unbuildable(f"cute.compile failed: {type(exc).__name__}: {first[:400]}", self.kfile.name) from None
+            raise failure("cute.compile failed", exc, self.kfile.name) from None
         return compiled, knobs, time.perf_counter() - start
 
     def fake_tensors(self, spec: KernelSpec):

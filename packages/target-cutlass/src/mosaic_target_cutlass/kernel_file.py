@@ -31,7 +31,7 @@ import numpy as np
 from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, ToolMissing
-from mosaic.kernel_files import KernelFile, substitute_cxx_knobs
+from mosaic.kernel_files import FileBackend, KernelFile, substitute_cxx_knobs
 from mosaic.records import GpuTarget, KernelSpec, LaunchRecord, ResourceUsage
 from mosaic.toolchain import nvcc as _nvcc
 from mosaic.toolchain.cubin import read_cubin
@@ -198,23 +198,8 @@ def _geometry(lib, dims: list[int]) -> tuple[tuple, tuple, int]:
     return tuple(grid), tuple(block), int(smem.value)
 
 
-class CudaFileBackend:
+class CudaFileBackend(FileBackend):
     """The mosaic.backend methods for one ``.cu`` kernel file."""
-
-    def __init__(self, kfile: KernelFile):
-        self.kfile = kfile
-
-    def knobs(self, family: str) -> type:
-        raise BadInput("a kernel file's knobs are its own class (mosaic.kernel_files)", "--knob")
-
-    def check(self, spec: KernelSpec) -> None:
-        from mosaic.families import get
-
-        fam = get(spec.family)
-        if fam is None:
-            raise BadInput(f"no family '{spec.family}'", "--family")
-        self.kfile.check_family(tuple(fam.dims), fam.optional_dims)
-        self.kfile.knob_values(spec.knobs)
 
     def _dims(self, spec: KernelSpec) -> list[int]:
         dims = [int(spec.shape[d]) for d in family_dims(spec.family)]

@@ -14,14 +14,13 @@ project's own Pallas kernels do. ``prepare`` (GPU) wraps the entry in a :class:`
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput
-from mosaic.kernel_files import KernelFile, load_python_module, make_knobs
+from mosaic.kernel_files import KernelFile, PythonFileBackend, failure
 from mosaic.records import GpuTarget, KernelSpec
 
 from mosaic_target_pallas.backend import (
@@ -29,38 +28,23 @@ from mosaic_target_pallas.backend import (
     _smem_limit,
     _toolchain,
     assemble_ptx,
-    collect_dump,
     jax_has_gpu,
 )
+from mosaic_target_pallas.rowwise import gpu_compile_dump
 
 JAX_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
 
 
-class PallasFileBackend:
+class PallasFileBackend(PythonFileBackend):
     """The mosaic.backend methods for one Pallas Mosaic GPU kernel file."""
 
-    def __init__(self, kfile: KernelFile):
-        self.kfile = kfile
-        self._module = None
-
-    def knobs(self, family: str) -> type:
-        raise BadInput("a kernel file's knobs are its own class (mosaic.kernel_files)", "--knob")
+    module_name = "mosaic_pallas_kernel_file"
 
     def check(self, spec: KernelSpec) -> None:
-        from mosaic.families import get
-
-        fam = get(spec.family)
-        if fam is None:
-            raise BadInput(f"no family '{spec.family}'", "--family")
-        self.kfile.check_family(tuple(fam.dims), fam.optional_dims)
+        self.check_family(spec)
         if len(self.kfile.outputs) != 1:
             raise BadInput("a Pallas kernel file returns one output (OUTPUTS names one array)", self.kfile.path)
-        make_knobs(self.module(), self.kfile, self.kfile.knob_values(spec.knobs))
-
-    def module(self):
-        if self._module is None:
-            self._module = load_python_module(self.kfile, "mosaic_pallas_kernel_file")
-        return self._module
+        self.knob_instance(spec)
 
     def _fn(self, spec: KernelSpec):
         import jax
@@ -70,9 +54,8 @@ class PallasFileBackend:
             raise Unbuildable(f"a Pallas kernel file builds dtypes {', '.join(JAX_DTYPES)}, not {spec.dtype}",
                               self.kfile.name)
         dtype = getattr(jnp, JAX_DTYPES[spec.dtype])
-        module = self.module()
-        knobs = make_knobs(module, self.kfile, self.kfile.knob_values(spec.knobs))
-        entry = getattr(module, self.kfile.entry)
+        knobs = self.knob_instance(spec)
+        entry = getattr(self.module(), self.kfile.entry)
 
         def fn(*inputs):
             return entry(*inputs, knobs)
@@ -91,9 +74,7 @@ class PallasFileBackend:
         except ValueError:
             raise
         except Exception as exc:  # noqa: BLE001 - the user's kernel: a failed lowering is unbuildable
-            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-            raise Unbuildable(f"Mosaic GPU lowering failed: {type(exc).__name__}: {first[:400]}",
-                              self.kfile.name) from None
+            raise failure("Mosaic GPU lowering failed", exc, self.kfile.name) from None
 
     def lower(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path) -> Lowered:
         workdir = Path(workdir)
@@ -104,9 +85,7 @@ class PallasFileBackend:
         except Unbuildable:
             raise
         except Exception as exc:  # noqa: BLE001 - the probe traces the user's kernel
-            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-            raise Unbuildable(f"Mosaic GPU lowering failed: {type(exc).__name__}: {first[:400]}",
-                              self.kfile.name) from None
+            raise failure("Mosaic GPU lowering failed", exc, self.kfile.name) from None
         if smem:
             over = fit.diagnose(fit.Footprint(where=self.kfile.name, smem_bytes=smem), gpu, ("smem-per-block",))
             if over:
@@ -127,7 +106,7 @@ class PallasFileBackend:
         ptx = sass = log = resources = cubin = None
         toolchain = _toolchain()
         if jax_has_gpu():
-            ptx, sass, log, resources = self._gpu_dump(fn, args, workdir / "mosaic_dump")
+            ptx, sass, log, resources = gpu_compile_dump(fn, args, workdir / "mosaic_dump")
             if ptx is not None and sass is None:
                 asm = assemble_ptx(ptx, gpu.arch, workdir / "from_ptx", runtime_log=log)
                 cubin, sass = asm.cubin, asm.sass
@@ -136,22 +115,6 @@ class PallasFileBackend:
             notes.append("PTX/SASS/ptxas log come from the GPU compile (MOSAIC_GPU_DUMP_TO); no GPU here")
         return Lowered(kernel_name=self.kfile.entry, ptx=ptx, cubin=cubin, sass=sass, ptxas_log=log, source=source,
                        resources=resources, toolchain=toolchain, notes=tuple(notes))
-
-    def _gpu_dump(self, fn, args, dump: Path):
-        import jax
-        import jax.numpy as jnp
-
-        dump.mkdir(parents=True, exist_ok=True)
-        old = os.environ.get("MOSAIC_GPU_DUMP_TO")
-        os.environ["MOSAIC_GPU_DUMP_TO"] = str(dump)
-        try:
-            jax.block_until_ready(jax.jit(fn)(*(jnp.zeros(a.shape, a.dtype) for a in args)))
-        finally:
-            if old is None:
-                os.environ.pop("MOSAIC_GPU_DUMP_TO", None)
-            else:
-                os.environ["MOSAIC_GPU_DUMP_TO"] = old
-        return collect_dump(dump)
 
     def prepare(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs: dict[str, Any]):
         from mosaic_target_pallas.runnable import PallasRunnable

@@ -5,12 +5,13 @@ import pytest
 from mosaic.errors import BadInput, MosaicError
 from mosaic.families import (
     DTYPE_BYTES,
-    FAMILIES,
     YARDSTICK,
     dims,
+    get,
     make_inputs,
     parse_shape,
     physical_floor_ns,
+    registry,
     yardstick_runnable,
 )
 from mosaic.oracle.builtin import BUILTIN
@@ -24,8 +25,8 @@ class Gpu:
 
 
 def test_every_family_with_a_builtin_oracle_has_its_facts_and_none_more():
-    assert set(FAMILIES) == set(BUILTIN)
-    for name, f in FAMILIES.items():
+    assert set(registry()) == set(BUILTIN)
+    for name, f in registry().items():
         assert f.name == name and dims(name) == f.dims and len(set(f.dims)) == len(f.dims)
     assert dims("conv2d") is None
     assert set(DTYPE_BYTES) == set(DTYPES)
@@ -62,8 +63,8 @@ def test_every_builtin_family_generates_inputs_and_names_its_yardsticks():
     x = make_inputs(KernelSpec("softmax", {"rows": 2, "cols": 8}, "bf16", "pallas"), 0, "normal")["x"]
     assert x.shape == (2, 8)
     assert YARDSTICK == "cublas"
-    assert [y.name for y in FAMILIES["gemm"].yardsticks] == ["cublas"]
-    assert [y.name for y in FAMILIES["attention"].yardsticks] == ["torch-sdpa", "cudnn", "flash-attn-4"]
+    assert [y.name for y in get("gemm").yardsticks] == ["cublas"]
+    assert [y.name for y in get("attention").yardsticks] == ["torch-sdpa", "cudnn", "flash-attn-4"]
     with pytest.raises(MosaicError, match="the cublas yardstick covers gemm, not attention"):
         yardstick_runnable(KernelSpec("attention", {"batch": 1, "seq": 8, "heads": 1, "head_dim": 8}, "bf16",
                                       YARDSTICK), {})
@@ -90,7 +91,7 @@ def test_any_shape_text_parses_to_a_valid_shape_or_one_bad_input(family, text):
         return
     assert all(isinstance(v, int) and 1 <= v <= 2**40 for v in shape.values())
     if family != "conv2d":
-        f = FAMILIES[family]
+        f = get(family)
         assert set(f.dims) <= set(shape) <= set(f.dims) | set(f.optional_dims)
         assert parse_shape(family, shape) == shape  # canonical: parsing again changes nothing
         KernelSpec(family, shape, "bf16", "pallas")  # and a KernelSpec takes it
@@ -119,5 +120,15 @@ def test_attention_inputs_of_any_gqa_shape_are_checkable(b, s, kv, ratio, d, cau
 def test_every_builtin_family_passes_its_conformance_checks():
     from mosaic.families.conformance import check_family
 
-    for f in FAMILIES.values():
+    for f in registry().values():
         assert f.example and check_family(f) == [], f.name
+
+
+def test_registry_hands_out_a_copy_the_caller_cannot_change_the_registry_through():
+    import mosaic.families as families
+
+    mine = registry()
+    del mine["gemm"]
+    mine["conv2d"] = get("softmax")
+    assert "gemm" in registry() and get("conv2d") is None and get("gemm").name == "gemm"
+    assert not hasattr(families, "FAMILIES")  # the old module-level view is gone: registry()/get() only

@@ -6,7 +6,7 @@ kernel that does not guard against them) and a kernel with the matching bug fail
 import numpy as np
 import pytest
 from mosaic.errors import BadInput
-from mosaic.families import FAMILIES, make_inputs, parse_shape
+from mosaic.families import get, make_inputs, parse_shape
 from mosaic.families.inputs import DISTRIBUTIONS, is_subnormal
 from mosaic.oracle import check, oracles
 from mosaic.oracle.formats import FORMATS
@@ -35,7 +35,7 @@ def correct(family, inputs, dtype):
 
 def test_every_builtin_family_declares_every_distribution_and_format():
     for name in SHAPES:
-        f = FAMILIES[name]
+        f = get(name)
         assert f.make_inputs is not None and set(f.distributions) == set(DISTRIBUTIONS) and f.dtypes == DTYPES
         assert f.oracle == name and name in oracles()
 

@@ -5,7 +5,7 @@ device="cuda" on the GPU); cuDNN and flash-attn-4 exist only on a CUDA device (t
 import numpy as np
 import pytest
 from mosaic.errors import MosaicError
-from mosaic.families import FAMILIES, first_yardstick, make_inputs, yardstick_names, yardstick_runnable
+from mosaic.families import first_yardstick, get, make_inputs, yardstick_names, yardstick_runnable
 from mosaic.oracle import check
 from mosaic.records import KernelSpec
 
@@ -21,7 +21,7 @@ CASES = [
 def test_yardsticks_are_declared_by_name_with_their_library():
     gemm = first_yardstick("gemm")
     assert (gemm.name, gemm.call, gemm.title, gemm.library) == ("cublas", "torch.matmul", "cuBLAS", "torch")
-    assert {y.name: y.library for y in FAMILIES["attention"].yardsticks} == \
+    assert {y.name: y.library for y in get("attention").yardsticks} == \
         {"torch-sdpa": "torch", "cudnn": "torch", "flash-attn-4": "flash-attn-4"}
     assert first_yardstick("rmsnorm").call == "torch.nn.functional.rms_norm"
     assert first_yardstick("softmax").call == "torch.softmax"

@@ -10,7 +10,7 @@ GpuTarget) and its yardsticks -- in a registry that plugins extend through ``reg
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from mosaic.errors import BadInput, MosaicError, PluginError
@@ -20,7 +20,7 @@ from mosaic.records import Family, Yardstick
 
 YARDSTICK = "cublas"  # the GEMM yardstick's language name (a library call, no lowering); see yardsticks()
 
-__all__ = ["FAMILIES", "YARDSTICK", "DTYPE_BYTES", "DISTRIBUTIONS", "Family", "Yardstick", "registry", "get",
+__all__ = ["YARDSTICK", "DTYPE_BYTES", "DISTRIBUTIONS", "Family", "Yardstick", "registry", "get",
            "providers", "dtype_bytes", "dims", "parse_shape", "input_generator", "make_inputs", "physical_floor_ns",
            "first_yardstick", "yardstick_names", "yardstick_runnable"]
 
@@ -70,22 +70,6 @@ def providers() -> dict[str, str]:
 def get(name: str) -> Family | None:
     """The family called ``name``, or None."""
     return _collect()[0].get(name)
-
-
-class _Families(Mapping):
-    """``FAMILIES``: a live, read-only view of :func:`registry` (plugins' families included)."""
-
-    def __getitem__(self, name: str) -> Family:
-        return _collect()[0][name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_collect()[0])
-
-    def __len__(self) -> int:
-        return len(_collect()[0])
-
-
-FAMILIES: Mapping[str, Family] = _Families()
 
 
 def _known() -> str:

@@ -33,7 +33,7 @@ FORMAT = "mosaic-bundle"
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 ROLES = ("ptx", "sass", "cubin", "ptxas_log", "launch", "timings", "inputs", "outputs", "source",
-         "metrics", "log", "other")
+         "metrics", "profile", "log", "other")
 _REQUIRED = ("format", "schema_version", "kernel", "language", "files")
 
 
@@ -197,6 +197,17 @@ def save_bundle(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return load_bundle(root)
+
+
+def add_files(root: str | os.PathLike, files: Mapping[str, tuple[str, bytes | str | os.PathLike]]) -> Bundle:
+    """Rewrite a bundle with ``files`` added (replacing any of the same path); everything else it held, files
+    and manifest keys, is kept. Atomic like :func:`save_bundle`; the bundle is verified first."""
+    b = load_bundle(root)
+    kept = {f.path: (f.role, inside(b.root, f.path)) for f in b.files}
+    reserved = {"format", "schema_version", "created", "kernel", "language", "gpu", "toolchain", "files"}
+    extra = {k: v for k, v in b.manifest.items() if k not in reserved}
+    return save_bundle(b.root, kernel=b.kernel, language=b.language, files={**kept, **files}, gpu=b.gpu,
+                       toolchain=b.toolchain, extra=extra, overwrite=True)
 
 
 def _check_rel(rel: str) -> None:

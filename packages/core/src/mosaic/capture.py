@@ -33,7 +33,7 @@ from mosaic.families import make_inputs
 from mosaic.fields import name_field
 from mosaic.records import KernelSpec
 
-STATUSES = ("ok", "lowered", "unbuildable", "numerics-failed", "crashed", "timeout", "failed")
+STATUSES = ("ok", "lowered", "profiled", "unbuildable", "numerics-failed", "crashed", "timeout", "failed")
 
 
 @attrs.frozen
@@ -48,6 +48,9 @@ class CaptureOptions:
     timer: str = "cupti"
     flush: bool = True
     max_array_bytes: int = 8 * 2**20  # larger outputs/inputs are recorded by SHA-256
+    # the profiled child of `capture --profile` (mosaic.profile): one warm launch, then one launch between
+    # cuProfilerStart and cuProfilerStop for Nsight Compute; no check, no timing
+    profile_run: bool = False
 
 
 @attrs.frozen
@@ -236,8 +239,13 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
                 else:
                     runnable = runnable_factory(spec, gpu, inputs)
                 try:
-                    status, more, s = check_and_time(runnable, spec, gpu, inputs, opts, log, timer,
-                                                     reference_cache)
+                    if opts.profile_run:
+                        from mosaic.profile import profiled_launch
+
+                        status, more, s = "profiled", {}, profiled_launch(runnable, log)
+                    else:
+                        status, more, s = check_and_time(runnable, spec, gpu, inputs, opts, log, timer,
+                                                         reference_cache)
                 finally:
                     runnable.close()
                 files.update(more)
@@ -270,9 +278,10 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
 # -- the parent: one child process per kernel -------------------------------------------------------
 
 def capture(spec: KernelSpec, gpu_name: str, out: str | os.PathLike, opts: CaptureOptions | None = None,
-            extra: dict | None = None) -> CaptureResult:
+            extra: dict | None = None, prefix: tuple[str, ...] | list[str] = ()) -> CaptureResult:
     """Capture in a child process (``python -m mosaic.capture REQUEST.json``). ``extra``: more top-level
-    manifest keys, written with the bundle (also when the child crashed or timed out)."""
+    manifest keys, written with the bundle (also when the child crashed or timed out). ``prefix``: a command
+    the child runs under (``mosaic.profile``'s ``ncu ...``)."""
     opts = opts or CaptureOptions()
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="mosaic-capture-req-") as tmp:
@@ -280,22 +289,30 @@ def capture(spec: KernelSpec, gpu_name: str, out: str | os.PathLike, opts: Captu
         res = Path(tmp) / "result.json"
         req.write_text(json.dumps({"spec": spec.to_json(), "gpu": gpu_name, "out": str(out.resolve()),
                                    "options": attrs.asdict(opts), "result": str(res), "extra": extra}))
-        proc = subprocess.Popen([sys.executable, "-m", "mosaic.capture", str(req)], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            output, _ = proc.communicate(timeout=opts.timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-            return _record_failure(spec, gpu_name, out, opts, "timeout",
-                                   f"killed after {opts.timeout:.0f} s", output, extra)
-        if res.is_file():
-            data = json.loads(res.read_text())
-            return CaptureResult(data["status"], Path(data["bundle"]) if data["bundle"] else None,
-                                 data["message"], data["summary"])
-        rc = proc.returncode
-        what = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc} and no result"
-        return _record_failure(spec, gpu_name, out, opts, "crashed" if rc < 0 else "failed", what, output, extra)
+        return run_child([*prefix, sys.executable, "-m", "mosaic.capture", str(req)], res, spec, gpu_name, out,
+                         opts, extra)
+
+
+def run_child(argv: list[str], res: Path, spec: KernelSpec, gpu_name: str, out: Path, opts: CaptureOptions,
+              extra: dict | None) -> CaptureResult:
+    """Run a capture child (its own process group, killed whole at ``opts.timeout``) and read its result
+    file; a child that hung, crashed or wrote no result is recorded as such in a bundle at ``out``."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=opts.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        return _record_failure(spec, gpu_name, out, opts, "timeout", f"killed after {opts.timeout:.0f} s",
+                               output, extra)
+    if res.is_file():
+        data = json.loads(res.read_text())
+        return CaptureResult(data["status"], Path(data["bundle"]) if data["bundle"] else None,
+                             data["message"], data["summary"])
+    rc = proc.returncode
+    what = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc} and no result"
+    return _record_failure(spec, gpu_name, out, opts, "crashed" if rc < 0 else "failed", what, output, extra)
 
 
 def _record_failure(spec, gpu_name, out, opts, status, what, output, extra=None) -> CaptureResult:

@@ -37,9 +37,12 @@ def _is_bundle(path: Path) -> bool:
 @click.option("--blocks", default=20, show_default=True, help="Blocks of runs (their spread is the noise).")
 @click.option("--name", default="", help="Kernel name recorded in the spec.")
 @click.option("--force", is_flag=True, help="Overwrite an existing bundle.")
+@click.option("--profile", is_flag=True,
+              help="After a successful capture, profile one launch under Nsight Compute (ncu, clocks left "
+                   "alone) and store its metrics in the bundle: the fingerprint's machine layer.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
 def capture(language, family, kernel_file, shape, dtype, knobs, gpu, lower_only, out, timeout, seed, values, runs,
-            blocks, name, force, as_json) -> None:
+            blocks, name, force, profile, as_json) -> None:
     """Capture one kernel into a bundle, in a child process with a timeout; exit 1 unless it succeeded."""
     from mosaic.capture import CaptureOptions, parse_knobs, parse_shape
     from mosaic.capture import capture as run_capture
@@ -59,13 +62,21 @@ def capture(language, family, kernel_file, shape, dtype, knobs, gpu, lower_only,
     for flag, value in (("--runs", runs), ("--blocks", blocks)):
         if value < 1:
             raise BadInput(f"{flag} {value!r} must be a positive integer", flag)
+    if profile:
+        from mosaic.profile import find_ncu
+
+        if lower_only:
+            raise BadInput("--profile runs the kernel: it cannot go with --lower-only", "--profile")
+        find_ncu()  # none: one line, before anything is built
     h = host()
     lang = h.get("languages", language)
     h.get("gpus", gpu)
     if kernel_file is not None:
-        result = _capture_file(kernel_file, language, family, shape, dtype, knobs, gpu, lower_only, out, name,
-                               values, CaptureOptions(lower_only=lower_only, timeout=timeout, seed=seed,
-                                                      values=values, runs=runs, blocks=blocks))
+        opts = CaptureOptions(lower_only=lower_only, timeout=timeout, seed=seed, values=values, runs=runs,
+                              blocks=blocks)
+        result, kfile = _capture_file(kernel_file, language, family, shape, dtype, knobs, gpu, lower_only, out,
+                                      name, values, opts)
+        _profile(result, profile, gpu, opts, kfile)
         _show(result, lower_only, as_json)
         return
     if family not in lang.families:
@@ -92,7 +103,26 @@ def capture(language, family, kernel_file, shape, dtype, knobs, gpu, lower_only,
             raise BadInput(f"knobs not valid for {language} {family}: {exc}", "--knob") from None
     opts = CaptureOptions(lower_only=lower_only, timeout=timeout, seed=seed, values=values, runs=runs, blocks=blocks)
     result = run_capture(spec, gpu, out, opts)
+    _profile(result, profile, gpu, opts, None)
     _show(result, lower_only, as_json)
+
+
+def _profile(result, profile: bool, gpu: str, opts, kfile) -> None:
+    """``--profile`` after a capture that passed: the bundle gains Nsight Compute's metrics (mosaic.profile).
+    A failed profile is one line on stderr and exit 1 (the bundle itself stays as captured)."""
+    if not profile or result.status != "ok":
+        return
+    from mosaic.errors import MosaicError
+    from mosaic.profile import profile_bundle
+
+    try:
+        record = profile_bundle(result.bundle, gpu, opts, kernel_file=kfile,
+                                progress=lambda line: click.echo(line, err=True))
+    except MosaicError as exc:
+        click.echo(f"error: profile: {exc.line()}", err=True)
+        raise click.exceptions.Exit(1) from None
+    result.summary["profile"] = {"kernel": record["kernel"], "picked_by": record["picked_by"],
+                                 "metrics": len(record["metrics"]), "tool": record["version"]}
 
 
 def _capture_file(path, language, family, shape, dtype, knobs, gpu, lower_only, out, name, values, opts):
@@ -121,7 +151,7 @@ def _capture_file(path, language, family, shape, dtype, knobs, gpu, lower_only, 
     if result.status == "bad-file" or (result.status == "unbuildable" and not built):  # the file does not build
         kept = f"; the bundle {result.bundle} records it" if result.bundle else ""
         raise BadInput(f"{result.message or result.status}{kept}")
-    return result
+    return result, kfile
 
 
 def _show(result, lower_only: bool, as_json: bool) -> None:
@@ -130,6 +160,9 @@ def _show(result, lower_only: bool, as_json: bool) -> None:
     else:
         click.echo(f"{result.status}: {result.bundle}" + (f" ({result.message})" if result.message else ""))
         s = result.summary
+        if s.get("profile"):
+            p = s["profile"]
+            click.echo(f"  profile: {p['metrics']} Nsight Compute metrics of {p['kernel'][:80]} ({p['tool']})")
         if s.get("time_ns"):
             click.echo(f"  device time {s['time_ns'] / 1e3:.2f} us (median, {s.get('timer')}), "
                        f"noise {(s.get('noise_ns') or 0) / 1e3:.2f} us")

@@ -86,6 +86,16 @@ def _plugin_reader(suffix: str):
     return reg.item if reg is not None else None
 
 
+def _metrics_file(b) -> Path | None:
+    """The bundle's Nsight Compute metrics: ``profile.json`` (``capture --profile``), else a ``metrics``-role
+    ``metrics.json`` handed in; a capture's other ``metrics`` files (lowering.json, oracle.json) are not it."""
+    for role, name in (("profile", "profile.json"), ("metrics", "metrics.json")):
+        for path in b.find(role):
+            if path.name == name:
+                return path
+    return None
+
+
 def lift_bundle(root: Path, *, kernel: str | None = None, gpu=None) -> Fingerprint:
     from mosaic.bundle import load_bundle
 
@@ -94,9 +104,13 @@ def lift_bundle(root: Path, *, kernel: str | None = None, gpu=None) -> Fingerpri
     kernel = kernel or (b.kernel.name or None)
     ctx = Context(gpu=gpu, origin=where, launch=b.launch())
     log = b.read_text("ptxas_log")
-    metrics_path = b.one("metrics")
+    metrics_path = _metrics_file(b)
     if metrics_path is not None:
-        ctx.metrics = read_metrics(b.read_json("metrics"), str(metrics_path))
+        try:
+            data = limits.read_json(metrics_path)
+        except BadInput as exc:
+            raise BundleError(f"metrics file: {exc.what}", str(metrics_path)) from None
+        ctx.metrics = read_metrics(data, str(metrics_path))
     sass_path, cubin_path = b.one("sass"), b.one("cubin")
     if sass_path is None and cubin_path is None:
         raise BundleError("bundle has no SASS (and no cubin to disassemble); re-capture it with SASS", where)

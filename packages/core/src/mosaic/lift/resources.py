@@ -46,9 +46,14 @@ METRICS = {
                     "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"),
     "memory_throughput": ("dram__throughput.avg.pct_of_peak_sustained_elapsed",
                           "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
+    "occupancy.achieved": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
+    "l2.hit_rate": ("lts__t_sector_hit_rate.pct",),
 }
-STALL_PREFIXES = ("smsp__average_warp_latency_issue_stalled_", "smsp__pcsamp_warps_issue_stalled_",
-                  "smsp__warp_issue_stalled_")
+# stall reasons: per-issue warp-latency ratios (WarpStateStats) or PC-sampling counts (SourceCounters); the
+# first family present is used, never a sum of both (their units differ)
+STALL_PREFIXES = ("smsp__average_warps_issue_stalled_", "smsp__average_warp_latency_issue_stalled_",
+                  "smsp__pcsamp_warps_issue_stalled_", "smsp__warp_issue_stalled_")
+STALL_SUFFIXES = ("_per_issue_active", "_per_warp_active")
 
 
 def read_metrics(data, where: str) -> dict:
@@ -69,16 +74,21 @@ def read_metrics(data, where: str) -> dict:
 
 
 def stall_top(metrics: dict, n: int = 3) -> list | None:
-    stalls = {}
-    for k, v in metrics.items():
-        for p in STALL_PREFIXES:
-            if k.startswith(p):
-                reason = k[len(p):].split(".")[0]
-                if not reason.endswith("_not_issued"):
-                    stalls[reason] = stalls.get(reason, 0.0) + v
-    if not stalls:
-        return None
-    return [r for r, _ in sorted(stalls.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+    """The ``n`` largest stall reasons, from the first metric family (:data:`STALL_PREFIXES`) the profile
+    holds; ``*_not_issued`` variants (the same stall counted when no instruction issued) are left out."""
+    for p in STALL_PREFIXES:
+        stalls: dict[str, float] = {}
+        for k, v in metrics.items():
+            if not k.startswith(p):
+                continue
+            reason = k[len(p):].split(".")[0]
+            for suffix in STALL_SUFFIXES:
+                reason = reason.removesuffix(suffix)
+            if not reason.endswith("_not_issued"):
+                stalls[reason] = stalls.get(reason, 0.0) + v
+        if stalls:
+            return [r for r, _ in sorted(stalls.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+    return None
 
 
 def metric(metrics: dict, names: tuple) -> float | None:

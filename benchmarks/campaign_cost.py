@@ -12,12 +12,20 @@ Two parts:
   (distinct knob sets, so no compiler cache is shared between the rows) through the Ray executor's lowering
   stage (:class:`mosaic.run.executor.LoweringStage`) on a local Ray runtime of 1 and of C CPUs; lowerings per
   minute of wall time for each.
+* ``compile-once --python .venv312/bin/python --rounds R`` — what the CuTe artifact store
+  (``mosaic_target_cute.artifact_store``) saves the GPU worker per candidate, on the CPU: the template gemm
+  (default knobs unless ``--knob K=V``) is lowered once into a fresh store, then R times each, every time in a
+  fresh process (no in-memory JIT cache), the worker's two ways to get the kernel are timed after CuTe DSL's
+  import: ``cute.compile`` of the same kernel (what it did before) and loading the lowering's artifact (what it
+  does now); plus the lowering's extra cost (writing the artifact). Also checks the artifact's cubin is the
+  lowering's, byte for byte, and that the artifact's object file embeds it.
 
 ``--json OUT`` writes the rows as JSON too. Example::
 
     .venv/bin/python benchmarks/campaign_cost.py journal examples/h200-pallas-to-cute-gemm-4096
     .venv/bin/python benchmarks/campaign_cost.py lowering --language cute --python .venv312/bin/python \\
         --lowerings 4 --cores 1,2
+    .venv/bin/python benchmarks/campaign_cost.py compile-once --python .venv312/bin/python --rounds 5
 """
 
 from __future__ import annotations
@@ -25,8 +33,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -133,6 +144,77 @@ def lowering_rates(language: str, n: int, cores: list[int], python: str, gpu: st
     return rows
 
 
+# run in a fresh process of the cute plugin's Python: argv = mode, shape "MxNxK", knobs JSON, GPU name, work dir
+COMPILE_ONCE_PROBE = r"""
+import json, sys, time
+from pathlib import Path
+mode, shape, knobs, gpu_name, work = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], Path(sys.argv[5])
+import cutlass.cute  # noqa: F401 - the import is paid by either way; not timed
+from mosaic.plugins import PluginHost
+from mosaic.records import KernelSpec
+from mosaic_target_cute import artifact_store
+from mosaic_target_cute.backend import CuteBackend
+from mosaic_target_cute.knobs import GemmKnobs
+from mosaic_target_cute.lowering import compile_gemm, line_info
+gpu = PluginHost(allow="hopper").load().get("gpus", gpu_name)
+m, n, k = (int(v) for v in shape.split("x"))
+spec = KernelSpec("gemm", {"m": m, "n": n, "k": k}, "bf16", "cute", knobs)
+g = GemmKnobs(**knobs)
+key = artifact_store.artifact_key(artifact_store.key_inputs(g, m, n, k, "bf16", gpu.arch, gpu.sm_count, line_info()))
+out = {"mode": mode, "key": key}
+t = time.perf_counter()
+if mode == "lower":
+    low = CuteBackend().lower(spec, gpu, work)
+    out["notes"] = list(low.notes)
+    out["cubin"] = str(low.cubin)
+elif mode == "compile":
+    compile_gemm(g, m, n, k, "bf16", gpu.arch, gpu.sm_count, work)
+else:
+    got = artifact_store.load(key)
+    if isinstance(got, str):
+        raise SystemExit(got)
+    out["cubin"] = str(got.cubin)
+out["seconds"] = time.perf_counter() - t
+print("PROBE " + json.dumps(out))
+"""
+
+
+def _probe(python: str, mode: str, shape: str, knobs: dict, gpu: str, work: Path, env: dict) -> dict:
+    p = subprocess.run([python, "-c", COMPILE_ONCE_PROBE, mode, shape, json.dumps(knobs), gpu, str(work)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("PROBE ")), None)
+    if p.returncode != 0 or line is None:
+        raise SystemExit(f"compile-once probe '{mode}' failed (exit {p.returncode}): "
+                         f"{(p.stderr or p.stdout).strip().splitlines()[-1:] or ''}")
+    return json.loads(line[len("PROBE "):])
+
+
+def compile_once(python: str, rounds: int, shape: str, knobs: dict, gpu: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="mosaic-compile-once-") as tmp:
+        env = {**os.environ, "MOSAIC_CUTE_ARTIFACTS": str(Path(tmp) / "store")}
+        low = _probe(python, "lower", shape, knobs, gpu, Path(tmp) / "lower", env)
+        entry = Path(tmp) / "store" / low["key"]
+        manifest = json.loads((entry / "manifest.json").read_text())
+        lowered_cubin = Path(low["cubin"]).read_bytes()
+        same = (entry / "kernel.cubin").read_bytes() == lowered_cubin
+        embedded = lowered_cubin in (entry / "kernel.o").read_bytes()
+        object_bytes = (entry / "kernel.o").stat().st_size
+        compiles, loads = [], []
+        for r in range(rounds):  # alternate, so a change of load on the machine hits both columns alike
+            compiles.append(_probe(python, "compile", shape, knobs, gpu, Path(tmp) / f"compile{r}", env)["seconds"])
+            loads.append(_probe(python, "load", shape, knobs, gpu, Path(tmp) / f"load{r}", env)["seconds"])
+    row = {"shape": shape, "knobs": knobs, "key": low["key"], "rounds": rounds,
+           "lowering_compile_s": next(float(x.split("=")[1]) for x in low["notes"] if x.startswith("compile_seconds=")),
+           "artifact_export_s": manifest["export_seconds"], "artifact_note": next(
+               x for x in low["notes"] if x.startswith("artifact=")),
+           "worker_compile_s": [round(x, 3) for x in compiles], "worker_load_s": [round(x, 4) for x in loads],
+           "compile_median_s": round(statistics.median(compiles), 3), "load_median_s": round(statistics.median(loads), 4),
+           "cubin_same_as_lowering": same, "object_embeds_cubin": embedded,
+           "object_bytes": object_bytes}
+    row["saved_per_candidate_s"] = round(row["compile_median_s"] - row["load_median_s"], 3)
+    return row
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="part", required=True)
@@ -146,7 +228,13 @@ def main(argv=None) -> int:
     lo.add_argument("--gpu", default="h200")
     lo.add_argument("--shape", default="4096x4096x4096")
     lo.add_argument("--timeout", type=float, default=600.0)
-    for p in (j, lo):
+    co = sub.add_parser("compile-once", help="CuTe: the worker's compile vs loading the lowering's artifact (CPU)")
+    co.add_argument("--python", default=sys.executable, help="the interpreter whose env has the cute plugin")
+    co.add_argument("--rounds", type=int, default=5)
+    co.add_argument("--shape", default="4096x4096x4096")
+    co.add_argument("--knob", action="append", default=[], metavar="K=V", help="a knob as JSON value, e.g. stages=3")
+    co.add_argument("--gpu", default="h200")
+    for p in (j, lo, co):
         p.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     if a.part == "journal":
@@ -168,6 +256,30 @@ def main(argv=None) -> int:
             print(f"\n{r['campaign']}: per step: lowering wait / lowering's compile / gate (incl. the worker's "
                   "second compile) (s): "
                   + ", ".join(f"{s['step']}: {s['lower_wait_s']} / {s['compile_s']} / {s['gate_s']}" for s in r["steps"]))
+    elif a.part == "compile-once":
+        knobs = {}
+        for kv in a.knob:
+            name, eq, value = kv.partition("=")
+            try:
+                knobs[name] = json.loads(value) if eq else None
+            except ValueError:
+                knobs[name] = value
+            if not eq or not name:
+                print(f"--knob {kv!r}: expected K=V", file=sys.stderr)
+                return 2
+        if a.rounds < 1:
+            print("--rounds: at least 1", file=sys.stderr)
+            return 2
+        rows = [compile_once(a.python, a.rounds, a.shape, knobs, a.gpu)]
+        r = rows[0]
+        print(f"cute gemm {r['shape']} knobs {r['knobs'] or 'default'} (artifact {r['key'][:12]}), {r['rounds']} "
+              f"fresh processes each, after CuTe DSL's import:")
+        print(f"  worker compile (before): median {r['compile_median_s']} s  {r['worker_compile_s']}")
+        print(f"  worker load    (now):    median {r['load_median_s']} s  {r['worker_load_s']}")
+        print(f"  saved per candidate: {r['saved_per_candidate_s']} s; lowering's compile {r['lowering_compile_s']} s "
+              f"+ artifact export {r['artifact_export_s']} s ({r['object_bytes']} bytes)")
+        print(f"  artifact cubin == lowering's cubin: {r['cubin_same_as_lowering']}; object file embeds it: "
+              f"{r['object_embeds_cubin']}")
     else:
         from mosaic.families import parse_shape
 

@@ -16,9 +16,9 @@ from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, RecordError
 from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
 
-from mosaic_target_cute import budget
+from mosaic_target_cute import artifact_store, budget
 from mosaic_target_cute.knobs import FAMILY_KNOBS, GemmKnobs
-from mosaic_target_cute.lowering import compile_gemm, disassemble, ptxas_log
+from mosaic_target_cute.lowering import compile_gemm, disassemble, line_info, ptxas_log
 
 
 def gemm_dims(spec: KernelSpec) -> tuple[int, int, int]:
@@ -32,6 +32,19 @@ def _toolchain() -> dict:
     from importlib.metadata import version
 
     return {"nvidia-cutlass-dsl": version("nvidia-cutlass-dsl")}
+
+
+def keep_compiled(compiled, build, knobs: GemmKnobs, mnk, dtype: str, gpu: GpuTarget) -> str:
+    """Keep the lowering's compiled function for the GPU worker (:mod:`artifact_store`); the lowering's note.
+    A failure to keep it is noted, never fatal: the worker then compiles."""
+    inputs = artifact_store.key_inputs(knobs, *mnk, dtype, gpu.arch, gpu.sm_count, line_info())
+    key = artifact_store.artifact_key(inputs)
+    try:
+        where = artifact_store.save(compiled, build, key, inputs)
+    except Exception as exc:  # noqa: BLE001 - the DSL raises many types; the worker compiles instead
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        return f"artifact=not kept ({type(exc).__name__}: {first[:200]})"
+    return f"artifact={key[:12]}" if where is not None else "artifact=off"
 
 
 class CuteBackend:
@@ -57,13 +70,14 @@ class CuteBackend:
         knobs, (m, n, k) = self._knobs(spec)
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
-        _, build = compile_gemm(knobs, m, n, k, spec.dtype, gpu.arch, gpu.sm_count, workdir / "cute_dump")
+        compiled, build = compile_gemm(knobs, m, n, k, spec.dtype, gpu.arch, gpu.sm_count, workdir / "cute_dump")
         budget.check(build, gpu)
+        kept = keep_compiled(compiled, build, knobs, (m, n, k), spec.dtype, gpu)
         name = spec.name or f"cute_gemm_{knobs.kernel}"
         sass = disassemble(build.cubin, workdir / f"{name}.sass")
         log = ptxas_log(build.ptx, gpu.arch, workdir / f"{name}.ptxas.log")
         notes = (f"dynamic_smem={build.dynamic_smem}", f"threads={build.threads}", f"cluster={build.cluster}",
-                 f"grid_ctas={build.grid_ctas}", f"compile_seconds={build.compile_seconds:.2f}")
+                 f"grid_ctas={build.grid_ctas}", f"compile_seconds={build.compile_seconds:.2f}", kept)
         return Lowered(kernel_name=build.kernel_name, ptx=build.ptx, cubin=build.cubin, sass=sass,
                        ptxas_log=log, source=Path(__file__).parent / "kernels" / (
                            "naive_gemm.py" if knobs.kernel == "naive" else "hopper_gemm.py"),

@@ -27,7 +27,7 @@ CUTE_DTYPES = {"bf16": "BFloat16", "f16": "Float16"}
 @attrs.frozen
 class CuteBuild:
     kernel_name: str
-    ptx: Path
+    ptx: Path | None  # None for a build loaded from the artifact store (it keeps the cubin only)
     cubin: Path
     registers: int
     static_smem: int
@@ -60,6 +60,11 @@ def make_kernel(knobs: GemmKnobs, m: int, n: int, sm_count: int):
     return HopperGemm(knobs, max_active_clusters(knobs, m, n, sm_count))
 
 
+def line_info() -> bool:
+    """``MOSAIC_CUTE_DEBUG`` set: compile with line info (for compute-sanitizer / cuda-gdb reports)."""
+    return bool(os.environ.get("MOSAIC_CUTE_DEBUG"))
+
+
 def compile_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype: str, arch: str, sm_count: int,
                  dump_dir: Path, tensors=None, stream=None):
     """Compile; return (compiled callable, CuteBuild). Raises Unbuildable with the compiler's message."""
@@ -77,7 +82,7 @@ def compile_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype: str, arch: str
     kernel = make_kernel(knobs, m, n, sm_count)
     args = tensors if tensors is not None else gemm_tensors(m, n, k, dtype)
     options = f"--gpu-arch {arch} --keep-ptx --keep-cubin --dump-dir {dump_dir}"
-    if os.environ.get("MOSAIC_CUTE_DEBUG"):  # opt-in: line info for compute-sanitizer / cuda-gdb reports
+    if line_info():
         options += " --generate-line-info"
     start = time.perf_counter()
     try:
@@ -91,19 +96,23 @@ def compile_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype: str, arch: str
     cubin = sorted(dump_dir.glob("*.cubin"))
     if not ptx or not cubin:
         raise Unbuildable(f"cute.compile wrote no PTX/cubin under {dump_dir}", str(knobs))
-    kernels = read_cubin(cubin[0].read_bytes())
+    return compiled, describe(kernel, knobs, m, n, ptx[0], cubin[0], seconds)
+
+
+def describe(kernel, knobs: GemmKnobs, m: int, n: int, ptx: Path | None, cubin: Path, seconds: float) -> CuteBuild:
+    """The CuteBuild of a compiled kernel: the cubin's figures, the kernel object's launch."""
+    kernels = read_cubin(Path(cubin).read_bytes())
     if not kernels:
-        raise Unbuildable("the cubin holds no kernel", str(cubin[0]))
+        raise Unbuildable("the cubin holds no kernel", str(cubin))
     main = max(kernels, key=lambda kk: kk.code_bytes)
     cm, cn = (1, 1) if knobs.kernel == "naive" else knobs.cluster_mn
     if knobs.kernel == "naive":
         grid = (m // knobs.block_mn[0]) * (n // knobs.block_mn[1])
     else:
         grid = kernel.max_active_clusters * cm * cn
-    build = CuteBuild(kernel_name=main.name, ptx=ptx[0], cubin=cubin[0], registers=main.registers,
-                      static_smem=main.static_smem, dynamic_smem=int(kernel.smem_bytes or 0),
-                      threads=kernel.threads, cluster=(cm, cn, 1), grid_ctas=grid, compile_seconds=seconds)
-    return compiled, build
+    return CuteBuild(kernel_name=main.name, ptx=ptx, cubin=Path(cubin), registers=main.registers,
+                     static_smem=main.static_smem, dynamic_smem=int(kernel.smem_bytes or 0),
+                     threads=kernel.threads, cluster=(cm, cn, 1), grid_ctas=grid, compile_seconds=seconds)
 
 
 def disassemble(cubin: Path, out: Path) -> Path | None:

@@ -73,6 +73,14 @@ def compile_s(bundle: Path) -> float | None:
     return None
 
 
+def prepared_how(bundle: Path) -> str | None:
+    """How the GPU worker got the candidate's kernel (the gate's ``capture.isolation.prepared``): ``compiled``,
+    ``cached``, or, for CuTe with the artifact store, ``loaded artifact ...`` / ``compiled in ... s: <why>``."""
+    iso = (json.loads((bundle / "manifest.json").read_text()).get("capture") or {}).get("isolation") or {}
+    made = iso.get("prepared") or {}
+    return "; ".join(str(v) for v in made.values()) or None
+
+
 def journal_costs(directory: Path) -> dict:
     from mosaic.run.journal import read_campaign_journal
 
@@ -87,7 +95,8 @@ def journal_costs(directory: Path) -> dict:
                           "lower_wait_s": None if b is None else round(lower_wait_s(b), 3),
                           "compile_s": None if b is None else compile_s(b),
                           "gate_s": None if b is None else (json.loads((b / "manifest.json").read_text())
-                                                            .get("capture") or {}).get("wall_s")})
+                                                            .get("capture") or {}).get("wall_s"),
+                          "prepared": None if b is None else prepared_how(b)})
     gpus = sorted({(e.get("gpu") or {}).get("uuid") for e in events if e["event"] == "timed"} - {None})
     cost_s = float(stop["cost_s"]) if stop else sum(float(e.get("cost_s") or 0.0) for e in events)
     timed = stop["timed"] if stop else sum(1 for e in events if e["event"] == "verdict" and e.get("t_incumbent"))
@@ -254,8 +263,9 @@ def main(argv=None) -> int:
                   f"{', '.join(r['gpus']) or 'not recorded'} |")
         for r in rows:
             print(f"\n{r['campaign']}: per step: lowering wait / lowering's compile / gate (incl. the worker's "
-                  "second compile) (s): "
-                  + ", ".join(f"{s['step']}: {s['lower_wait_s']} / {s['compile_s']} / {s['gate_s']}" for s in r["steps"]))
+                  "prepare) (s) [how the worker prepared it]: "
+                  + ", ".join(f"{s['step']}: {s['lower_wait_s']} / {s['compile_s']} / {s['gate_s']} [{s['prepared']}]"
+                              for s in r["steps"]))
     elif a.part == "compile-once":
         knobs = {}
         for kv in a.knob:

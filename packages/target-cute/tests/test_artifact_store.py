@@ -125,11 +125,29 @@ def test_load_refuses_a_missing_a_foreign_or_a_broken_artifact(tmp_path, h200, m
     mpath.write_text(json.dumps({**manifest, "nvidia-cutlass-dsl": "4.7.0"}))
     why = artifact_store.load(key)
     assert why == f"artifact {key[:12]} was built by CuTe DSL 4.7.0, this is {artifact_store.dsl_version()}"
+    mpath.write_text(json.dumps({**manifest, "runtime": "cu99"}))
+    assert artifact_store.load(key).startswith(f"artifact {key[:12]} links CuTe DSL's cu99 runtime, this process has ")
     mpath.write_text(json.dumps(manifest))
     (tmp_path / "store" / key / "kernel.o").write_bytes(b"not an object file")
     assert artifact_store.load(key).startswith(f"artifact {key[:12]} did not load: ")
     monkeypatch.setenv(artifact_store.ENV, "off")
     assert artifact_store.root() is None and "off" in artifact_store.load(key)
+
+
+def test_a_compile_for_torch_tensors_of_the_lowered_layouts_builds_the_lowerings_cubin(tmp_path):
+    """What the worker compiled before (torch tensors, CPU ones here) is the kernel the artifact holds."""
+    torch = pytest.importorskip("torch")
+    from cutlass.cute.runtime import from_dlpack
+    from mosaic_target_cute.lowering import compile_gemm
+
+    m = n = k = 4096
+    a, b, c = (torch.zeros(s, dtype=torch.bfloat16) for s in ((m, k), (k, n), (m, n)))
+    views = (from_dlpack(a[None].permute(1, 2, 0), assumed_align=16),  # as CuteRunnable builds them
+             from_dlpack(b[None].permute(2, 1, 0), assumed_align=16),
+             from_dlpack(c[None].permute(1, 2, 0), assumed_align=16))
+    _, fake = compile_gemm(GemmKnobs(stages=3), m, n, k, "bf16", "sm_90a", 132, tmp_path / "fake")
+    _, real = compile_gemm(GemmKnobs(stages=3), m, n, k, "bf16", "sm_90a", 132, tmp_path / "torch", tensors=views)
+    assert real.cubin.read_bytes() == fake.cubin.read_bytes() and real.kernel_name == fake.kernel_name
 
 
 @pytest.mark.gpu

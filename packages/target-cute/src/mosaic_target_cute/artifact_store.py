@@ -9,7 +9,8 @@ annotation) and ``prepare()`` loads it (``cutlass.runtime.load_module``: links t
 needed to load, the CUDA module is loaded at the first launch).
 
 Layout: ``ROOT/<key>/`` holds ``kernel.o``, ``kernel.cubin`` (the cubin the lowering read its figures from)
-and ``manifest.json`` (the key's inputs, the CuTe DSL version, the host machine, and the lowering's
+and ``manifest.json`` (the key's inputs, the CuTe DSL version, the host machine, the DSL runtime library's
+build (cu12 / cu13), and the lowering's
 :class:`~mosaic_target_cute.lowering.CuteBuild` figures: the kernel object learns its shared memory while
 ``cute.compile`` traces it, so a kernel object that was not compiled cannot give them). ``ROOT`` is
 ``$MOSAIC_CUTE_ARTIFACTS``, else ``$MOSAIC_CACHE_DIR/cute-artifacts`` (``~/.cache/mosaic/cute-artifacts``);
@@ -17,7 +18,7 @@ and ``manifest.json`` (the key's inputs, the CuTe DSL version, the host machine,
 
 The key (:func:`artifact_key` of :func:`key_inputs`) is the SHA-256 of everything that decides what ``cute.compile`` builds: the
 knobs (defaults filled), m, n, k, dtype, arch, SM count, the line-info option and the bytes of the kernel
-sources; the DSL version and the host machine are checked from the manifest instead, so a mismatch is
+sources; the DSL version, the host machine and the runtime build are checked from the manifest instead, so a mismatch is
 reported as such (:func:`load` returns the reason; the caller compiles and records it).
 """
 
@@ -57,6 +58,15 @@ def dsl_version() -> str:
     from importlib.metadata import version
 
     return version("nvidia-cutlass-dsl")
+
+
+def runtime_variant() -> str:
+    """Which build of the DSL's runtime library the host code links against (``cu12`` / ``cu13``: the directory
+    of ``libcute_dsl_runtime.so`` in the wheel), or ``unknown``."""
+    from cutlass.runtime import find_runtime_libraries
+
+    libs = find_runtime_libraries(enable_tvm_ffi=False)
+    return Path(libs[0]).parent.parent.name if libs else "unknown"
 
 
 def _sources_digest() -> str:
@@ -113,7 +123,7 @@ def save(compiled, build, key: str, inputs: dict) -> Path | None:
         shutil.copyfile(build.cubin, tmp / "kernel.cubin")
         manifest = {"format": FORMAT, "key": key, "inputs": inputs, "nvidia-cutlass-dsl": dsl_version(),
                     "build": {f: getattr(build, f) for f in BUILD_FIELDS},
-                    "machine": platform.machine(), "prefix": PREFIX,
+                    "machine": platform.machine(), "runtime": runtime_variant(), "prefix": PREFIX,
                     "export_seconds": round(time.perf_counter() - start, 4)}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True, default=list))
         try:
@@ -148,6 +158,9 @@ def load(key: str) -> Loaded | str:
         return f"artifact {key[:12]} was built by CuTe DSL {built}, this is {here}"
     if manifest.get("machine") != platform.machine():
         return f"artifact {key[:12]} was built on {manifest.get('machine')}, this host is {platform.machine()}"
+    if manifest.get("runtime") != runtime_variant():
+        return (f"artifact {key[:12]} links CuTe DSL's {manifest.get('runtime')} runtime, this process has "
+                f"{runtime_variant()}")
     from mosaic_target_cute.lowering import CuteBuild
 
     try:

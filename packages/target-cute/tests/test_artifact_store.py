@@ -134,6 +134,17 @@ def test_load_refuses_a_missing_a_foreign_or_a_broken_artifact(tmp_path, h200, m
     assert artifact_store.root() is None and "off" in artifact_store.load(key)
 
 
+def test_two_artifacts_load_side_by_side_in_one_process(tmp_path, h200, monkeypatch):
+    """The worker keeps several prepared kernels: each artifact's symbols carry its own prefix."""
+    monkeypatch.setenv(artifact_store.ENV, str(tmp_path / "store"))
+    for knobs in ({"stages": 2}, {"stages": 3, "persistent": True}):
+        CuteBackend().lower(_spec(**knobs), h200, tmp_path / "lower")
+    one, two = artifact_store.load(_key(h200, stages=2)), artifact_store.load(_key(h200, stages=3, persistent=True))
+    assert isinstance(one, artifact_store.Loaded) and isinstance(two, artifact_store.Loaded), (one, two)
+    assert one.manifest["prefix"] != two.manifest["prefix"] and one.function is not two.function
+    assert one.build.dynamic_smem != two.build.dynamic_smem  # 2 vs 3 pipeline stages of A+B tiles
+
+
 def test_a_compile_for_torch_tensors_of_the_lowered_layouts_builds_the_lowerings_cubin(tmp_path):
     """What the worker compiled before (torch tensors, CPU ones here) is the kernel the artifact holds."""
     torch = pytest.importorskip("torch")
@@ -150,40 +161,48 @@ def test_a_compile_for_torch_tensors_of_the_lowered_layouts_builds_the_lowerings
     assert real.cubin.read_bytes() == fake.cubin.read_bytes() and real.kernel_name == fake.kernel_name
 
 
+def _prepare_and_run(spec, h200, workdir, a, b):
+    t0 = time.perf_counter()
+    r = CuteBackend().prepare(spec, h200, workdir, {"a": a, "b": b})
+    seconds = time.perf_counter() - t0
+    try:
+        r.poison()
+        r.launch()
+        return r.prepared_how, seconds, r.output()["c"]
+    finally:
+        r.close()
+
+
 @pytest.mark.gpu
 def test_worker_runs_the_loaded_artifact_same_bits_same_cubin_as_a_compile(tmp_path, h200, monkeypatch):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs torch with CUDA and a CUDA device")
     monkeypatch.setenv(artifact_store.ENV, str(tmp_path / "store"))
-    spec = _spec()
-    low = CuteBackend().lower(spec, h200, tmp_path / "lower")
+    low = CuteBackend().lower(_spec(), h200, tmp_path / "lower")
+    CuteBackend().lower(_spec(stages=3, persistent=True), h200, tmp_path / "lower2")
     rng = np.random.default_rng(0)
     a = rng.integers(-2, 3, (4096, 4096)).astype(np.float32)  # small integers: exact in bf16 and in fp32 sums
     b = rng.integers(-2, 3, (4096, 4096)).astype(np.float32)
     want = a @ b
-    runs = {}
-    for mode in ("store", "off", "foreign"):
-        if mode == "off":
-            monkeypatch.setenv(artifact_store.ENV, "off")
-        if mode == "foreign":
-            monkeypatch.setenv(artifact_store.ENV, str(tmp_path / "store"))
-            mpath = tmp_path / "store" / _key(h200) / "manifest.json"
-            mpath.write_text(json.dumps({**json.loads(mpath.read_text()), "nvidia-cutlass-dsl": "0.0"}))
-        t0 = time.perf_counter()
-        r = CuteBackend().prepare(spec, h200, tmp_path / f"run-{mode}", {"a": a, "b": b})
-        seconds = time.perf_counter() - t0
-        r.poison()
-        r.launch()
-        out = r.output()["c"]
-        runs[mode] = (r.prepared_how, seconds, out)
-        print(f"{mode}: prepare {seconds:.2f} s: {r.prepared_how}")
-        r.close()
+    runs = {"store": _prepare_and_run(_spec(), h200, tmp_path / "run-store", a, b),
+            "store2": _prepare_and_run(_spec(stages=3, persistent=True), h200, tmp_path / "run-store2", a, b)}
+    monkeypatch.setenv(artifact_store.ENV, "off")
+    runs["off"] = _prepare_and_run(_spec(), h200, tmp_path / "run-off", a, b)
+    monkeypatch.setenv(artifact_store.ENV, str(tmp_path / "store"))
+    mpath = tmp_path / "store" / _key(h200) / "manifest.json"
+    mpath.write_text(json.dumps({**json.loads(mpath.read_text()), "nvidia-cutlass-dsl": "0.0"}))
+    runs["foreign"] = _prepare_and_run(_spec(), h200, tmp_path / "run-foreign", a, b)
+    for mode, (how, seconds, _) in runs.items():
+        print(f"{mode}: prepare {seconds:.2f} s: {how}")
     assert runs["store"][0].startswith(f"loaded artifact {_key(h200)[:12]}")
+    assert runs["store2"][0].startswith(f"loaded artifact {_key(h200, stages=3, persistent=True)[:12]}")
     assert runs["off"][0].startswith("compiled in ") and "store off" in runs["off"][0]
-    assert "was built by CuTe DSL 0.0" in runs["foreign"][0] and runs["foreign"][0].startswith("compiled in ")
+    assert runs["foreign"][0].startswith("compiled in ") and "was built by CuTe DSL 0.0" in runs["foreign"][0]
     np.testing.assert_allclose(runs["store"][2], want, rtol=2 ** -7, atol=0)
+    np.testing.assert_allclose(runs["store2"][2], want, rtol=2 ** -7, atol=0)
     assert np.array_equal(runs["store"][2], runs["off"][2])  # the loaded kernel and a fresh compile: same bits
+    assert np.array_equal(runs["store"][2], runs["foreign"][2])
     compiled_cubin = sorted((tmp_path / "run-off" / "cute_run_dump").glob("*.cubin"))
     assert compiled_cubin and compiled_cubin[0].read_bytes() == low.cubin.read_bytes(), \
-        "the worker's compile for torch tensors built another cubin than the lowering's (now the one run)"
+        "the worker's compile for CUDA tensors built another cubin than the lowering's (now the one run)"

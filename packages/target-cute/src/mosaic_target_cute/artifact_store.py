@@ -36,7 +36,7 @@ from pathlib import Path
 import attrs
 
 ENV = "MOSAIC_CUTE_ARTIFACTS"
-PREFIX = "mosaic_cute"  # the object file's symbol prefix (one function per object file)
+PREFIX = "mosaic_cute_"  # + the key's first 16 hex digits: the object file's symbols, unique per artifact
 FORMAT = "mosaic-cute-artifact/1"
 #: the package files whose code is traced by cute.compile for a template gemm (their bytes are in the key)
 KERNEL_SOURCES = ("kernels/hopper_gemm.py", "kernels/naive_gemm.py", "knobs.py", "lowering.py")
@@ -115,7 +115,8 @@ def save(compiled, build, key: str, inputs: dict) -> Path | None:
     base.mkdir(parents=True, exist_ok=True)
     _load_runtime_libraries()
     start = time.perf_counter()
-    obj = compiled.dump_to_object(PREFIX)
+    prefix = PREFIX + key[:16]
+    obj = compiled.dump_to_object(prefix)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=base))
     try:
         tmp.chmod(0o755)  # mkdtemp's 0700 would hide the entry from other users of a shared cache
@@ -123,7 +124,7 @@ def save(compiled, build, key: str, inputs: dict) -> Path | None:
         shutil.copyfile(build.cubin, tmp / "kernel.cubin")
         manifest = {"format": FORMAT, "key": key, "inputs": inputs, "nvidia-cutlass-dsl": dsl_version(),
                     "build": {f: getattr(build, f) for f in BUILD_FIELDS},
-                    "machine": platform.machine(), "runtime": runtime_variant(), "prefix": PREFIX,
+                    "machine": platform.machine(), "runtime": runtime_variant(), "prefix": prefix,
                     "export_seconds": round(time.perf_counter() - start, 4)}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True, default=list))
         try:
@@ -173,7 +174,7 @@ def load(key: str) -> Loaded | str:
         from cutlass.runtime import load_module
 
         module = load_module(str(entry / "kernel.o"))
-        function = module[manifest.get("prefix", PREFIX)]
+        function = module[manifest["prefix"]]
     except Exception as exc:  # noqa: BLE001 - the DSL raises many types; the caller compiles instead
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
         return f"artifact {key[:12]} did not load: {type(exc).__name__}: {first[:300]}"

@@ -3,7 +3,9 @@
 Inputs of ``gemm``: ``a`` (m×k) and ``b`` (k×n) row-major, bf16/f16; output ``c`` (m×n), same dtype.
 ``lower`` compiles ahead of time for ``gpu.arch`` with no GPU, keeps PTX and cubin, disassembles SASS
 when nvdisasm is found, re-assembles the PTX with ``ptxas -v`` for the resource log when ptxas is found,
-and checks shared memory, registers, threads and cluster size against the GpuTarget record.
+and checks shared memory, registers, threads and cluster size against the GpuTarget record; it also keeps the
+compiled function (:mod:`mosaic_target_cute.artifact_store`), which ``prepare`` on the GPU loads instead of
+compiling again (it compiles, and says why, when the artifact is missing or foreign).
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def run_on_gpu(spec, h200, tmp_path, values="normal", seed=0):
         r.poison()
         r.launch()
         out = r.output()
-        assert r.poison_effective is not False, "the output buffer was not the poisoned one"
+        assert r.poison_effective is True, "the output buffer was not the poisoned one"
     finally:
         r.close()
     return oracle.check(spec.family, inputs, out, spec.dtype)

@@ -70,7 +70,7 @@ def test_lower_fills_sass_and_cubin_when_the_dump_has_ptx_only(tmp_path, h200, m
     shutil.copy(BUNDLE / "kernel.ptx", dump / "mosaic_gpu_module.ptx")
     shutil.copy(BUNDLE / "ptxas.log", dump / "mosaic_gpu_module.ptxas_log")
     monkeypatch.setattr(be, "jax_has_gpu", lambda: True)
-    monkeypatch.setattr(be.PallasBackend, "_gpu_compile_dump", lambda self, fn, mnk, dtype, d: be.collect_dump(dump))
+    monkeypatch.setattr(be, "gpu_compile_dump", lambda fn, args, d: be.collect_dump(dump))
     spec = KernelSpec(family="gemm", shape={"m": 4096, "n": 4096, "k": 4096}, dtype="bf16", language="pallas",
                       knobs=dict(tile_m=128, tile_n=128, tile_k=64, max_concurrent_steps=4), name="g")
     low = be.PallasBackend().lower(spec, h200, tmp_path / "lower")

@@ -52,11 +52,18 @@ def gemm_dims(spec: KernelSpec) -> tuple[int, int, int]:
         raise BadInput(f"gemm shape needs m, n, k; got {sorted(spec.shape)}", f"missing {exc}") from None
 
 
-def build_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int):
+def build_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int, into: bool = False):
     from mosaic_target_pallas.kernels import hopper_matmul, pipelined_matmul
 
     module = hopper_matmul if knobs.kernel == "jax-hopper" else pipelined_matmul
-    return module.build(knobs, m, n, k, dtype, num_ctas)
+    return module.build(knobs, m, n, k, dtype, num_ctas, into=into)
+
+
+def jax_has_cuda_plugin() -> bool:
+    """jax's CUDA plugin is installed (jax[cuda]): what jax's attention_mgpu asserts before it traces."""
+    from jax._src.lib import cuda_versions
+
+    return cuda_versions is not None
 
 
 def jax_has_gpu() -> bool:
@@ -95,15 +102,14 @@ class PallasBackend:
         return FAMILY_KNOBS[family]
 
     # -- building ---------------------------------------------------------------------------------
-    def _gemm_fn(self, spec: KernelSpec, gpu: GpuTarget, num_ctas: int | None = None):
+    def _gemm_fn(self, spec: KernelSpec, gpu: GpuTarget, num_ctas: int | None = None, into: bool = False):
         if spec.family != "gemm":
-            raise Unbuildable(f"pallas lowering covers the gemm family; '{spec.family}' runs on the GPU only "
-                              "(jax's attention_mgpu needs jax's CUDA plugin)", spec.family)
+            raise Unbuildable(f"pallas builds gemm, attention, rmsnorm, softmax; not '{spec.family}'", spec.family)
         knobs = GemmKnobs(**spec.knobs)
         m, n, k = gemm_dims(spec)
         dtype = _jax_dtype(spec)
         try:
-            fn = build_gemm(knobs, m, n, k, dtype, gpu.sm_count if num_ctas is None else num_ctas)
+            fn = build_gemm(knobs, m, n, k, dtype, gpu.sm_count if num_ctas is None else num_ctas, into=into)
         except RecordError as exc:  # the tiling does not divide the problem
             raise Unbuildable(str(exc), spec.name or "gemm") from None
         return fn, knobs, (m, n, k), dtype
@@ -127,59 +133,14 @@ class PallasBackend:
             from mosaic_target_pallas import rowwise
 
             return rowwise.lower(self, spec, gpu, workdir)
-        workdir = Path(workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
-        fn, knobs, (m, n, k), dtype = self._gemm_fn(spec, gpu)
-        args = (jax.ShapeDtypeStruct((m, k), dtype), jax.ShapeDtypeStruct((k, n), dtype))
-        name = spec.name or f"pallas_gemm_{knobs.kernel}"
-        smem = self.smem_bytes(fn, args)
-        budget = gpu.smem_per_block
-        over = fit.diagnose(fit.Footprint(where=name, smem_bytes=smem), gpu, ("smem-per-block",)) if smem else []
-        for diag in over:
-            diag = attrs.evolve(diag, message=f"shared memory {smem} B exceeds {gpu.name}'s {budget} B per block")
-            raise Unbuildable(diag.line(), name)
-        try:
-            with _smem_limit(budget):
-                lowered = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
-        except ValueError as exc:
-            raise Unbuildable(f"Mosaic GPU lowering failed: {exc}", name) from None
-        source = workdir / f"{name}.stablehlo.mlir"
-        source.write_text(lowered.as_text())
-        notes = [f"smem_bytes={smem}", f"cta_tile={knobs.cta_tile()}", f"cluster={knobs.cluster_size()}"]
-        ptx = sass = ptxas = None
-        resources = None
-        cubin = None
-        toolchain = _toolchain()
-        if jax_has_gpu():
-            ptx, sass, ptxas, resources = self._gpu_compile_dump(fn, (m, n, k), dtype, workdir / "mosaic_dump")
-            if ptx is not None and sass is None:
-                asm = assemble_ptx(ptx, gpu.arch, workdir / "from_ptx", runtime_log=ptxas)
-                cubin, sass = asm.cubin, asm.sass
-                notes.extend(asm.notes)
-                if asm.ptxas_version:
-                    toolchain["ptxas"] = asm.ptxas_version
+        if spec.family == "attention":
+            fn, args, name, notes = self._attention_fn(spec)
         else:
-            notes.append("PTX/SASS/ptxas log come from the GPU compile (MOSAIC_GPU_DUMP_TO); no GPU here")
-        return Lowered(kernel_name=name, ptx=ptx, cubin=cubin, sass=sass, ptxas_log=ptxas, source=source,
-                       resources=resources, toolchain=toolchain, notes=tuple(notes))
-
-    def _gpu_compile_dump(self, fn, mnk, dtype, dump: Path):
-        """Compile and run once with MOSAIC_GPU_DUMP_TO=dump; return (ptx, sass, ptxas log, resources)."""
-        import jax
-        import jax.numpy as jnp
-
-        m, n, k = mnk
-        dump.mkdir(parents=True, exist_ok=True)
-        old = os.environ.get("MOSAIC_GPU_DUMP_TO")
-        os.environ["MOSAIC_GPU_DUMP_TO"] = str(dump)
-        try:
-            jax.block_until_ready(jax.jit(fn)(jnp.zeros((m, k), dtype), jnp.zeros((k, n), dtype)))
-        finally:
-            if old is None:
-                os.environ.pop("MOSAIC_GPU_DUMP_TO", None)
-            else:
-                os.environ["MOSAIC_GPU_DUMP_TO"] = old
-        return collect_dump(dump)
+            fn, knobs, (m, n, k), dtype = self._gemm_fn(spec, gpu)
+            args = [jax.ShapeDtypeStruct((m, k), dtype), jax.ShapeDtypeStruct((k, n), dtype)]
+            name = spec.name or f"pallas_gemm_{knobs.kernel}"
+            notes = [f"cta_tile={knobs.cta_tile()}", f"cluster={knobs.cluster_size()}"]
+        return lower_fn(self, fn, args, name, gpu, workdir, notes)
 
     # -- running ----------------------------------------------------------------------------------
     def prepare(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs: dict[str, Any]):
@@ -193,43 +154,110 @@ class PallasBackend:
             from mosaic_target_pallas import rowwise
 
             return rowwise.prepare(spec, inputs)
-        fn, knobs, (m, n, k), dtype = self._gemm_fn(spec, gpu)
+        fn, knobs, (m, n, k), dtype = self._gemm_fn(spec, gpu, into=True)
         for key, shape in (("a", (m, k)), ("b", (k, n))):
             if key not in inputs or tuple(np.shape(inputs[key])) != shape:
                 raise BadInput(f"gemm input '{key}' must have shape {shape}",
                                f"got {None if key not in inputs else np.shape(inputs[key])}")
-        return PallasRunnable(fn, [inputs["a"], inputs["b"]], dtype, (m, n))
+        return PallasRunnable(fn, [inputs["a"], inputs["b"]], dtype, (m, n), writes_into=True)
 
 
-    def _prepare_attention(self, spec: KernelSpec, inputs: dict[str, Any]):
-        """jax's attention_mgpu forward. The family's inputs are in the oracle's layout, q (batch, heads, seq,
-        head_dim) and k, v (batch, kv_heads, seq, head_dim); attention_mgpu wants (batch, seq, heads, head_dim), so
-        q, k, v are transposed on the device and the output transposed back. Causality is part of the problem
-        (``--shape ...,causal=1``), not a tuning choice: the knob must agree with it."""
+    def _attention_fn(self, spec: KernelSpec):
+        """jax's attention_mgpu forward as ``f(q, k, v) -> o`` in the family's layout, its argument shapes, a name
+        and notes. The family's inputs are in the oracle's layout, q (batch, heads, seq, head_dim) and k, v
+        (batch, kv_heads, seq, head_dim); attention_mgpu wants (batch, seq, heads, head_dim), so q, k, v are
+        transposed on the device and the output transposed back. Causality is part of the problem (``--shape
+        ...,causal=1``), not a tuning choice: the knob must agree with it (checked before anything is traced).
+        jax's kernel asserts its CUDA plugin at trace time, so without jax[cuda] this is Unbuildable."""
+        import jax
         import jax.numpy as jnp
-        from jax.experimental.pallas.ops.gpu import attention_mgpu as am
 
         from mosaic_target_pallas.knobs import AttentionKnobs
-        from mosaic_target_pallas.runnable import PallasRunnable
 
         kn = AttentionKnobs(**spec.knobs)
+        try:
+            b, s, h, d = (spec.shape[x] for x in ("batch", "seq", "heads", "head_dim"))
+        except KeyError as exc:
+            raise BadInput(f"attention shape needs batch, seq, heads, head_dim; got {sorted(spec.shape)}",
+                           f"missing {exc}") from None
+        kv = spec.shape.get("kv_heads", h)
         causal = bool(spec.shape.get("causal", 0))
         if "causal" in spec.knobs and kn.causal != causal:
             raise BadInput(f"attention knob causal={kn.causal} contradicts the problem (causal={int(causal)})",
                            "causality is part of the problem: set it in --shape (causal=1), not as a knob")
+        dtype = _jax_dtype(spec)
+        if not jax_has_cuda_plugin():
+            raise Unbuildable("jax's attention_mgpu needs jax's CUDA plugin (jax[cuda]) even to trace: it lowers "
+                              "and runs where that is installed (the GPU), not here", spec.name or "attention")
+        from jax.experimental.pallas.ops.gpu import attention_mgpu as am
+
         cfg = am.TuningConfig(block_q=kn.block_q, block_kv=kn.block_kv, max_concurrent_steps=kn.max_concurrent_steps,
                               use_schedule_barrier=kn.use_schedule_barrier, causal=causal)
-        missing = [x for x in ("q", "k", "v") if x not in inputs]
-        if missing:
-            raise BadInput(f"attention inputs q, k, v are needed; missing {', '.join(missing)}", "inputs")
-        dtype = _jax_dtype(spec)
 
         def forward(q, k, v):
             o = am.attention(jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), cfg)
             return jnp.swapaxes(o, 1, 2)
 
-        return PallasRunnable(forward, [inputs["q"], inputs["k"], inputs["v"]], dtype, np.shape(inputs["q"]),
+        args = [jax.ShapeDtypeStruct((b, h, s, d), dtype), jax.ShapeDtypeStruct((b, kv, s, d), dtype),
+                jax.ShapeDtypeStruct((b, kv, s, d), dtype)]
+        notes = [f"block_q={kn.block_q}", f"block_kv={kn.block_kv}", f"stages={kn.max_concurrent_steps}",
+                 f"causal={int(causal)}", "jax's attention_mgpu in (batch, seq, heads, head_dim): q, k, v and o "
+                 "transposed around it on the device (the lowered module holds the transposes)"]
+        return forward, args, spec.name or "pallas_attention_mgpu", notes
+
+    def _prepare_attention(self, spec: KernelSpec, inputs: dict[str, Any]):
+        """jax's attention_mgpu forward (:meth:`_attention_fn`). It allocates its own output, so the runnable
+        cannot run it in the poisoned buffer (``runnable.py``: ``poison_effective`` is False)."""
+        from mosaic_target_pallas.runnable import PallasRunnable
+
+        forward, args, _, _ = self._attention_fn(spec)
+        missing = [x for x in ("q", "k", "v") if x not in inputs]
+        if missing:
+            raise BadInput(f"attention inputs q, k, v are needed; missing {', '.join(missing)}", "inputs")
+        for key, a in zip(("q", "k", "v"), args, strict=True):
+            if tuple(np.shape(inputs[key])) != a.shape:
+                raise BadInput(f"attention input '{key}' must have shape {a.shape}", f"got {np.shape(inputs[key])}")
+        return PallasRunnable(forward, [inputs["q"], inputs["k"], inputs["v"]], args[0].dtype, args[0].shape,
                               out_name="o")
+
+
+def lower_fn(backend, fn, args, name: str, gpu: GpuTarget, workdir: Path, notes: list,
+             smem_detail: str = "") -> Lowered:
+    """Lower ``fn(*args)`` for the ``cuda`` platform: the shared-memory probe against ``gpu``, the StableHLO as the
+    source artifact, and with a CUDA backend the compile dump's PTX, SASS (or ptxas's, :func:`assemble_ptx`) and
+    ptxas log. ``smem_detail``: what the kernel's buffers are, for the over-budget line."""
+    import jax
+
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    smem = backend.smem_bytes(fn, args)
+    budget = gpu.smem_per_block
+    if smem and fit.diagnose(fit.Footprint(where=name, smem_bytes=smem), gpu, ("smem-per-block",)):
+        raise Unbuildable(f"[smem-per-block] {name}: shared memory {smem} B exceeds {gpu.name}'s {budget} B per block"
+                          + (f" ({smem_detail})" if smem_detail else ""), name)
+    try:
+        with _smem_limit(budget):
+            lowered = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+    except (ValueError, NotImplementedError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise Unbuildable(f"Mosaic GPU lowering failed: {first}", name) from None
+    source = workdir / f"{name}.stablehlo.mlir"
+    source.write_text(lowered.as_text())
+    notes = [f"smem_bytes={smem}", *notes]
+    ptx = sass = ptxas = resources = cubin = None
+    toolchain = _toolchain()
+    if jax_has_gpu():
+        ptx, sass, ptxas, resources = gpu_compile_dump(fn, args, workdir / "mosaic_dump")
+        if ptx is not None and sass is None:
+            asm = assemble_ptx(ptx, gpu.arch, workdir / "from_ptx", runtime_log=ptxas)
+            cubin, sass = asm.cubin, asm.sass
+            notes.extend(asm.notes)
+            if asm.ptxas_version:
+                toolchain["ptxas"] = asm.ptxas_version
+    else:
+        notes.append("PTX/SASS/ptxas log come from the GPU compile (MOSAIC_GPU_DUMP_TO); no GPU here")
+    return Lowered(kernel_name=name, ptx=ptx, cubin=cubin, sass=sass, ptxas_log=ptxas, source=source,
+                   resources=resources, toolchain=toolchain, notes=tuple(notes))
 
 
 @attrs.frozen
@@ -293,6 +321,24 @@ def _max_registers(log: str) -> int | None:
     """The largest register count of any function in a ptxas -v log (None when it states none)."""
     regs = [f.registers for f in _ptxas.parse_log(log) if f.registers is not None]
     return max(regs) if regs else None
+
+
+def gpu_compile_dump(fn, args, dump: Path):
+    """Compile and run once on zeros with MOSAIC_GPU_DUMP_TO=dump; (ptx, sass, ptxas log, resources)."""
+    import jax
+    import jax.numpy as jnp
+
+    dump.mkdir(parents=True, exist_ok=True)
+    old = os.environ.get("MOSAIC_GPU_DUMP_TO")
+    os.environ["MOSAIC_GPU_DUMP_TO"] = str(dump)
+    try:
+        jax.block_until_ready(jax.jit(fn)(*(jnp.zeros(a.shape, a.dtype) for a in args)))
+    finally:
+        if old is None:
+            os.environ.pop("MOSAIC_GPU_DUMP_TO", None)
+        else:
+            os.environ["MOSAIC_GPU_DUMP_TO"] = old
+    return collect_dump(dump)
 
 
 def collect_dump(dump: Path):

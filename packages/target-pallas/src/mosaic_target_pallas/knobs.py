@@ -37,23 +37,60 @@ def _int_in(lo: int, hi: int):
     return check
 
 
+def _bool(inst, attribute, value):
+    if not isinstance(value, bool):
+        fail(inst, attribute, value, "true or false")
+
+
+# Knob values arrive as strings from the command line (``mosaic capture --knob tile_m=128 --knob causal=true``):
+# each knob's converter turns the strings of its type into values and leaves anything else to the validator,
+# whose message then names the field and what it takes.
+
+def _int(value):
+    """``"128"`` -> 128 (digits only; ``"1.5"`` or ``"x"`` stay strings and fail the validator)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value
+
+
+def _optional_int(value):
+    """``"none"`` (any case) -> None, digits -> int."""
+    if isinstance(value, str) and value.strip().lower() == "none":
+        return None
+    return _int(value)
+
+
+def _optional_str(value):
+    """``"none"`` (any case) -> None."""
+    if isinstance(value, str) and value.strip().lower() == "none":
+        return None
+    return value
+
+
+def _flag(value):
+    """true/false/1/0 (any case) -> bool; anything else is left for the validator."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "false", "0"):
+        return value.strip().lower() in ("true", "1")
+    return value
+
+
 @attrs.frozen
 class GemmKnobs:
     kernel: str = attrs.field(default="jax-hopper", validator=one_of(*GEMM_KERNELS))
-    tile_m: int = attrs.field(default=128, validator=_pow2_in(64, 256))
-    tile_n: int = attrs.field(default=128, validator=_pow2_in(8, 256))
-    tile_k: int = attrs.field(default=64, validator=_pow2_in(16, 256))
-    max_concurrent_steps: int = attrs.field(default=4, validator=_int_in(1, 8))
-    epi_tile_m: int | None = attrs.field(default=64)
-    epi_tile_n: int | None = attrs.field(default=64)
+    tile_m: int = attrs.field(default=128, converter=_int, validator=_pow2_in(64, 256))
+    tile_n: int = attrs.field(default=128, converter=_int, validator=_pow2_in(8, 256))
+    tile_k: int = attrs.field(default=64, converter=_int, validator=_pow2_in(16, 256))
+    max_concurrent_steps: int = attrs.field(default=4, converter=_int, validator=_int_in(1, 8))
+    epi_tile_m: int | None = attrs.field(default=64, converter=_optional_int)
+    epi_tile_n: int | None = attrs.field(default=64, converter=_optional_int)
     grid_minor_dim: str = attrs.field(default="n", validator=one_of(*DIMS))
-    grid_tile_width: int = attrs.field(default=1, validator=_int_in(1, 64))
+    grid_tile_width: int = attrs.field(default=1, converter=_int, validator=_int_in(1, 64))
     # jax-hopper only
     wg_dimension: str = attrs.field(default="n", validator=one_of(*DIMS))
-    cluster_dimension: str | None = attrs.field(default=None)
+    cluster_dimension: str | None = attrs.field(default=None, converter=_optional_str)
     # pipelined only
-    persistent: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    delay_release: int = attrs.field(default=0, validator=_int_in(0, 1))
+    persistent: bool = attrs.field(default=True, converter=_flag, validator=_bool)
+    delay_release: int = attrs.field(default=0, converter=_int, validator=_int_in(0, 1))
 
     @epi_tile_m.validator
     @epi_tile_n.validator
@@ -110,11 +147,12 @@ class GemmKnobs:
 class AttentionKnobs:
     """jax's ``attention_mgpu.TuningConfig`` (forward only)."""
 
-    block_q: int = attrs.field(default=64, validator=_pow2_in(64, 256))
-    block_kv: int = attrs.field(default=64, validator=_pow2_in(64, 256))
-    max_concurrent_steps: int = attrs.field(default=2, validator=_int_in(2, 8))
-    use_schedule_barrier: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    causal: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    block_q: int = attrs.field(default=64, converter=_int, validator=_pow2_in(64, 256))
+    block_kv: int = attrs.field(default=64, converter=_int, validator=_pow2_in(64, 256))
+    max_concurrent_steps: int = attrs.field(default=2, converter=_int, validator=_int_in(2, 8))
+    use_schedule_barrier: bool = attrs.field(default=True, converter=_flag, validator=_bool)
+    #: must agree with the problem (``--shape ...,causal=1``): causality is not a tuning choice
+    causal: bool = attrs.field(default=False, converter=_flag, validator=_bool)
 
 
 FAMILY_KNOBS = {"gemm": GemmKnobs, "attention": AttentionKnobs}

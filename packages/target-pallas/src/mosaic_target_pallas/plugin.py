@@ -5,9 +5,11 @@ Capabilities say what works where, per family, so nothing is advertised that doe
 * ``gemm``: ``cpu-lowering`` (StableHLO + shared-memory check against the GpuTarget, no GPU),
   ``interpreter`` (jax's GPU interpreter with race detection, one CTA), ``gpu-capture``
   (PTX/SASS/ptxas log via MOSAIC_GPU_DUMP_TO, timing through ``prepare``).
-* ``attention`` (jax's attention_mgpu, forward): ``gpu-run`` (prepare) only. It cannot run in the interpreter
-  (``attention:no-interpreter``): jax's kernel asserts a CUDA plugin is present and launches a
-  multi-CTA grid, while the interpreter simulates one CTA.
+* ``attention`` (jax's attention_mgpu, forward): ``gpu-capture`` (lowered, PTX/SASS dumped and timed where
+  jax's CUDA plugin is installed) only. jax's kernel asserts that plugin before it traces, so it neither lowers
+  on a machine without it (``attention:no-cpu-lowering``) nor runs in the interpreter
+  (``attention:no-interpreter``; it also launches a multi-CTA grid, while the interpreter simulates one CTA).
+  It allocates its own output, so the capture's poisoned buffer cannot reach it (``runnable.py``).
 * ``rmsnorm``, ``softmax`` (the project's own row-wise kernels, ``rowwise.py``): ``cpu-lowering``,
   ``interpreter`` and ``race-detection`` (every knob runs in jax's GPU interpreter against the float64
   oracle), ``gpu-capture`` like gemm.
@@ -31,7 +33,7 @@ LANGUAGE = Language(
     families=("gemm", "attention", "rmsnorm", "softmax"),
     capabilities=frozenset({
         "gemm:cpu-lowering", "gemm:interpreter", "gemm:race-detection", "gemm:gpu-capture",
-        "attention:gpu-run", "attention:no-interpreter", "attention:no-cpu-lowering",
+        "attention:gpu-run", "attention:gpu-capture", "attention:no-interpreter", "attention:no-cpu-lowering",
         *(f"{family}:{cap}" for family in ("rmsnorm", "softmax")
           for cap in ("cpu-lowering", "interpreter", "race-detection", "gpu-capture")),
     }),

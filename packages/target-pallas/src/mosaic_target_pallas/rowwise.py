@@ -28,6 +28,7 @@ from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget, KernelSpec
 
+from mosaic_target_pallas.backend import gpu_compile_dump  # noqa: F401 - kernel_file.py imports it from here
 from mosaic_target_pallas.rowwise_knobs import LANES, ROWWISE_KNOBS, WARPS, RmsnormKnobs, RowwiseKnobs
 
 FAMILIES = tuple(ROWWISE_KNOBS)
@@ -69,11 +70,14 @@ def _layouts(knobs: RowwiseKnobs):
     return block, row
 
 
-def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_wait: bool = True):
-    """A callable ``f(x, w) -> y`` (rmsnorm) or ``f(x) -> y`` (softmax) on (rows, cols) arrays of ``dtype``.
-    Knobs that do not fit the problem raise Unbuildable with one line. ``store_wait=False`` drops the wait
-    that keeps an in-place store ahead of the pipeline's next load into its stage: a planted race, for the
-    interpreter's race detector to find (tests only)."""
+def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_wait: bool = True,
+          into: bool = False):
+    """A callable ``f(x, w) -> y`` (rmsnorm) or ``f(x) -> y`` (softmax) on (rows, cols) arrays of ``dtype``;
+    ``into=True``: ``f(x, w, out)`` / ``f(x, out)``, the kernel writing ``y`` into ``out``'s buffer
+    (``output_buffer.py``: what the capture's poisoned output needs). Knobs that do not fit the problem
+    raise Unbuildable with one line. ``store_wait=False`` drops the wait that keeps an in-place store ahead
+    of the pipeline's next load into its stage: a planted race, for the interpreter's race detector to find
+    (tests only)."""
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -180,14 +184,22 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
             scratch += [plgpu.SMEM((boxes, tw), dtype), plgpu.Barrier()]
         pl.run_scoped(scoped, *scratch)
 
+    view = (rows, boxes, tw)
     call = plgpu.kernel(
         body,
-        out_type=jax.ShapeDtypeStruct((rows, boxes, tw), dtype),
+        out_type=() if into else jax.ShapeDtypeStruct(view, dtype),
         grid=(ctas,), grid_names=("cta",),
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane,
                                              approx_math=knobs.approx_math),
     )
 
+    if into:
+        from mosaic_target_pallas.output_buffer import writing_into
+
+        write = writing_into(call, view, (rows, cols))
+        if rmsnorm:
+            return lambda x, w, out: write(x.reshape(view), w.reshape(boxes, tw), out)
+        return lambda x, out: write(x.reshape(view), out)
     if rmsnorm:
         def fn(x, w):
             return call(x.reshape(rows, boxes, tw), w.reshape(boxes, tw)).reshape(rows, cols)
@@ -203,68 +215,22 @@ def arg_shapes(family: str, rows: int, cols: int) -> list[tuple[str, tuple]]:
 
 
 def lower(backend, spec: KernelSpec, gpu: GpuTarget, workdir: Path) -> Lowered:
-    """The rmsnorm/softmax half of ``PallasBackend.lower`` (same artifacts and notes as the gemm half)."""
+    """The rmsnorm/softmax half of ``PallasBackend.lower`` (``backend.lower_fn``: the same artifacts and notes as
+    the gemm half)."""
     import jax
 
     from mosaic_target_pallas import backend as be
 
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     knobs, (rows, cols), dtype = knobs_of(spec), dims(spec), be._jax_dtype(spec)
     name = spec.name or f"pallas_{spec.family}"
     fn = build(spec.family, knobs, rows, cols, dtype)
     args = [jax.ShapeDtypeStruct(shape, dtype) for _, shape in arg_shapes(spec.family, rows, cols)]
-    smem = backend.smem_bytes(fn, args)
-    if smem and smem > gpu.smem_per_block:
-        raise Unbuildable(f"[smem-per-block] {name}: shared memory {smem} B exceeds {gpu.name}'s "
-                          f"{gpu.smem_per_block} B per block (block_rows={knobs.block_rows} x cols={cols}, "
-                          f"{knobs.max_concurrent_steps} stages + {knobs.out_slots} output slots)", name)
-    try:
-        with be._smem_limit(gpu.smem_per_block):
-            lowered = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
-    except (ValueError, NotImplementedError) as exc:
-        raise Unbuildable(f"Mosaic GPU lowering failed: {str(exc).splitlines()[0]}", name) from None
-    source = workdir / f"{name}.stablehlo.mlir"
-    source.write_text(lowered.as_text())
-    notes = [f"smem_bytes={smem}", f"block={knobs.block_rows}x{cols} as {cols // knobs.tma_cols} TMA boxes of "
-             f"{knobs.tma_cols}", f"grid={rows // knobs.rows_per_cta()} CTAs x {knobs.blocks_per_cta} blocks",
+    notes = [f"block={knobs.block_rows}x{cols} as {cols // knobs.tma_cols} TMA boxes of {knobs.tma_cols}",
+             f"grid={rows // knobs.rows_per_cta()} CTAs x {knobs.blocks_per_cta} blocks",
              f"stages={knobs.max_concurrent_steps}", f"out_slots={knobs.out_slots}"]
-    ptx = sass = ptxas = resources = cubin = None
-    toolchain = be._toolchain()
-    if be.jax_has_gpu():
-        ptx, sass, ptxas, resources = gpu_compile_dump(fn, args, workdir / "mosaic_dump")
-        if ptx is not None and sass is None:
-            asm = be.assemble_ptx(ptx, gpu.arch, workdir / "from_ptx", runtime_log=ptxas)
-            cubin, sass = asm.cubin, asm.sass
-            notes.extend(asm.notes)
-            if asm.ptxas_version:
-                toolchain["ptxas"] = asm.ptxas_version
-    else:
-        notes.append("PTX/SASS/ptxas log come from the GPU compile (MOSAIC_GPU_DUMP_TO); no GPU here")
-    return Lowered(kernel_name=name, ptx=ptx, cubin=cubin, sass=sass, ptxas_log=ptxas, source=source,
-                   resources=resources, toolchain=toolchain, notes=tuple(notes))
-
-
-def gpu_compile_dump(fn, args, dump: Path):
-    """Compile and run once on zeros with MOSAIC_GPU_DUMP_TO=dump; (ptx, sass, ptxas log, resources)."""
-    import os
-
-    import jax
-    import jax.numpy as jnp
-
-    from mosaic_target_pallas.backend import collect_dump
-
-    dump.mkdir(parents=True, exist_ok=True)
-    old = os.environ.get("MOSAIC_GPU_DUMP_TO")
-    os.environ["MOSAIC_GPU_DUMP_TO"] = str(dump)
-    try:
-        jax.block_until_ready(jax.jit(fn)(*(jnp.zeros(a.shape, a.dtype) for a in args)))
-    finally:
-        if old is None:
-            os.environ.pop("MOSAIC_GPU_DUMP_TO", None)
-        else:
-            os.environ["MOSAIC_GPU_DUMP_TO"] = old
-    return collect_dump(dump)
+    detail = (f"block_rows={knobs.block_rows} x cols={cols}, {knobs.max_concurrent_steps} stages + "
+              f"{knobs.out_slots} output slots")
+    return be.lower_fn(backend, fn, args, name, gpu, workdir, notes, smem_detail=detail)
 
 
 def prepare(spec: KernelSpec, inputs: dict):
@@ -275,29 +241,31 @@ def prepare(spec: KernelSpec, inputs: dict):
     from mosaic_target_pallas.runnable import PallasRunnable
 
     knobs, (rows, cols), dtype = knobs_of(spec), dims(spec), _jax_dtype(spec)
-    fn = build(spec.family, knobs, rows, cols, dtype)
+    fn = build(spec.family, knobs, rows, cols, dtype, into=True)
     args = []
     for key, shape in arg_shapes(spec.family, rows, cols):
         if key not in inputs or tuple(np.shape(inputs[key])) != shape:
             raise BadInput(f"{spec.family} input '{key}' must have shape {shape}",
                            f"got {None if key not in inputs else np.shape(inputs[key])}")
         args.append(inputs[key])
-    return PallasRunnable(fn, args, dtype, (rows, cols), out_name="y")
+    return PallasRunnable(fn, args, dtype, (rows, cols), out_name="y", writes_into=True)
 
 
 def run_interpreted(spec: KernelSpec, inputs: dict, detect_races: bool = True):
     """Run the kernel of ``spec`` on the family's ``inputs`` in jax's GPU interpreter (CPU; ``interpret.py``):
-    an InterpretResult whose one output is ``y``. The interpreter computes on the CPU through XLA, which
-    flushes float32 subnormals to zero, so bf16 subnormal inputs read as zero here (not on the GPU)."""
+    an InterpretResult whose one output is ``y``. As on the GPU, the kernel writes into an output buffer filled
+    with NaN beforehand (``build(into=True)``), so an element it never writes reads NaN and fails the oracle.
+    The interpreter computes on the CPU through XLA, which flushes float32 subnormals to zero, so bf16 subnormal
+    inputs read as zero here (not on the GPU)."""
     import jax.numpy as jnp
 
     from mosaic_target_pallas import interpret
     from mosaic_target_pallas.backend import _jax_dtype
 
     knobs, (rows, cols), dtype = knobs_of(spec), dims(spec), _jax_dtype(spec)
-    fn = build(spec.family, knobs, rows, cols, dtype)
+    fn = build(spec.family, knobs, rows, cols, dtype, into=True)
     args = [jnp.asarray(inputs[key], dtype) for key, _ in arg_shapes(spec.family, rows, cols)]
-    return interpret.run(fn, *args, detect_races=detect_races)
+    return interpret.run(fn, *args, jnp.full((rows, cols), jnp.nan, dtype), detect_races=detect_races)
 
 
 __all__ = ["FAMILIES", "RmsnormKnobs", "build", "lower", "prepare", "run_interpreted"]

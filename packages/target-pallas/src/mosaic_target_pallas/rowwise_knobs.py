@@ -37,7 +37,9 @@ that must tile the box, and the pipeline depth that cannot exceed the blocks a C
 from __future__ import annotations
 
 import attrs
-from mosaic.fields import fail, one_of
+from mosaic.fields import one_of
+
+from mosaic_target_pallas.knobs import _bool, _flag, _int, _int_in, _pow2_in
 
 #: Mosaic GPU's TMA limit: at most this many elements along any dimension of one async copy
 TMA_MAX_BOX = 256
@@ -47,41 +49,6 @@ LANES = 32
 PIPELINE_DEFAULTS = (2, 1)
 #: shared memory Mosaic GPU reserves for cross-warp reductions (CompilerParams.reduction_scratch_bytes)
 REDUCTION_SCRATCH = 128 * 4 * 4
-
-
-def _pow2_in(lo: int, hi: int):
-    def check(inst, attribute, value):
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi or value & (value - 1):
-            fail(inst, attribute, value, f"a power of two in [{lo}, {hi}]")
-
-    return check
-
-
-def _int_in(lo: int, hi: int):
-    def check(inst, attribute, value):
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            fail(inst, attribute, value, f"an integer in [{lo}, {hi}]")
-
-    return check
-
-
-def _bool(inst, attribute, value):
-    if not isinstance(value, bool):
-        fail(inst, attribute, value, "true or false")
-
-
-def _int(value):
-    """Knobs arrive as strings from the command line (``--knob block_rows=8``)."""
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return value
-
-
-def _flag(value):
-    """``--knob online=false``: true/false/1/0 (any case) as a bool; anything else is left for the validator."""
-    if isinstance(value, str) and value.strip().lower() in ("true", "1", "false", "0"):
-        return value.strip().lower() in ("true", "1")
-    return value
 
 
 #: the tuning table: every value each knob takes (field metadata for the ``knobs`` proposer; the tests lower

@@ -28,8 +28,9 @@ def tuning_config(knobs: GemmKnobs):
     )
 
 
-def build(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int):
-    """A callable ``f(a, b) -> a @ b`` (a: m×k, b: k×n, row-major) running jax's kernel on ``num_ctas`` CTAs."""
+def build(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int, into: bool = False):
+    """A callable ``f(a, b) -> a @ b`` (a: m×k, b: k×n, row-major) running jax's kernel on ``num_ctas`` CTAs;
+    ``into=True``: ``f(a, b, out)``, the kernel writing into ``out``'s buffer (``output_buffer.py``)."""
     import jax
     from jax.experimental.pallas import mosaic_gpu as plgpu
     from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
@@ -39,10 +40,15 @@ def build(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int):
     grid = max(1, num_ctas // cluster)
     call = plgpu.kernel(
         functools.partial(hm.kernel, config=tuning_config(knobs)),
-        out_type=jax.ShapeDtypeStruct((m, n), dtype),
+        out_type=() if into else jax.ShapeDtypeStruct((m, n), dtype),
         grid=(grid,), grid_names=("cluster_grid",),
         cluster=(cluster,), cluster_names=("cluster",),
         num_threads=3, thread_name="wg",  # one TMA warpgroup + two wgmma warpgroups
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
     )
+    if into:
+        from mosaic_target_pallas.output_buffer import writing_into
+
+        write = writing_into(call, (m, n), (m, n))
+        return lambda a, b, out: write(a, b, None, out)  # no C operand (hm.kernel's c_gmem)
     return lambda a, b: call(a, b, None)

@@ -12,8 +12,9 @@ import functools
 from mosaic_target_pallas.knobs import GemmKnobs
 
 
-def build(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int):
-    """A callable ``f(a, b) -> a @ b``; ``num_ctas`` is the persistent grid (ignored when not persistent)."""
+def build(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int, into: bool = False):
+    """A callable ``f(a, b) -> a @ b``; ``num_ctas`` is the persistent grid (ignored when not persistent);
+    ``into=True``: ``f(a, b, out)``, the kernel writing into ``out``'s buffer (``output_buffer.py``)."""
     import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
@@ -67,8 +68,12 @@ def build(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int):
 
     call = plgpu.kernel(
         body,
-        out_type=jax.ShapeDtypeStruct((m, n), dtype),
+        out_type=() if into else jax.ShapeDtypeStruct((m, n), dtype),
         grid=(grid,), grid_names=("tiles",),
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Warpgroup),
     )
+    if into:
+        from mosaic_target_pallas.output_buffer import writing_into
+
+        return writing_into(call, (m, n), (m, n))
     return call

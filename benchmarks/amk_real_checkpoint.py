@@ -50,7 +50,7 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent
 # step -> (budget s on the H200, what it shows); the order is the order of importance
 STEPS = {
-    "prepare": (75, "checkpoint dir, int8 copy, every VM lowered/validated/encoded/compiled"),
+    "prepare": (100, "checkpoint dir, int8 copy, every VM lowered/validated/encoded/compiled"),
     "float32": (55, "criterion (1): CUDA VM f32 vs HF eager float32, 8 x 64 (+ Q4_1 blocks)"),
     "bf16": (70, "criterion (2): CUDA VM bf16 + Q4_1 + int8 teacher-forced vs HF bf16's envelope, 8 x 64"),
     "perplexity": (70, "criterion (3): passage perplexity, f32 vs HF f32, bf16 vs HF's spread, Q4_1 f32"),
@@ -231,6 +231,9 @@ def step_prepare(ctx: Ctx, rec: Record) -> None:
         cfg2, _ = staged_rope_order(spec, cuda_config(cfg, maxpos))
         defines = config_defines(cfg2) + short_rows_defines(spec) + (("AMK_QUANT=1",) if quant else ())
         builds.setdefault((cfg2.threads_per_block, defines), []).append(label)
+    if ctx.cuda and "gpu-tests" in ctx.a.planned.split(","):  # test_cuda_quant.py's BUILDS, each with AMK_QUANT=1
+        for extra in ((), ("AMK_GEMV_IMPL=2",), ("AMK_WEIGHT_PRELOAD=8",), ("AMK_WSTREAM=4",)):
+            builds.setdefault((512, extra + ("AMK_QUANT=1",)), []).append("gpu-tests test_cuda_quant.py")
     t_build = time.time()
 
     def one(key):
@@ -604,7 +607,8 @@ def child(a: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------ parent side
 def run_step(a: argparse.Namespace, step: str, budget: float, runlog) -> dict:
     out = Path(a.out)
-    cmd = [sys.executable, str(HERE), "--child", step, "--step-budget", f"{budget:.0f}"] + a.passthrough
+    cmd = [sys.executable, str(HERE), "--child", step, "--step-budget", f"{budget:.0f}", "--planned",
+           ",".join(a.steps)] + a.passthrough
     t = time.time()
     with open(out / f"{step}.log", "w") as flog:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -652,6 +656,7 @@ def parent(a: argparse.Namespace) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     steps = [s for s in STEPS if s in (a.only.split(",") if a.only else STEPS) and s not in (a.skip or "").split(",")]
+    a.steps = steps
     deadline = T0 + a.budget
     summary = {"vm": a.vm, "budget_s": a.budget, "argv": sys.argv[1:], "steps": {}}
     with open(out / "run.log", "a") as runlog:
@@ -723,7 +728,10 @@ def figures(out: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sys.path.insert(0, str(HERE.parent))
+    from _device import OneLineParser
+
+    p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="Output directory (JSON per step, logs, summary.json).")
     p.add_argument("--budget", type=float, default=420.0, help="Seconds for the whole run (default 420).")
     p.add_argument("--scale", type=float, default=1.0, help="Multiply every step's budget (e.g. 4 for the CPU).")
@@ -743,9 +751,14 @@ def main(argv=None) -> int:
     p.add_argument("--work", help="Work dir for the int8 copies (default: a new temporary directory).")
     p.add_argument("--child", choices=list(CHILDREN), help=argparse.SUPPRESS)
     p.add_argument("--step-budget", type=float, default=60.0, help=argparse.SUPPRESS)
+    p.add_argument("--planned", default="", help=argparse.SUPPRESS)  # the steps of this run (prepare builds for them)
     a = p.parse_args(argv)
     if a.prompts < 1 or a.prompts > 8 or a.tokens < 1 or a.rounds < 1 or a.steps < 1 or a.budget <= 0:
         p.error("--prompts 1..8, --tokens/--rounds/--steps >= 1, --budget > 0")
+    for opt in (a.only, a.skip):
+        unknown = [x for x in (opt or "").split(",") if x and x not in STEPS]
+        if unknown:
+            p.error(f"unknown step {unknown[0]!r} (steps: {', '.join(STEPS)})")
     if a.child:
         return child(a)
     a.passthrough = [x for x in (argv if argv is not None else sys.argv[1:])]

@@ -182,7 +182,7 @@ else:
     got = artifact_store.load(key)
     if isinstance(got, str):
         raise SystemExit(got)
-    out["cubin"] = str(got.cubin)
+    out["cubin"] = str(got.build.cubin)
 out["seconds"] = time.perf_counter() - t
 print("PROBE " + json.dumps(out))
 """

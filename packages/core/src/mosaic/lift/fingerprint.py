@@ -438,6 +438,7 @@ def _integer_reciprocal(insns, n: int) -> bool:
 
 
 _FP32 = frozenset(("fp32.fma", "fp32.add", "fp32.mul"))
+_NO_MODS: frozenset = frozenset()
 _IEEE_DIV_CALL = re.compile(r"(div|rcp)_rn")
 
 
@@ -454,7 +455,7 @@ def _numerics(add, insns, program) -> None:
     ftz = noftz = 0
     for n, i in enumerate(insns):
         c = i.opclass
-        mods_u = {m.upper() for m in i.mods}
+        mods_u = {m.upper() for m in i.mods} if i.mods and (c in _FP32 or c == "cvt") else _NO_MODS
         if c == "fp32.fma" and not (mods_u & {"RM", "RP", "SAT"}):
             fused += 1
         if c == "fp32.add" and len(i.operands) >= 3:

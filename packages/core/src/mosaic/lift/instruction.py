@@ -72,9 +72,9 @@ _OPERAND_RE = re.compile(r"(?:[^,\[\]{}()]|\[[^\[\]]*\]|\{[^{}]*\}|\([^()]*\))+"
 def split_operands(text: str) -> list[str]:
     """Split an operand list at top-level commas (not inside [], {} or ()); SASS and PTX alike."""
     if "[" not in text and "{" not in text and "(" not in text:
-        return [p.strip() for p in text.split(",") if p.strip()]
+        return [p for p in map(str.strip, text.split(",")) if p]
     if "[[" not in text and "{{" not in text and "((" not in text:
-        return [p.strip() for p in _OPERAND_RE.findall(text) if p.strip()]
+        return [p for p in map(str.strip, _OPERAND_RE.findall(text)) if p]
     out, depth, cur = [], 0, []
     for ch in text:
         if ch in "[{(":

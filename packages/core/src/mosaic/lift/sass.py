@@ -25,6 +25,11 @@ _PRED_OPERAND_RE = re.compile(r"!?U?P[0-6]")
 _ARCH_RE = re.compile(r"\b(?:\.target|code for)\s+(sm_\d+[af]?)")
 _BENIGN_PREFIXES = ("//", ".", "#", "Fatbin", "=", "arch", "code version", "host", "compile_size",
                     "code for", "Function", "identifier", "ptxasOptions", "----")
+# the two line forms that make up almost every listing, matched whole (the general path below handles the rest):
+# an instruction ``/*0040*/  IADD3 R1, R1, -0x2990, RZ ;  /* 0xffffd67001017810 */`` and the second half of its
+# encoding ``/* 0x001fe20007ffe0ff */``
+_INSN_LINE_RE = re.compile(r"\s*/\*([0-9a-fA-F]{4,})\*/\s*([^;/{}]*;)\s*(/\*\s*0x[0-9a-fA-F]{16}\s*\*/)?\s*")
+_CONTROL_LINE_RE = re.compile(r"\s*/\*\s*0x([0-9a-fA-F]{16})\s*\*/\s*")
 _BRANCHES = {"BRA", "BRX", "JMP", "JMX", "BRXU", "JMXU", "CALL", "RET", "EXIT", "BREAK", "KILL"}
 
 
@@ -76,6 +81,25 @@ def parse_sass(text: str, *, where: str = "SASS") -> dict[str, Program]:
     first_bad = ""
     unknown_ops: dict[str, int] = {}
     for lineno, raw in enumerate(text.splitlines(), 1):
+        fast = _INSN_LINE_RE.fullmatch(raw)
+        if fast is not None and cur is not None:
+            insn = _parse_body(fast.group(2)[:-1].rstrip(), len(cur.insns), int(fast.group(1), 16), lineno, where,
+                               unknown_ops)
+            if cur.pending_labels:
+                for lab in cur.pending_labels:
+                    cur.labels[lab] = insn.index
+                cur.pending_labels.clear()
+            cur.addr_index.setdefault(insn.address, insn.index)
+            cur.insns.append(insn)
+            cur.last = insn
+            if fast.group(3) is not None:
+                insn.control = -1  # filled in by the next line's upper 64 bits
+            continue
+        fast = _CONTROL_LINE_RE.fullmatch(raw)
+        if fast is not None:
+            if cur is not None and cur.last is not None and cur.last.control == -1:
+                cur.last.control = int(fast.group(1), 16)
+            continue
         line = raw.strip()
         if not line:
             continue
@@ -154,18 +178,23 @@ def _parse_insn(body: str, index: int, address: int, lineno: int, where: str,
         return None
     if not body.endswith(";"):
         raise BadInput(f"SASS instruction at line {lineno} is cut short (no ';'): {body[:60]!r}", where)
-    body = body[:-1].strip()
+    return _parse_body(body[:-1].strip(), index, address, lineno, where, unknown_ops)
+
+
+def _parse_body(body: str, index: int, address: int, lineno: int, where: str,
+                unknown_ops: dict[str, int]) -> Instruction:
+    """One instruction's text without its ``;`` (stripped): predicate, opcode.modifiers, operands, targets."""
     # nvdisasm's annotation of an indirect branch through a jump table (a dense ``switch``: flash-attn-4's
     # Blackwell forward dispatches its warp roles so): ``BRX R4 -0x980 (*"BRANCH_TARGETS .L_x_315,.L_x_6"*)``
     annotated: tuple = ()
-    am = _ANNOTATION_RE.search(body)
+    am = _ANNOTATION_RE.search(body) if "(*" in body else None
     if am:
         tm = re.match(r'"BRANCH_TARGETS\s+([^"]*)"', am.group(1).strip())
         if tm:
             annotated = tuple(t.strip() for t in tm.group(1).split(",") if t.strip())
         body = (body[:am.start()] + body[am.end():]).strip()
     pred = ""
-    pm = _PRED_RE.match(body)
+    pm = _PRED_RE.match(body) if body.startswith("@") else None
     if pm:
         pred = pm.group(1)
         body = body[pm.end():]

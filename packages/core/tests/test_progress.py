@@ -109,3 +109,115 @@ def test_track_counts_each_item_once_it_is_done():
     assert seen == ["a", "b", "c"]
     assert out.getvalue().splitlines()[-1] == "[mosaic] items: 3/3 (100%), done in 3.0 s"
     assert out.getvalue().splitlines()[0] == "[mosaic] items: 1/3 (33%), 1.0 s, ~2.0 s left"
+
+
+# -- Wait: one blocking wait (a lowering, a gate, a timing session), shown while it lasts -------------------
+
+def test_wait_in_a_log_writes_a_line_per_period_naming_what_it_waits_on_and_its_limit():
+    from mosaic.progress import Wait
+
+    out, clock = io.StringIO(), Clock()
+    with Wait("the numerics gate of cand-1a2b", limit_s=101, why="5 x the slowest gate so far (20.2 s)",
+              note="the worker", stream=out, tick_s=0, clock=clock) as w:
+        assert w.backend == "plain" and w.every_s == 30.0
+        for _ in range(95):  # 95 s, ticked each second: a line at 30, 60 and 90 s only
+            clock.t += 1
+            w.tick()
+    assert out.getvalue().splitlines() == [
+        f"[mosaic] waiting on the numerics gate of cand-1a2b: {s} of at most 1 min 41 s "
+        "(5 x the slowest gate so far (20.2 s)): the worker" for s in ("30 s", "1 min 00 s", "1 min 30 s")]
+    assert w.lines == 3
+
+
+def test_a_short_wait_in_a_log_writes_nothing_and_quiet_never_does():
+    from mosaic.progress import Wait
+
+    out, clock = io.StringIO(), Clock()
+    with Wait("lowering k", limit_s=900, stream=out, tick_s=0, clock=clock) as w:
+        for _ in range(29):
+            clock.t += 1
+            w.tick()
+    assert out.getvalue() == ""
+    with Wait("lowering k", quiet=True, stream=out, tick_s=0, clock=clock) as w:
+        clock.t += 100
+        w.tick()
+    assert w.backend == "none" and out.getvalue() == ""
+
+
+def test_wait_started_earlier_counts_from_then():
+    from mosaic.progress import Wait
+
+    clock = Clock()
+    w = Wait("lowering k", since=clock.t - 40, stream=io.StringIO(), tick_s=0, clock=clock)
+    assert w.line().startswith("[mosaic] waiting on lowering k: 40 s")
+
+
+def test_wait_on_a_terminal_rewrites_one_line_and_clears_it_at_the_end():
+    from mosaic.progress import Wait
+
+    master, slave = os.openpty()
+    try:
+        with os.fdopen(slave, "w", closefd=False) as tty:
+            clock = Clock()
+            with Wait("timing k against reference", limit_s=60, stream=tty, backend="plain", tick_s=0,
+                      delay_s=1.0, clock=clock) as w:
+                w.tick()  # before delay_s: nothing
+                for _ in range(3):
+                    clock.t += 1
+                    w.tick()
+            tty.flush()
+            import select
+
+            text = ""
+            while select.select([master], [], [], 0.5)[0]:
+                text += os.read(master, 4096).decode()
+    finally:
+        os.close(master)
+        os.close(slave)
+    shown = [part.replace("\x1b[K", "") for part in text.split("\r") if part.replace("\x1b[K", "")]
+    assert shown == [f"[mosaic] waiting on timing k against reference: {s}.0 s of at most 1 min 00 s" for s in (1, 2, 3)]
+    assert text.endswith("\r\x1b[K")  # cleared: the caller's own line says how the wait ended
+
+
+def test_wait_ticks_by_itself_in_a_thread_while_the_caller_blocks():
+    import time as real_time
+
+    from mosaic.progress import Wait
+
+    out = io.StringIO()
+    with Wait("a sleeping child", stream=out, every_s=0.2, delay_s=0.0, tick_s=0.05):
+        real_time.sleep(0.75)
+    lines = out.getvalue().splitlines()
+    assert 2 <= len(lines) <= 4 and all(ln.startswith("[mosaic] waiting on a sleeping child: ") for ln in lines)
+
+
+def test_wait_rich_and_tqdm_bars_on_a_terminal_name_the_wait_and_its_limit(monkeypatch):
+    import fcntl
+    import select
+    import struct
+    import termios
+
+    from mosaic.progress import Wait
+
+    monkeypatch.setenv("COLUMNS", "200")  # rich sizes itself from the environment under pytest's capture
+    for backend in ("rich", "tqdm"):
+        pytest.importorskip(backend)
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))  # a 200-column terminal
+        try:
+            with os.fdopen(slave, "w", closefd=False) as tty:
+                clock = Clock()
+                with Wait("the reference capture", limit_s=900, why="the reference capture's cap", stream=tty,
+                          backend=backend, tick_s=0, clock=clock) as w:
+                    clock.t += 5
+                    w.tick()
+                    w.tick()
+                tty.flush()
+                text = ""
+                while select.select([master], [], [], 0.5)[0]:
+                    text += os.read(master, 65536).decode(errors="replace")
+        finally:
+            os.close(master)
+            os.close(slave)
+        assert "waiting on the reference capture" in text and "reference capture's cap" in text, (backend, text)
+        assert "900" in text or "15 min" in text, (backend, text)

@@ -1,5 +1,8 @@
 """Progress of a long step (a capture's builds, a campaign's candidates, a tuning sweep): one small abstraction.
 
+:class:`Progress` counts items; :class:`Wait` shows one blocking wait (a lowering, a numerics gate, a timing
+session of ``mosaic run``): what it waits on, the seconds so far and the limit it runs under.
+
 :class:`Progress` counts done items of a step and shows them on stderr in one of four ways, picked once:
 
 * ``rich`` -- a live bar (``pip install rich``; ``mosaic-core[progress]``), on a terminal;
@@ -23,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, TypeVar
@@ -109,7 +113,8 @@ class Progress:
 
             self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                      TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[note]}"),
-                                     console=Console(file=self._stream), transient=False)
+                                     console=Console(file=self._stream), transient=False,
+                                     redirect_stdout=False)  # stdout is the verb's (--json): never moved
             self._bar.start()
             self._task = self._bar.add_task(desc, total=total, note="")
         elif self.backend == "tqdm":
@@ -177,6 +182,131 @@ class Progress:
         self.close()
 
 
+class Wait:
+    """One blocking wait, shown while it lasts: ``[mosaic] waiting on DESC: 31 s of at most 300 s (WHY): NOTE``.
+
+    The backend is :func:`choose_backend`'s, as for :class:`Progress`: ``rich``/``tqdm`` a transient bar of the
+    seconds against ``limit_s`` (it disappears when the wait ends: the caller then says how it ended);
+    ``plain`` on a terminal one line rewritten in place and cleared at the end; ``plain`` elsewhere (a log, CI)
+    one line per ``every_s`` seconds (default :data:`PERIOD_S`), so a wait shorter than that writes nothing;
+    ``none`` nothing. Nothing shows before ``delay_s``: an answer that comes at once (a replayed step) never
+    flickers. A thread ticks every ``tick_s`` seconds (``tick_s=0``: none; the caller calls :meth:`tick`)."""
+
+    def __init__(self, desc: str, *, limit_s: float | None = None, why: str = "", note: str = "",
+                 quiet: bool = False, stream: IO | None = None, backend: str | None = None,
+                 every_s: float | None = None, delay_s: float = 1.0, tick_s: float = 1.0,
+                 since: float | None = None, clock: Callable[[], float] = time.monotonic):
+        self.desc, self.limit_s, self.why, self.note = desc, limit_s, why, note
+        self._stream = stream if stream is not None else sys.stderr
+        self.backend = choose_backend(self._stream, quiet=quiet, requested=backend)
+        self._tty = _isatty(self._stream)
+        self.every_s = every_s if every_s is not None else PERIOD_S
+        self.delay_s, self.tick_s, self._clock = delay_s, tick_s, clock
+        self._start = clock() if since is None else since  # since: a ``clock`` value the wait began at
+        self._last_line: float | None = None
+        self._shown = False
+        self._bar: Any = None
+        self._task: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lines = 0  # plain lines written (the periodic ones)
+
+    def elapsed(self, now: float | None = None) -> float:
+        return (self._clock() if now is None else now) - self._start
+
+    def line(self, now: float | None = None) -> str:
+        """``[mosaic] waiting on DESC: ELAPSED[ of at most LIMIT][ (WHY)][: NOTE]``."""
+        text = f"[mosaic] waiting on {self.desc}: {_seconds(self.elapsed(now))}"
+        if self.limit_s:
+            text += f" of at most {_seconds(self.limit_s)}"
+        if self.why:
+            text += f" ({self.why})"
+        return text + (f": {self.note}" if self.note else "")
+
+    def tick(self) -> None:
+        """Show the wait as it stands now (the thread calls this every ``tick_s`` seconds)."""
+        with self._lock:
+            if self.backend == "none" or self._stop.is_set():
+                return
+            now = self._clock()
+            elapsed = self.elapsed(now)
+            if elapsed < self.delay_s:
+                return
+            if self.backend == "plain" and not self._tty:
+                if elapsed >= self.every_s and (self._last_line is None or now - self._last_line >= self.every_s):
+                    self._last_line = now
+                    self.lines += 1
+                    print(self.line(now), file=self._stream, flush=True)
+                return
+            if not self._shown:
+                self._open()
+            if self.backend == "rich":
+                self._bar.update(self._task, completed=min(elapsed, self.limit_s or elapsed),
+                                 description=self.line(now).removeprefix("[mosaic] "))
+            elif self.backend == "tqdm":
+                self._bar.n = int(min(elapsed, self.limit_s or elapsed))
+                self._bar.refresh()
+            else:  # plain on a terminal: the one line, rewritten in place
+                self._stream.write("\r" + self.line(now) + "\x1b[K")
+                self._stream.flush()
+
+    def _tail(self) -> str:
+        return " ".join(t for t in ((f"({self.why})" if self.why else ""), self.note) if t)
+
+    def _open(self) -> None:
+        self._shown = True
+        total = self.limit_s if self.limit_s else None
+        if self.backend == "rich":
+            from rich.console import Console
+            from rich.progress import BarColumn, TextColumn
+            from rich.progress import Progress as RichProgress
+
+            # a short bar of the seconds against the limit, then the plain line (rich cuts it at the edge)
+            self._bar = RichProgress(BarColumn(bar_width=16), TextColumn("{task.description}"),
+                                     console=Console(file=self._stream), transient=True, redirect_stdout=False)
+            self._bar.start()
+            self._task = self._bar.add_task(self.line().removeprefix("[mosaic] "), total=total)
+        elif self.backend == "tqdm":
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=int(total) if total else None, desc=f"waiting on {self.desc}", file=self._stream,
+                             unit="s", leave=False, dynamic_ncols=True, postfix=self._tail() or None,
+                             bar_format="{desc}: {n_fmt}/{total_fmt} s |{bar}| {postfix}" if total else
+                             "{desc}: {n_fmt} s {postfix}")
+
+    def close(self) -> None:
+        """Stop the ticks and take the display away (a plain log keeps its lines); idempotent."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            if not self._shown:
+                return
+            self._shown = False
+            if self.backend == "rich":
+                self._bar.stop()
+            elif self.backend == "tqdm":
+                self._bar.close()
+            elif self.backend == "plain":
+                self._stream.write("\r\x1b[K")
+                self._stream.flush()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            self.tick()
+
+    def __enter__(self) -> Wait:
+        if self.backend != "none" and self.tick_s > 0:
+            self._thread = threading.Thread(target=self._run, name=f"mosaic-wait {self.desc}", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def track(items: Iterable[T], desc: str, total: int | None = None, **options: Any) -> Iterator[T]:
     """Yield each of ``items``, counting it done when the next is asked for (``options`` as :class:`Progress`)."""
     if total is None and hasattr(items, "__len__"):
@@ -187,4 +317,4 @@ def track(items: Iterable[T], desc: str, total: int | None = None, **options: An
             bar.advance()
 
 
-__all__ = ["BACKENDS", "ENV", "PERIOD_S", "Progress", "choose_backend", "track"]
+__all__ = ["BACKENDS", "ENV", "PERIOD_S", "Progress", "Wait", "choose_backend", "track"]

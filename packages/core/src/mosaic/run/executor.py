@@ -262,6 +262,8 @@ class GpuEvaluator:
 
     def __init__(self, factory: Callable[..., Any], slot: int = 0, slots: int = 1):
         self.bench = factory(slot=slot) if slots > 1 else factory()
+        if getattr(self.bench, "show_waits", False):  # the driver (RayWorkbench) shows the waits, not the actor
+            self.bench.show_waits = False
         self.slot, self.slots = slot, slots
         self.device = visible_gpu()
 
@@ -335,6 +337,7 @@ class RayWorkbench:
         import ray
 
         self.progress = progress or (lambda line: None)
+        self.show_waits = progress is not None  # the waits on the actors and the lowering tasks (mosaic.progress.Wait)
         self.started = False
         self.actors: list = []
         self.lowering = None
@@ -379,17 +382,24 @@ class RayWorkbench:
         self.progress(f"ray: {cpus} CPU(s), {have:g} GPU(s); evaluation actor(s) on {gpu_names}; "
                       + (f"{parallel} lowering(s) at once" if self.lowering else "no lowering stage"))
 
+    def _waiting(self, desc: str, note: str = ""):
+        from mosaic.progress import Wait
+
+        return Wait(desc, note=note, quiet=not self.show_waits)
+
     # -- one actor -------------------------------------------------------------------------------------------
-    def _ask(self, method: str, *args, slot: int = 0):
+    def _ask(self, method: str, *args, slot: int = 0, desc: str | None = None):
         import ray
 
-        return ray.get(self.actors[slot].call.remote(method, *args))
+        with self._waiting(desc or method, f"Ray actor on GPU slot {slot}"):
+            return ray.get(self.actors[slot].call.remote(method, *args))
 
     def capture_reference(self, spec):
         import ray
 
         refs = [a.call.remote("capture_reference", spec) for a in self.actors]  # every GPU, at once
-        caps = ray.get(refs)
+        with self._waiting(f"the reference capture ({spec.language})", f"{len(refs)} Ray actor(s), one per GPU"):
+            caps = ray.get(refs)
         if len(self.actors) > 1:
             self.by_gpu = {u: c.noise_blocks for u, c in zip(self.uuids, caps, strict=True)}
         self.reference = caps[0].kernel
@@ -436,23 +446,27 @@ class RayWorkbench:
 
         if kernel.key in self.ahead_of:
             slot, ref, inc_key = self.ahead_of.pop(kernel.key)
-            self.answers[kernel.key] = (slot, ray.get(ref), inc_key)
+            with self._waiting(f"{kernel.key}, evaluated ahead against {inc_key}", f"Ray actor on GPU slot {slot}"):
+                self.answers[kernel.key] = (slot, ray.get(ref), inc_key)
             self.busy.pop(slot, None)
             self.slot_of[kernel.key] = slot
             return self.answers[kernel.key][1][0]
-        lowered = self._lowered(kernel.key)
+        with self._waiting(f"lowering {kernel.key}", "a Ray task"):
+            lowered = self._lowered(kernel.key)
         if lowered is not None:
             self.progress(f"ray: {kernel.key} lowered on {lowered.host} in {lowered.wall_s:.1f} s ({lowered.status}); "
                           f"the loop waited {self.lowering.waits[kernel.key]:.1f} s")
         ref = self.actors[0].build.remote(kernel, lowered)
         self._speculate(skip=kernel.key)  # the other GPUs work while this one builds and gates
         self.slot_of[kernel.key] = 0
-        return ray.get(ref)
+        with self._waiting(f"the build and numerics gate of {kernel.key}", "Ray actor on GPU slot 0"):
+            return ray.get(ref)
 
     def check(self, kernel, built, reference):
         if kernel.key in self.answers and self.answers[kernel.key][1][1] is not None:
             return self.answers[kernel.key][1][1]
-        return self._ask("check", kernel, built, reference, slot=self.slot_of.get(kernel.key, 0))
+        return self._ask("check", kernel, built, reference, slot=self.slot_of.get(kernel.key, 0),
+                         desc=f"the numerics gate of {kernel.key}")
 
     def time(self, incumbent, kernel, rounds):
         self.rounds = rounds
@@ -462,7 +476,8 @@ class RayWorkbench:
         else:  # on the GPU that built and gated it (the candidate is compiled there)
             if ans is not None and ans[1][2] is not None:  # timed against an incumbent that is no longer
                 self.unused_s += ans[1][2].cost_s
-            timed = self._ask("time", incumbent, kernel, rounds, slot=self.slot_of.get(kernel.key, 0))
+            timed = self._ask("time", incumbent, kernel, rounds, slot=self.slot_of.get(kernel.key, 0),
+                              desc=f"timing {kernel.key} against {incumbent.key} ({rounds} rounds)")
         if incumbent.key == (self.reference.key if self.reference is not None else None):
             self.incumbent = kernel  # measured against the reference: the loop's new incumbent
         else:

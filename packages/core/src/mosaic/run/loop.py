@@ -138,6 +138,11 @@ class Loop:
         self.diff = diff or diff_fingerprints
         self.header = dict(header or {})
         self.progress = progress or (lambda line: None)
+        self.show_waits = progress is not None  # the wait for the proposer shown while it lasts (mosaic.progress)
+        if self.show_waits:
+            from mosaic.progress import choose_backend
+
+            choose_backend(sys.stderr)  # a bad MOSAIC_PROGRESS is one line before the journal's first event
         self.fps: dict[str, Any] = {}
         self.tried: set[str] = set()
         self.refused: set[str] = set()  # (parent, knobs) of proposals the target's knob class refused
@@ -317,7 +322,11 @@ class Loop:
             return Proposal(rec["ok"], rec["parent"], rec.get("edit"), rec.get("knobs"), rec.get("source"),
                             rec.get("reason") or "", bool(rec.get("done")))
         request = self.request(member)
-        proposals = [self.inherit(p, member) for p in self.proposer.propose(request)]
+        from mosaic.progress import Wait
+
+        with Wait(f"the proposer '{self.c.proposer}' for step {self.step} (parent {member.kernel.key})",
+                  quiet=not self.show_waits):
+            proposals = [self.inherit(p, member) for p in self.proposer.propose(request)]
         ahead: dict[str, Kernel] = {}
         for p in proposals:
             if len(ahead) >= PREFETCH_AHEAD:

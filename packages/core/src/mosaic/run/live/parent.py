@@ -170,7 +170,7 @@ class LiveWorkbench:
 
     def __init__(self, campaign, out: str | os.PathLike, *, progress: Callable[[str], None] | None = None,
                  timeouts: Timeouts | None = None, parallel: int | None = None, python: str | None = None,
-                 worker_argv: list[str] | None = None, slot: int = 0):
+                 worker_argv: list[str] | None = None, slot: int = 0, wait_options: Mapping[str, Any] | None = None):
         self.c = campaign
         self.dir = Path(out)
         self.bundles = self.dir / "bundles"
@@ -179,6 +179,15 @@ class LiveWorkbench:
         self.slot = int(slot)
         self.work = self.dir / ".work" / (f"gpu-{self.slot}" if self.slot else "")
         self.progress = progress or (lambda line: None)
+        # the long waits (lowerings, gates, timing sessions) shown on stderr while they last (mosaic.progress.Wait;
+        # wait_options: its display options); off with --quiet (no progress), and in a Ray actor (the driver shows them)
+        self.show_waits = progress is not None
+        self.wait_options = dict(wait_options or {})
+        if self.show_waits:
+            from mosaic.progress import choose_backend
+
+            choose_backend(self.wait_options.get("stream") or sys.stderr,
+                           requested=self.wait_options.get("backend"))  # a bad MOSAIC_PROGRESS: one line, now
         self.timeouts = timeouts or Timeouts()
         self.parallel = parallel if parallel is not None else max(1, min(6, (os.cpu_count() or 2) // 2))
         self.python = python or sys.executable
@@ -283,19 +292,32 @@ class LiveWorkbench:
         self.prefetching.clear()
         self.workers.close()
 
+    def _waiting(self, desc: str, limit_s: float | None = None, why: str = "", note: str = "",
+                 since: float | None = None):
+        """The display of one wait (a context manager), quiet when this workbench shows none."""
+        from mosaic.progress import Wait
+
+        return Wait(desc, limit_s=limit_s, why=why, note=note, since=since, quiet=not self.show_waits,
+                    **self.wait_options)
+
     # -- one request: a fresh child (isolation "step") or the persistent worker ------------------------------
     def _serve(self, request: Mapping[str, Any], timeout: float, problem: Callable[[ChildResult], str],
-               what: str, before_retry: Callable[[], Any] | None = None) -> ChildResult:
+               what: str, before_retry: Callable[[], Any] | None = None, limit_why: str = "",
+               desc: str | None = None) -> ChildResult:
         """Answer ``request`` in the campaign's isolation mode. Worker: any answer with a ``problem`` (a
         failure, a gate that did not pass: the text says which) retires the worker; when that worker had served earlier
         requests and the failure is not a timeout, the request is asked once more of a fresh worker and
         that answer is the record, with the first attempt kept in ``isolation.first_attempt`` (both attempts'
-        seconds are its cost). For a timing session the fresh answer stands (the kernel is not blamed for what
+        seconds are its cost). ``desc`` (default ``what``) and ``limit_why`` name the wait while it is shown
+        (:meth:`_waiting`). For a timing session the fresh answer stands (the kernel is not blamed for what
         an earlier one left behind); a gate that failed first is never turned into a pass by the retry
         (``_gate``): a kernel whose verdict depends on what ran before it is rejected, the retry is evidence."""
+        desc = desc or what
         if self.isolation == "step":
-            return run_child(request, timeout, argv=[self.python, "-m", CHILD_MODULE])
-        r = self.workers.serve(request, timeout)
+            with self._waiting(desc, timeout, limit_why, "its own process"):
+                return run_child(request, timeout, argv=[self.python, "-m", CHILD_MODULE])
+        with self._waiting(desc, timeout, limit_why, "the worker"):
+            r = self.workers.serve(request, timeout)
         why = problem(r)
         if not why:
             return r
@@ -307,7 +329,8 @@ class LiveWorkbench:
                       f"{r.isolation.get('request')}); asking a fresh worker before recording it")
         if before_retry is not None:  # nothing of the first attempt's files stays with the record
             before_retry()
-        again = self.workers.serve(request, timeout)
+        with self._waiting(desc, timeout, limit_why, "asked again of a fresh worker"):
+            again = self.workers.serve(request, timeout)
         if problem(again):
             self.workers.retire(f"{what}: {problem(again)}")
             self.workers.start()
@@ -341,9 +364,13 @@ class LiveWorkbench:
 
             kfile = check_campaign_file(self.c.reference, spec.language, spec.family, "reference")
             spec = attrs.evolve(spec, knobs=kfile.knob_values(spec.knobs), name=kfile.name)
-            res = capture_file(kfile, spec, self.c.gpu, dest, opts, extra=self._reference_meta())
+            with self._waiting(f"the reference capture ({kfile.name})", opts.timeout, "the reference capture's cap",
+                               "its own process"):
+                res = capture_file(kfile, spec, self.c.gpu, dest, opts, extra=self._reference_meta())
         else:
-            res = capture(spec, self.c.gpu, dest, opts, extra=self._reference_meta())
+            with self._waiting(f"the reference capture ({spec.language}: {knob_label(spec)})", opts.timeout,
+                               "the reference capture's cap", "its own process"):
+                res = capture(spec, self.c.gpu, dest, opts, extra=self._reference_meta())
         cost = time.monotonic() - t0
         self.seen.setdefault("reference", []).append(cost)  # what the first gate's and timing's limits scale from
         if res.status != "ok":
@@ -372,10 +399,11 @@ class LiveWorkbench:
         opts = CaptureOptions(blocks=max(5, self.c.rounds), runs=self.c.runs_per_block,
                               timeout=self.timeouts.yardstick)
         self.progress(f"yardstick {yard.title} ({yard.call}): capture in its own process")
-        r = run_child({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(dest.resolve()),
-                       "options": attrs.asdict(opts), "extra": run_meta(YARDSTICK, "yardstick"),
-                       "oracle_cache": str(self.oracle_cache.resolve())},
-                      opts.timeout, argv=[self.python, "-m", CHILD_MODULE])
+        with self._waiting(f"the yardstick {yard.title}", opts.timeout, "the yardstick's cap", "its own process"):
+            r = run_child({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(dest.resolve()),
+                           "options": attrs.asdict(opts), "extra": run_meta(YARDSTICK, "yardstick"),
+                           "oracle_cache": str(self.oracle_cache.resolve())},
+                          opts.timeout, argv=[self.python, "-m", CHILD_MODULE])
         status = r.data.get("capture", {}).get("status") if r.status == "ok" else r.status
         if status == "ok" and dest.is_dir():
             update_bundle(dest, extra=run_meta(YARDSTICK, "yardstick", cost_s=r.wall_s))
@@ -445,7 +473,9 @@ class LiveWorkbench:
             proc, out, res, started = job
             left = max(1.0, self.timeouts.lower - (time.monotonic() - started))
             try:
-                proc.wait(timeout=left)
+                with self._waiting(f"lowering {k.key} ({knob_label(k.spec)})", self.timeouts.lower,
+                                   "the lowering cap", "in the background since it was prefetched", since=started):
+                    proc.wait(timeout=left)
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
                 proc.wait()
@@ -458,7 +488,9 @@ class LiveWorkbench:
                 shutil.rmtree(out.parent, ignore_errors=True)
                 return data["status"], data.get("message", ""), load_bundle(dest).manifest.get("capture") or {}
             shutil.rmtree(out.parent, ignore_errors=True)  # the prefetch died: lower here instead
-        r = capture(k.spec, self.c.gpu, dest, CaptureOptions(lower_only=True, timeout=self.timeouts.lower))
+        with self._waiting(f"lowering {k.key} ({knob_label(k.spec)})", self.timeouts.lower, "the lowering cap",
+                           "its own process"):
+            r = capture(k.spec, self.c.gpu, dest, CaptureOptions(lower_only=True, timeout=self.timeouts.lower))
         return r.status, r.message, (load_bundle(r.bundle).manifest.get("capture") or {}) if r.bundle else {}
 
     # -- build (+ the numerics gate) ------------------------------------------------------------------------
@@ -472,8 +504,10 @@ class LiveWorkbench:
             from mosaic.kernel_files import lower_source
 
             self.progress(f"build {kernel.key} ({kernel.spec.language}: edited source)")
-            r = lower_source(kernel.spec, kernel.source, self.c.gpu, dest,
-                             CaptureOptions(lower_only=True, timeout=self.timeouts.lower))
+            with self._waiting(f"lowering {kernel.key} (edited source)", self.timeouts.lower, "the lowering cap",
+                               "its own process"):
+                r = lower_source(kernel.spec, kernel.source, self.c.gpu, dest,
+                                 CaptureOptions(lower_only=True, timeout=self.timeouts.lower))
             status, message = r.status, r.message
             record = (load_bundle(r.bundle).manifest.get("capture") or {}) if r.bundle else {}
         else:
@@ -526,7 +560,8 @@ class LiveWorkbench:
         r = self._serve({"mode": "check", "spec": spec.to_json(), "source": kernel.source, "gpu": self.c.gpu,
                          "out": str(tmp.resolve()), "options": attrs.asdict(opts), "extra": None,
                          "oracle_cache": str(self.oracle_cache.resolve())}, opts.timeout, problem,
-                        f"gate {kernel.key}", before_retry=lambda: shutil.rmtree(tmp, ignore_errors=True))
+                        f"gate {kernel.key}", before_retry=lambda: shutil.rmtree(tmp, ignore_errors=True),
+                        limit_why=limit_why, desc=f"the numerics gate of {kernel.key}")
         self._observe("check", r)
         cap = r.data.get("capture", {}) if r.status == "ok" else {}
         status = cap.get("status", r.status)
@@ -610,7 +645,8 @@ class LiveWorkbench:
                          "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
                          "values": "normal", "flush": True, "timer": "cupti"}, limit,
                         lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or tail(r.output)}",
-                        f"time {kernel.key}")
+                        f"time {kernel.key}", limit_why=limit_why,
+                        desc=f"timing {kernel.key} against {incumbent.key} ({rounds} rounds)")
         self._observe("time", r)
         if r.status == "timeout":
             what = "budget" if by_budget else "hang"

@@ -206,3 +206,13 @@ def test_worker_runs_the_loaded_artifact_same_bits_same_cubin_as_a_compile(tmp_p
     compiled_cubin = sorted((tmp_path / "run-off" / "cute_run_dump").glob("*.cubin"))
     assert compiled_cubin and compiled_cubin[0].read_bytes() == low.cubin.read_bytes(), \
         "the worker's compile for CUDA tensors built another cubin than the lowering's (now the one run)"
+
+
+def test_campaign_cost_compile_once_measures_compile_against_load():
+    """benchmarks/campaign_cost.py compile-once, one round: fresh processes; loading beats compiling."""
+    import importlib
+
+    row = importlib.import_module("campaign_cost").compile_once(sys.executable, 1, "4096x4096x4096",
+                                                                {"stages": 5}, "h200")
+    assert row["cubin_same_as_lowering"] and row["object_embeds_cubin"] and row["artifact_note"].startswith("artifact=")
+    assert 0 < row["load_median_s"] < row["compile_median_s"], row

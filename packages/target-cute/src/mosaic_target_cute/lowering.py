@@ -15,6 +15,7 @@ from pathlib import Path
 import attrs
 from mosaic.backend import Unbuildable
 from mosaic.errors import BadInput, ToolMissing
+from mosaic.kernel_files import failure
 from mosaic.toolchain import nvdisasm, ptxas
 from mosaic.toolchain.cubin import read_cubin
 from mosaic.toolchain.tools import version_line
@@ -89,8 +90,7 @@ def compile_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype: str, arch: str
         compiled = cute.compile(kernel, *args, stream if stream is not None else make_fake_stream(),
                                 options=options)
     except Exception as exc:  # the DSL raises many types; a failed compile is an unbuildable setting
-        first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-        raise Unbuildable(f"cute.compile failed: {type(exc).__name__}: {first[:400]}", str(knobs)) from None
+        raise failure("cute.compile failed", exc, str(knobs)) from None
     seconds = time.perf_counter() - start
     ptx = sorted(dump_dir.glob("*.ptx"))
     cubin = sorted(dump_dir.glob("*.cubin"))

@@ -270,10 +270,11 @@ class Wait:
         elif self.backend == "tqdm":
             from tqdm import tqdm
 
+            tail = self._tail().replace("{", "{{").replace("}", "}}")
             self._bar = tqdm(total=int(total) if total else None, desc=f"waiting on {self.desc}", file=self._stream,
-                             unit="s", leave=False, dynamic_ncols=True, postfix=self._tail() or None,
-                             bar_format="{desc}: {n_fmt}/{total_fmt} s |{bar}| {postfix}" if total else
-                             "{desc}: {n_fmt} s {postfix}")
+                             unit="s", leave=False, dynamic_ncols=True,
+                             bar_format=("{desc}: {n_fmt}/{total_fmt} s |{bar:20}| " if total else "{desc}: {n_fmt} s ")
+                             + tail)
 
     def close(self) -> None:
         """Stop the ticks and take the display away (a plain log keeps its lines); idempotent."""

@@ -1,5 +1,7 @@
 """How Pallas Mosaic GPU writes each concept of the catalog (``mosaic.catalog``): the code construct or the
-knob (``knob:`` names a GemmKnobs field), and ``analogue='none'`` where Pallas has no direct way to say it."""
+knob (``knob:``/``knobs:`` name fields of the Pallas knob classes: GemmKnobs, and RmsnormKnobs/SoftmaxKnobs for the
+row-wise kernels; the ``knobs`` proposer skips a name the kernel's class lacks), and ``analogue='none'`` where
+Pallas has no direct way to say it."""
 
 from mosaic.records import Construct
 
@@ -9,14 +11,16 @@ def _p(concept: str, expression: str, analogue: str = "direct", notes: str = "")
 
 
 CONSTRUCTS = (
-    _p("tma-load", "plgpu.copy_gmem_to_smem(src, dst, barrier) or a plgpu.BlockSpec in emit_pipeline"),
+    _p("tma-load", "plgpu.copy_gmem_to_smem(src, dst, barrier) or a plgpu.BlockSpec in emit_pipeline; "
+       "knobs: copy='tma', tma_cols"),
     _p("tma-store", "plgpu.copy_smem_to_gmem(smem, gmem); plgpu.wait_smem_to_gmem(n)"),
     _p("tma-multicast", "BlockSpec(collective_axes=('cluster',)); knob: cluster_dimension"),
     _p("tma-descriptor-prefetch", "(automatic: Mosaic GPU emits descriptor handling)", "partial",
        "not controllable from Pallas"),
     _p("cp-async", "", "none", "Mosaic GPU copies through TMA only; no per-thread cp.async API"),
-    _p("plain-global-load", "ref[...] on a GMEM ref (vector load)", "partial",
-       "Mosaic GPU chooses the access width"),
+    _p("plain-global-load", "ref[...] / plgpu.load(optimized=False) on a GMEM ref (vector load); row-wise "
+       "kernels: knobs: copy='direct', vector", "partial",
+       "Mosaic GPU chooses the access width from the layout (row-wise kernels: vector elements per lane)"),
     _p("ldmatrix", "(layout lowering of smem_ref[...] loads)", "partial", "chosen by layout inference"),
     _p("stmatrix", "smem_ref[...] = acc.astype(dtype) (layout lowering)", "partial",
        "chosen by layout inference"),
@@ -30,14 +34,16 @@ CONSTRUCTS = (
     _p("fma-simt", "jnp arithmetic on register arrays (acc += a * b)", "partial",
        "no scalar-loop control; vectorised by Mosaic GPU"),
     _p("cta-tile", "jax's hopper matmul TuningConfig(tile_m=, tile_n=, tile_k=); pipelined kernel: plgpu.BlockSpec "
-       "((tile_m, tile_k)) and ((tile_k, tile_n)) in emit_pipeline; knobs: tile_m, tile_n, tile_k"),
+       "((tile_m, tile_k)) and ((tile_k, tile_n)) in emit_pipeline; row-wise kernels: block_rows full rows per "
+       "step; knobs: tile_m, tile_n, tile_k, block_rows"),
     _p("warpgroup", "plgpu.CompilerParams(lowering_semantics=Warpgroup); plgpu.kernel(num_threads=, thread_name=)"),
     _p("warp-specialization", "plgpu.emit_pipeline_warp_specialized(num_compute_wgs=, memory_registers=); "
        "knob: kernel='jax-hopper' (warp-specialised) vs 'pipelined' (not)"),
     _p("setmaxnreg", "plgpu.set_max_registers(n, action=...); memory_registers= of the WS pipeline"),
-    _p("pipeline-stage", "knob: max_concurrent_steps (emit_pipeline / emit_pipeline_warp_specialized)"),
+    _p("pipeline-stage", "emit_pipeline / emit_pipeline_warp_specialized; row-wise kernels: copy='direct' stages "
+       "nothing (no ring: loads straight into registers); knobs: max_concurrent_steps, copy"),
     _p("persistent-tile-loop", "plgpu.nd_loop(..., collective_axes=<grid axis>) with grid=(sm_count,); "
-       "knob: persistent (pipelined kernel)"),
+       "row-wise kernels: a CTA walks blocks_per_cta row blocks; knobs: persistent, blocks_per_cta"),
     _p("tile-raster-swizzle", "plgpu.planar_snake(idx, dims, minor_dim, tile_width); knobs: grid_minor_dim, "
        "grid_tile_width"),
     _p("smem-swizzle", "transforms=(plgpu.TilingTransform((8, n)), plgpu.SwizzleTransform(bytes))"),
@@ -46,13 +52,15 @@ CONSTRUCTS = (
     _p("named-barrier", "", "none", "no named-barrier API; warpgroup sync is implied by the lowering"),
     _p("fence-proxy-async", "plgpu.commit_smem()"),
     _p("epilogue-tma-store", "smem[...] = acc; plgpu.commit_smem(); plgpu.copy_smem_to_gmem per sub-tile; "
-       "knobs: epi_tile_m, epi_tile_n"),
-    _p("epilogue-direct-store", "out_gmem[...] = acc.astype(dtype)"),
+       "row-wise kernels: out_slots output buffers (0: in place over the input stage); "
+       "knobs: epi_tile_m, epi_tile_n, out_slots"),
+    _p("epilogue-direct-store", "out_gmem[...] = acc.astype(dtype); row-wise kernels: knob: copy='direct'"),
     _p("elect-one", "(automatic: TMA issue and barrier init are single-thread in the lowering)", "partial"),
     _p("split-k", "", "none", "no built-in split-K; would be a new kernel (grid over k + reduction)"),
-    _p("approximate-exp", "jnp.exp2(x) (Mosaic GPU lowers to ex2.approx)", "partial",
-       "no per-op accuracy choice; check the PTX"),
+    _p("approximate-exp", "jnp.exp2(x) (Mosaic GPU lowers to ex2.approx); CompilerParams(approx_math=True); "
+       "knob: approx_math", "partial", "no per-op accuracy choice: approx_math is the whole kernel's; check the PTX"),
     _p("fma-contraction", "(compiler-chosen: LLVM contracts a*b+c)", "partial", "no source-level control"),
-    _p("approximate-reciprocal", "1 / x or lax.reciprocal (lowering-chosen)", "partial"),
+    _p("approximate-reciprocal", "1 / x, lax.rsqrt (lowering-chosen); CompilerParams(approx_math=True); "
+       "knob: approx_math", "partial"),
     _p("bf16-conversion", "acc.astype(jnp.bfloat16)"),
 )

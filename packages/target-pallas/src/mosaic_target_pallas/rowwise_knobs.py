@@ -175,9 +175,10 @@ def _dependencies():
 
     return Dependencies(check=can_implement, rules=(
         Dependency("smem-per-block", ("block_rows", "max_concurrent_steps", "out_slots"),
-                   {"max_concurrent_steps": (3, 2, 1), "out_slots": (1,)},
+                   {"max_concurrent_steps": (3, 2, 1), "out_slots": (1, 0)},
                    "staged blocks and output slots of block_rows full rows share the shared memory: more rows "
-                   "per block leave room for fewer stages"),
+                   "per block leave room for fewer stages; writing in place (out_slots=0) frees the output buffer "
+                   "for one more stage"),
         Dependency("vector-tiles-box", ("vector", "tma_cols"), {"vector": (4, 2, 1)},
                    "32 lanes x vector elements must tile the TMA box: a narrower box needs a narrower vector"),
         Dependency("in-place-needs-two-stages", ("out_slots", "max_concurrent_steps", "blocks_per_cta"),

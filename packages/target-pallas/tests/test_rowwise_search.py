@@ -1,0 +1,62 @@
+"""The ``knobs`` proposer reaches the Pallas row-wise knob table from the rows a CuTe DSL rmsnorm reference (quack's)
+leaves against the Pallas rmsnorm (the reverse campaign of issue 19): the pallas constructs name the row-wise knobs
+beside the gemm ones (nothing is built: proposals only, checked with the plugin's CPU can-implement predicate).
+
+The rows are the ones the fingerprints differ in: quack's, lifted from its CPU lowering (``mosaic lift`` of the
+``mosaic run --reference examples/kernels/cute/quack_rmsnorm.py`` preview's reference bundle: 128 threads, 1 KiB
+static shared memory, cp.async loads, st.global stores, 16 warps per SM) against the Pallas defaults (215064 B of
+dynamic shared memory, TMA loads and stores, one CTA of 4 warps per SM)."""
+
+import attrs
+import pytest
+from mosaic.catalog import catalog_from_host
+from mosaic.plugins import host
+from mosaic.proposers import Request
+from mosaic.proposers.knobs import KnobsProposer, construct_knobs
+from mosaic.records import Discrepancy, KernelSpec
+from mosaic.run.campaign import Campaign
+from mosaic_target_pallas.constructs import CONSTRUCTS
+from mosaic_target_pallas.knobs import FAMILY_KNOBS
+from mosaic_target_pallas.rowwise_knobs import ROWWISE_KNOBS, can_implement
+
+ROWS = (Discrepancy("launch", "smem.dynamic", 0, 215064, 1, "knob"),
+        Discrepancy("launch", "smem.static", 1024, 0, 2, "knob"),
+        Discrepancy("launch", "grid", [2048, 1, 1], [1024, 1, 1], 3, "knob"),
+        Discrepancy("launch", "occupancy.warps_per_sm", 16, 4, 4, "knob"),
+        Discrepancy("instruction", "transfer.form", ["cp.async"], ["tma"], 5, "rewrite"),
+        Discrepancy("instruction", "transfer.store_form", ["st.global"], ["tma.store"], 6, "rewrite"))
+
+
+def test_every_construct_knob_is_a_field_of_a_pallas_knob_class():
+    fields = {f.name for cls in (*FAMILY_KNOBS.values(), *ROWWISE_KNOBS.values()) for f in attrs.fields(cls)}
+    rowwise = {f.name for cls in ROWWISE_KNOBS.values() for f in attrs.fields(cls)}
+    named = set()
+    for c in CONSTRUCTS:
+        for knob, _ in construct_knobs(c.expression):
+            assert knob in fields, f"{c.concept}: {knob!r} is no Pallas knob"
+            named.add(knob)
+    assert rowwise - named == {"online"}  # every row-wise knob but softmax's algorithm choice has a concept
+
+
+@pytest.mark.parametrize("family", ["rmsnorm", "softmax"])
+def test_the_reference_rows_reach_the_row_wise_knobs(family):
+    cls = ROWWISE_KNOBS[family]
+    c = Campaign.from_json({"source": "cute", "target": "pallas", "family": family, "shape": "16384x8192",
+                            "dtype": "bf16"})
+    req = Request(campaign=c.to_json(), parent="p", knobs=attrs.asdict(cls()), rows=ROWS, layers=(), incumbent={},
+                  reference={}, tried=frozenset())
+    proposals = KnobsProposer(c, cls, catalog_from_host(host())).propose(req)
+    gpu = host().get("gpus", "h200")
+    spec = KernelSpec(family=family, shape={"rows": 16384, "cols": 8192}, dtype="bf16", language="pallas", knobs={})
+    buildable = {(p.edit["knob"], p.edit["value"]) for p in proposals if not can_implement(cls(**p.knobs), spec, gpu)}
+    assert {k for k, _ in buildable} == {"max_concurrent_steps", "copy", "out_slots", "block_rows", "blocks_per_cta",
+                                         "tma_cols"}, buildable
+    # no TMA, no shared-memory ring, like the reference: reached through the shared-memory rows
+    assert ("copy", "direct") in buildable
+    # a third stage fits 8192 columns only in place: the smem rule's compound edit
+    third = next(p for p in proposals if (p.edit["knob"], p.edit["value"]) == ("max_concurrent_steps", 3))
+    assert third.edit.get("compound") and third.knobs["out_slots"] == 0
+    # two-row blocks need a narrower vector (two warps share a row)
+    two = next(p for p in proposals if (p.edit["knob"], p.edit["value"]) == ("block_rows", 2))
+    assert two.knobs["vector"] == 4
+    assert len(buildable) >= 12, buildable

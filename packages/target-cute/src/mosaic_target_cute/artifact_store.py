@@ -1,4 +1,5 @@
-"""Compile once: the lowering's compiled CuTe function kept on disk, loaded by the GPU process instead of compiling again.
+"""Compile once: the lowering's compiled CuTe function kept on disk, loaded by the GPU process instead of
+compiling again.
 
 ``lower()`` (CPU, no GPU) compiles a candidate with ``cute.compile`` for its PTX and cubin; the GPU worker's
 ``prepare()`` used to call ``cute.compile`` again. CuTe DSL's own file cache does not help: its key includes
@@ -16,10 +17,11 @@ build (cu12 / cu13), and the lowering's
 ``$MOSAIC_CUTE_ARTIFACTS``, else ``$MOSAIC_CACHE_DIR/cute-artifacts`` (``~/.cache/mosaic/cute-artifacts``);
 ``MOSAIC_CUTE_ARTIFACTS=off`` turns the store off (every ``prepare()`` compiles, as before).
 
-The key (:func:`artifact_key` of :func:`key_inputs`) is the SHA-256 of everything that decides what ``cute.compile`` builds: the
-knobs (defaults filled), m, n, k, dtype, arch, SM count, the line-info option and the bytes of the kernel
-sources; the DSL version, the host machine and the runtime build are checked from the manifest instead, so a mismatch is
-reported as such (:func:`load` returns the reason; the caller compiles and records it).
+The key (:func:`artifact_key` of :func:`key_inputs`) is the SHA-256 of everything that decides what
+``cute.compile`` builds: the knobs (defaults filled), m, n, k, dtype, arch, SM count, the line-info option and
+the bytes of the kernel sources; the DSL version, the host machine and the runtime build are checked from the
+manifest instead, so a mismatch is reported as such (:func:`load` returns the reason; the caller compiles and
+records it).
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ BUILD_FIELDS = ("kernel_name", "registers", "static_smem", "dynamic_smem", "thre
 
 def save(compiled, build, key: str, inputs: dict) -> Path | None:
     """Write ``compiled`` (with its CuteBuild ``build``) under ``key`` (atomically: a temporary directory renamed
-    into place; an existing entry is kept). Returns the entry's directory, or None when the store is off. Raises what the DSL raises."""
+    into place; an existing entry is kept). Returns the entry's directory, or None when the store is off.
+    Raises what the DSL raises (the lowering notes it and goes on: the worker then compiles)."""
     base = root()
     if base is None:
         return None

@@ -158,27 +158,24 @@ def test_a_resumed_campaign_scales_from_the_gates_its_bundles_recorded(tmp_path)
     assert (limit, by_budget) == (155.0, False) and why == "5 x the slowest gate so far (31.0 s)"
 
 
-def test_the_loop_stops_on_budget_when_a_gate_in_flight_is_cut_by_it(tmp_path):
-    """The convergence loop over a recorded campaign (run_fixture's bundles: reference 30 s, each candidate 6 s),
-    whose gates after the naive step are asked of a real LiveWorkbench with a hanging worker. Budget 0.75 device
-    minutes = 45 s: at step 1's gate 42 s are spent, so the gate gets 3 s, is killed, and the loop stops on
-    'budget' with step 1 recorded as a failed gate that says why."""
-    import json
+def budget_campaign(tmp_path, **live_options):
+    """The recorded campaign (run_fixture's bundles: reference 30 s, each candidate 6 s) at a 0.75 device-minute
+    budget, and a workbench over its bundles whose gates after the naive step are asked of a real LiveWorkbench
+    with a hanging worker: (campaign, workbench, the live workbench to close)."""
     import shutil
     import tomllib
 
     import attrs
     sys.path.insert(0, str(HERE))
     import run_fixture as rf
-    from mosaic.run.journal import Journal
-    from mosaic.run.loop import run_campaign
     from mosaic.run.offline import OfflineWorkbench
     from mosaic.run.workbench import REFERENCE
 
     toml = rf.CAMPAIGN_TOML.replace("budget_min = 10.0", "budget_min = 0.75")
     src = rf.build_campaign(tmp_path / "recorded", toml=toml)
     c = Campaign.from_json(dict(tomllib.loads(toml)))
-    live = LiveWorkbench(c, tmp_path / "live", progress=lambda line: None, worker_argv=SCRIPT)
+    live = LiveWorkbench(c, tmp_path / "live", **{"progress": lambda line: None, "worker_argv": SCRIPT,
+                                                  **live_options})
     _route(live, "hang", pidfile=str(tmp_path / "g.pid"))
 
     class GateInAWorker(OfflineWorkbench):
@@ -203,8 +200,21 @@ def test_the_loop_stops_on_budget_when_a_gate_in_flight_is_cut_by_it(tmp_path):
             checked = live._gate(kernel, live.dest(kernel.key))
             return attrs.evolve(checked, cost_s=live.cost(kernel.key) - before)
 
+    return c, GateInAWorker(src, "gemm", "bf16"), live
+
+
+def test_the_loop_stops_on_budget_when_a_gate_in_flight_is_cut_by_it(tmp_path):
+    """The convergence loop over budget_campaign: at step 1's gate 42 s of the 45 s are spent, so the gate gets
+    3 s, is killed, and the loop stops on 'budget' with step 1 recorded as a failed gate that says why."""
+    import json
+
+    from mosaic.run.journal import Journal
+    from mosaic.run.loop import run_campaign
+
+    c, bench, live = budget_campaign(tmp_path)
+
     try:
-        outcome = run_campaign(c, GateInAWorker(src, "gemm", "bf16"), Journal.create(tmp_path / "out"), quiet=True)
+        outcome = run_campaign(c, bench, Journal.create(tmp_path / "out"), quiet=True)
     finally:
         live.close()
     events = [json.loads(line) for line in (tmp_path / "out" / "journal.jsonl").read_text().splitlines()]

@@ -17,7 +17,7 @@ from mosaic.run.live.parent import LiveWorkbench, Timeouts
 HERE = Path(__file__).resolve().parent
 SCRIPT = [sys.executable, str(HERE / "worker_script.py")]
 sys.path.insert(0, str(HERE))
-from test_request_timeouts import _candidate, _route, campaign  # noqa: E402 - the same worker stand-ins
+from test_request_timeouts import _candidate, _route, budget_campaign, campaign  # noqa: E402 - the same stand-ins
 
 LINE = re.compile(r"^\[mosaic\] waiting on the numerics gate of (\S+): ([\d.]+) s of at most (\S+) s \((.+)\): "
                   r"the worker$")
@@ -75,51 +75,18 @@ def test_a_bad_progress_display_is_one_line_before_anything_runs(tmp_path, monke
 
 
 def test_a_campaign_shows_its_gate_wait_on_stderr_and_nothing_on_stdout(tmp_path, capsys):
-    """The convergence loop over the recorded campaign (run_fixture), its step-1 gate asked of a real
-    LiveWorkbench whose worker hangs (the test_request_timeouts budget campaign): stderr carries the loop's
-    lines and the gate's wait, naming the step-1 candidate and the device budget it was cut at."""
+    """The convergence loop over test_request_timeouts' budget campaign (its step-1 gate asked of a real
+    LiveWorkbench whose worker hangs): stderr carries the loop's lines and the gate's wait, naming the step-1
+    candidate and the device budget it was cut at."""
     import json
-    import shutil
-    import tomllib
 
-    import attrs
-    import run_fixture as rf
-    from mosaic.run.campaign import Campaign
     from mosaic.run.journal import Journal
     from mosaic.run.loop import run_campaign, stderr_progress
-    from mosaic.run.offline import OfflineWorkbench
-    from mosaic.run.workbench import REFERENCE
 
-    toml = rf.CAMPAIGN_TOML.replace("budget_min = 10.0", "budget_min = 0.75")
-    src = rf.build_campaign(tmp_path / "recorded", toml=toml)
-    c = Campaign.from_json(dict(tomllib.loads(toml)))
-    live = LiveWorkbench(c, tmp_path / "live", progress=stderr_progress, worker_argv=SCRIPT,
-                         wait_options={"every_s": 0.5, "tick_s": 0.1})
-    _route(live, "hang", pidfile=str(tmp_path / "g.pid"))
-
-    class GateInAWorker(OfflineWorkbench):
-        naive = None
-
-        def capture_reference(self, spec):
-            r = super().capture_reference(spec)
-            shutil.copytree(r.kernel.bundle, live.dest(REFERENCE))
-            return r
-
-        def build(self, kernel):
-            b = super().build(kernel)
-            self.naive = self.naive or kernel.key
-            if b.bundle:
-                shutil.copytree(b.bundle, live.dest(kernel.key))
-            return b
-
-        def check(self, kernel, built, reference):
-            if kernel.key == self.naive:
-                return super().check(kernel, built, reference)
-            before = live.cost(kernel.key)
-            return attrs.evolve(live._gate(kernel, live.dest(kernel.key)), cost_s=live.cost(kernel.key) - before)
-
+    c, bench, live = budget_campaign(tmp_path, progress=stderr_progress,
+                                     wait_options={"every_s": 0.5, "tick_s": 0.1})
     try:
-        outcome = run_campaign(c, GateInAWorker(src, "gemm", "bf16"), Journal.create(tmp_path / "out"))
+        outcome = run_campaign(c, bench, Journal.create(tmp_path / "out"))
     finally:
         live.close()
     out, err = capsys.readouterr()

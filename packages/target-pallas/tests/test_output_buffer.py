@@ -59,7 +59,7 @@ def _launch_aliasing(name, into):
 def test_the_launch_runs_the_kernel_in_the_donated_output_buffer(name):
     found, n_args = _launch_aliasing(name, into=True)
     assert found.donated_args == (n_args,), found  # main's last argument: the output buffer
-    assert found.kernel_aliased_operands, found
+    assert found.kernel_aliased_operands == (n_args,), found  # the kernel's last operand: that buffer, reshaped
     assert found.in_place
 
 

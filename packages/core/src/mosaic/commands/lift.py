@@ -9,6 +9,9 @@ import click
 
 from mosaic.commands.output import table
 
+#: machine-layer keys that only a profile (``capture --profile``) gives
+PROFILE_KEYS = ("stalls.top", "tensor_pipe", "memory_throughput", "occupancy.achieved", "l2.hit_rate")
+
 GPU_DEFAULT = "h200"
 
 
@@ -91,7 +94,7 @@ def lift(path: str, kernel: str | None, gpu_name: str | None, as_json: bool) -> 
     for layer in LAYERS:
         for f in fp.layer(layer):
             shown = value_text(f.value)
-            if f.value is None and layer == "machine" and f.key in ("stalls.top", "tensor_pipe", "memory_throughput"):
-                shown = "absent (no Nsight Compute metrics)"
+            if f.value is None and layer == "machine" and f.key in PROFILE_KEYS:
+                shown = "absent (no Nsight Compute metrics: capture --profile)"
             rows.append([layer, f.key, f.where if f.role else "kernel", shown])
     click.echo(table(rows, ["layer", "key", "where", "value"]))

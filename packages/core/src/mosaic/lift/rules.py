@@ -84,6 +84,10 @@ RULES: tuple[Rule, ...] = (
     Rule("M05", "machine", "tensor_pipe", "rewrite", "tensor-pipe utilisation differs, so the math units are fed differently",
          METRIC_TOLERANCE_POINTS),
     Rule("M06", "machine", "memory_throughput", "rewrite", "achieved memory throughput differs", METRIC_TOLERANCE_POINTS),
+    Rule("M07", "machine", "occupancy.achieved", "knob", "achieved occupancy (active warps per SM) differs: "
+         "registers, shared memory or the grid leave the SMs differently full", METRIC_TOLERANCE_POINTS),
+    Rule("M08", "machine", "l2.hit_rate", "rewrite", "the L2 hit rate differs, so operand reuse across CTAs "
+         "(tile order, rasterisation, swizzle) differs", METRIC_TOLERANCE_POINTS),
 )
 
 BY_KEY = {r.key: r for r in RULES}

@@ -233,7 +233,8 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
                                             "generator": "numpy.random.default_rng(seed); see mosaic.families.make_inputs"}))
                 from mosaic.timing.timer import make_timer
 
-                timer = make_timer(opts.timer)  # before the kernel creates a CUDA context
+                # before the kernel creates a CUDA context; none under Nsight Compute, which owns the profiler
+                timer = None if opts.profile_run else make_timer(opts.timer)
                 if runnable_factory is None:
                     runnable = backend.prepare(spec, gpu, work / "run", inputs)
                 else:

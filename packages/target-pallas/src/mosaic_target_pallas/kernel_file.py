@@ -28,9 +28,9 @@ from mosaic_target_pallas.backend import (
     _smem_limit,
     _toolchain,
     assemble_ptx,
+    gpu_compile_dump,
     jax_has_gpu,
 )
-from mosaic_target_pallas.rowwise import gpu_compile_dump
 
 JAX_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
 

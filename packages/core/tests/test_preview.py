@@ -45,6 +45,7 @@ def test_no_shipped_reference_is_said_with_what_the_plugin_ships(tmp_path):
     assert "need both the reference and the naive translation" in skipped["diff and proposals"]
     for step, _ in DEVICE_STEPS:
         assert skipped[step].endswith("needs a CUDA device")
+    assert skipped["yardstick"].startswith("cuBLAS timed in the same run")  # gemm's first yardstick
     data = json.loads((tmp_path / "preview.json").read_text())
     assert data["format"] == "mosaic-run-preview" and data["no_gpu"] == "test: no device" and data["rows"] == []
     assert not (tmp_path / "journal.jsonl").exists()  # never mistaken for a campaign to resume

@@ -123,7 +123,7 @@ def _tokens(value: Any) -> set[str]:
 def row_concepts(row) -> list[tuple[str, str]]:
     """(concept, side) for a row; side is 'gain' (the reference shows it), 'lose' (only the candidate) or 'both'."""
     found: list[tuple[str, str]] = []
-    if row.key.endswith(".form") and row.key not in ROW_FEATURES:
+    if row.key.endswith((".form", "_form")) and row.key not in ROW_FEATURES:
         ref, cand = _tokens(row.reference), _tokens(row.candidate)
         for token in sorted(ref - cand):
             if token in FORM_FEATURES:

@@ -204,7 +204,11 @@ class Loop:
         if c.yardstick:
             blocks = self.bench.yardstick(self.spec(c.source, {}), c.rounds)
             if blocks:
-                self.emit("yardstick", key="cublas", name="cuBLAS", blocks=blocks, time_ns=time_of(blocks))
+                from mosaic.families import first_yardstick
+                from mosaic.run.workbench import YARDSTICK
+
+                self.emit("yardstick", key=YARDSTICK, name=first_yardstick(c.family).title, blocks=blocks,
+                          time_ns=time_of(blocks))
         stop = self.start()
         while stop is None:
             stop = self.iterate()

@@ -40,7 +40,7 @@ DEVICE_STEPS = (
     ("numerics gate", "running each candidate on the device against the float64 oracle"),
     ("timing", "CUPTI device times of candidate against incumbent, interleaved"),
     ("acceptance", "the keep/reject decisions, which need the two measurements above"),
-    ("yardstick", "cuBLAS timed in the same run"),
+    ("yardstick", "{yardstick} timed in the same run"),
 )
 
 
@@ -233,8 +233,15 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
                                     "translation"))
     else:
         p.skipped.append(("diff and proposals", "they need both the reference and the naive translation (above)"))
+    from mosaic.errors import MosaicError
+    from mosaic.families import first_yardstick
+
+    try:
+        yard = first_yardstick(c.family).title
+    except MosaicError:
+        yard = "the family's yardstick (it has none)"
     for step, what in DEVICE_STEPS:
-        p.skipped.append((step, f"{what}: needs a CUDA device"))
+        p.skipped.append((step, f"{what.format(yardstick=yard)}: needs a CUDA device"))
     (out / "preview.json").write_text(json.dumps(p.to_json(), indent=1) + "\n")
     (out / "preview.md").write_text(render(p))
     return p

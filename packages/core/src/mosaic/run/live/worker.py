@@ -151,7 +151,7 @@ class WorkerState:
             shutil.rmtree(work, ignore_errors=True)
             raise
         self.runnables[key] = (r, work)
-        self.prepared[label] = "compiled"
+        self.prepared[label] = getattr(r, "prepared_how", None) or "compiled"  # e.g. "loaded artifact ..."
         while len(self.runnables) > self.capacity:
             _, (old, old_work) = self.runnables.popitem(last=False)
             _close(old)

@@ -241,7 +241,7 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
                     runnable = runnable_factory(spec, gpu, inputs)
                 try:
                     if opts.profile_run:
-                        from mosaic.profile import profiled_launch
+                        from mosaic.profiler_range import profiled_launch
 
                         status, more, s = "profiled", {}, profiled_launch(runnable, log)
                     else:

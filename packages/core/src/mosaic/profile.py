@@ -1,6 +1,7 @@
 """Nsight Compute metrics of a captured kernel (``mosaic capture --profile``): the fingerprint's machine layer.
 
-The kernel is built again in a capture child (:mod:`mosaic.capture`, ``profile_run``) that runs under ``ncu``
+The kernel is built again in a capture child (:mod:`mosaic.capture`, ``profile_run``; its launches:
+:mod:`mosaic.profiler_range`) that runs under ``ncu``
 with profiling off from the start: the child launches the kernel once to warm it (jit, module load), then
 launches it once more between ``cuProfilerStart`` and ``cuProfilerStop``, so Nsight Compute replays exactly
 that launch (and whatever the language's runtime launched with it) and nothing of input generation, poisoning
@@ -16,7 +17,6 @@ CSV (``profile.csv``) and, when small enough, the report itself, all with role `
 from __future__ import annotations
 
 import csv
-import ctypes
 import glob
 import io
 import json
@@ -62,40 +62,6 @@ def find_ncu() -> str:
             return hits[-1]
     raise BadInput("--profile needs Nsight Compute (ncu): none on PATH, under /opt/nvidia/nsight-compute or "
                    "/usr/local/cuda*; install it or set MOSAIC_NCU", "--profile")
-
-
-# -- the profiled child --------------------------------------------------------------------------------
-
-def _cuda_profiler(start: bool) -> None:
-    """``cuProfilerStart``/``Stop`` in the primary context of device 0 (the one the languages' runtimes use),
-    made current on this thread for the call."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    dev, ctx, old = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
-    for name, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(dev), 0)),
-                       ("cuDevicePrimaryCtxRetain", (ctypes.byref(ctx), dev)),
-                       ("cuCtxPushCurrent_v2", (ctx,)),
-                       ("cuProfilerStart" if start else "cuProfilerStop", ()),
-                       ("cuCtxPopCurrent_v2", (ctypes.byref(old),)),
-                       ("cuDevicePrimaryCtxRelease_v2", (dev,))):
-        rc = getattr(lib, name)(*args)
-        if rc != 0:
-            raise MosaicError(f"{name} failed with CUDA error {rc}")
-
-
-def profiled_launch(runnable, log: list[str]) -> dict:
-    """The child's work under ncu: one warm launch (its output read back, so it finished), then one launch in
-    the profiler's range. -> the capture summary."""
-    runnable.poison()
-    runnable.launch()
-    runnable.output()
-    _cuda_profiler(True)
-    try:
-        runnable.launch()
-        runnable.output()  # reads back: the launch has finished inside the range
-    finally:
-        _cuda_profiler(False)
-    log.append("profiled: one warm launch, then one launch between cuProfilerStart and cuProfilerStop")
-    return {"profiled_launches": 1}
 
 
 # -- the parent ---------------------------------------------------------------------------------------

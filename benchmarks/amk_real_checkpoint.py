@@ -717,6 +717,12 @@ def figures(out: Path) -> dict:
     f["(3) q4_1 float32"] = (f"vm {q['vm']['ppl']:.6f} vs hf {q['hf']['ppl']:.6f} rel {q['rel_diff']:.3g}"
                              if q and "vm" in q else q)
     f["quant"] = part("quant", "table")
+    for name in ("bf16", "int8", "q4_1 (gguf)"):
+        r = part("quant", name)
+        if r:
+            eq = r.get("f32_vs_hf_float32") or {}
+            f[f"quant {name}"] = (f"{r.get('ms_per_token', float('nan')):.4f} ms/token, floor {r.get('floor_ms', float('nan')):.4f} ms; "
+                                  f"text {r.get('text')!r}; f32 tokens = HF f32 for {eq.get('equal_prefix')}/{eq.get('of')}")
     b = part("bench", "bench")
     if b:
         f["bench"] = {c["name"]: c["ms_per_token"] for c in b.get("contenders", []) if not c["name"].startswith(

@@ -41,11 +41,16 @@ def _operands(m, n, k, dtype):
     GemmKnobs(kernel="pipelined", tile_m=64, tile_n=64, tile_k=32, max_concurrent_steps=2, epi_tile_m=32,
               epi_tile_n=64, delay_release=1, persistent=False),
 ], ids=["jax-hopper", "jax-hopper-wg-m", "pipelined"])
-def test_gemm_kernels_are_correct_and_race_free(knobs):
+@pytest.mark.parametrize("into", [False, True], ids=["returned", "into-poisoned"])
+def test_gemm_kernels_are_correct_and_race_free(knobs, into):
+    """Also in the form ``prepare`` runs on the GPU (``into=True``): the kernel writes into a NaN-filled buffer
+    passed in (output_buffer.py), and every element must come out written."""
     m, n, k = 128, 256, 128
     a, b, ref = _operands(m, n, k, jnp.bfloat16)
     mod = hopper_matmul if knobs.kernel == "jax-hopper" else pipelined_matmul
-    r = interpret.run(mod.build(knobs, m, n, k, jnp.bfloat16, 1), a, b)
+    fn = mod.build(knobs, m, n, k, jnp.bfloat16, 1, into=into)
+    poison = (jnp.full((m, n), jnp.nan, jnp.bfloat16),) if into else ()
+    r = interpret.run(fn, a, b, *poison)
     assert r.races_found is False
     got = r.outputs[0]
     # bf16 output: half an ulp of |ref| (2^-8 relative) plus fp32-accumulation slack

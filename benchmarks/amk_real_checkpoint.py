@@ -577,9 +577,14 @@ def step_gpu_tests(ctx: Ctx, rec: Record) -> None:
         raise RuntimeError("GPU tests: not run with --vm reference")
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rs", "-p", "no:cacheprovider",
            "packages/amk/tests/test_cuda_quant.py", "packages/amk/tests/test_bench_gate.py"]
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=max(10, ctx.left() - 5))
-    tail = (r.stdout + r.stderr)[-6000:]
-    rec.put("pytest", {"cmd": " ".join(cmd[1:]), "rc": r.returncode, "tail": tail})
+    try:
+        r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=max(10, ctx.left() - 5))
+        rc, text = r.returncode, r.stdout + r.stderr
+    except subprocess.TimeoutExpired as exc:  # what pytest printed before the cut (-q prints a dot per test)
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        rc, text = None, out + f"\ncut at the step's budget ({exc.timeout:.0f} s): not finished"
+    tail = text[-6000:]
+    rec.put("pytest", {"cmd": " ".join(cmd[1:]), "rc": rc, "tail": tail})
     log(tail[-1500:])
 
 

@@ -161,7 +161,6 @@ class PallasBackend:
                                f"got {None if key not in inputs else np.shape(inputs[key])}")
         return PallasRunnable(fn, [inputs["a"], inputs["b"]], dtype, (m, n), writes_into=True)
 
-
     def _attention_fn(self, spec: KernelSpec):
         """jax's attention_mgpu forward as ``f(q, k, v) -> o`` in the family's layout, its argument shapes, a name
         and notes. The family's inputs are in the oracle's layout, q (batch, heads, seq, head_dim) and k, v

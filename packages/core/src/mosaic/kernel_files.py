@@ -727,6 +727,19 @@ def lower_source(spec, source: str, gpu_name: str, out: str | os.PathLike, opts=
     return CaptureResult("unbuildable", out, reason, {"error": reason})
 
 
+def captured_file_source(bundle) -> str | None:
+    """The text of the kernel file a bundle was captured from (the bundle's own copy, ``source/<name>``), or
+    None for a bundle of a language's own kernel. A timing session rebuilds a file reference from it."""
+    section = bundle.manifest.get("kernel_file")
+    if not section:
+        return None
+    for path in bundle.find("source"):
+        if path.name == section.get("path"):
+            return path.read_text()
+    raise BadInput(f"the bundle records kernel file {section.get('path')!r} but holds no copy of it",
+                   str(bundle.root))
+
+
 def prepare_source(spec, source: str, gpu, workdir: str | os.PathLike, inputs: Mapping[str, Any]):
     """In a GPU child: the Runnable of a source candidate (its language's file backend's ``prepare``)."""
     kfile = write_source(spec, source, Path(workdir) / "source")

@@ -20,6 +20,7 @@ import attrs
 
 from mosaic.errors import BadInput, MosaicError
 from mosaic.families import first_yardstick  # a library call, no lowering
+from mosaic.kernel_files import captured_file_source
 from mosaic.records import KernelSpec
 from mosaic.run.live.protocol import REQUEST_FORMAT, ChildResult, knob_label, result_problem, tail
 from mosaic.run.live.worker import Workers
@@ -632,7 +633,10 @@ class LiveWorkbench:
     def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:
         from mosaic.bundle import load_bundle
 
-        ref_spec = load_bundle(self.dest(REFERENCE)).kernel if incumbent.key == REFERENCE else incumbent.spec
+        ref_spec, ref_source = incumbent.spec, incumbent.source
+        if incumbent.key == REFERENCE:  # as captured: a kernel file's reference is built from the bundle's copy
+            ref_bundle = load_bundle(self.dest(REFERENCE))
+            ref_spec, ref_source = ref_bundle.kernel, captured_file_source(ref_bundle)
         where = "one process" if self.isolation == "step" else "the worker"
         self.progress(f"time {kernel.key} against {incumbent.key}: {rounds} rounds x {self.c.runs_per_block} "
                       f"runs, interleaved A B A B, {where}")
@@ -641,7 +645,7 @@ class LiveWorkbench:
         gpu_at_start = gpu_identity()  # which device makes this verdict: index, UUID, clocks now
         limit, limit_why, by_budget = self._limit("time")
         r = self._serve({"mode": "time", "gpu": self.c.gpu, "specs": [ref_spec.to_json(), kernel.spec.to_json()],
-                         "sources": [None if incumbent.key == REFERENCE else incumbent.source, kernel.source],
+                         "sources": [ref_source, kernel.source],
                          "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
                          "values": "normal", "flush": True, "timer": "cupti"}, limit,
                         lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or tail(r.output)}",

@@ -290,3 +290,23 @@ def test_python_file_backend_imports_once_and_builds_the_files_own_knobs(tmp_pat
                                                                       "import dataclasses\nimport no_such_pkg_x")))
     with pytest.raises(BadInput, match="importing the kernel file raised ModuleNotFoundError"):
         Backend(broken).check(spec)
+
+
+def test_captured_file_source_is_the_bundles_own_copy(tmp_path):
+    """A timing session rebuilds a kernel-file reference from the text its bundle kept (the H200 quack rmsnorm ->
+    Pallas campaign asked the worker for the language's own kernel instead, and failed)."""
+    from mosaic.bundle import load_bundle, save_bundle
+    from mosaic.kernel_files import captured_file_source
+    from mosaic.records import KernelSpec
+
+    spec = KernelSpec(family="rmsnorm", shape={"rows": 8, "cols": 64}, dtype="bf16", language="cute", name="k.py")
+    text = "# the measured file\n"
+    with_copy = save_bundle(tmp_path / "a.bundle", kernel=spec, language="cute",
+                            files={"source/k.py": ("source", text)}, extra={"kernel_file": {"path": "k.py"}})
+    assert captured_file_source(with_copy) == text
+    own = save_bundle(tmp_path / "b.bundle", kernel=spec, language="cute", files={"source/k.py": ("source", text)})
+    assert captured_file_source(own) is None  # a language's own kernel: no file to rebuild from
+    lost = save_bundle(tmp_path / "c.bundle", kernel=spec, language="cute", files={"x.log": ("log", "")},
+                       extra={"kernel_file": {"path": "k.py"}})
+    with pytest.raises(BadInput, match="holds no copy"):
+        captured_file_source(load_bundle(lost.root))

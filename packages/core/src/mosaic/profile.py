@@ -20,6 +20,7 @@ import csv
 import glob
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -81,9 +82,10 @@ class Profile:
 def _number(text: str) -> float | None:
     t = text.strip().replace(",", "") if re.fullmatch(r"-?[\d,]+(\.\d+)?([eE][-+]?\d+)?", text.strip()) else text.strip()
     try:
-        return float(t)
+        x = float(t)
     except ValueError:
         return None
+    return x if math.isfinite(x) else None  # ncu prints "nan"/"inf" for metrics it could not derive
 
 
 def parse_raw_csv(text: str, kernel_name: str | None) -> Profile:

@@ -102,3 +102,36 @@ def test_capture_profile_refusals_are_one_line(tmp_path, capsys, monkeypatch, ar
     code, out, err = run(capsys, "capture", "--lang", "cutlass", "--family", "gemm", "--shape", "128x128x64",
                          "--dtype", "bf16", "-o", tmp_path / "x.bundle", "--profile", *args)
     assert code == 2 and needle in err and err.count("\n") == 1 and not (tmp_path / "x.bundle").exists()
+
+
+# -- real Nsight Compute output: the H200 captures of 2026-12-02 (results/2026-12-02/session9/A/profile) ----------
+H200 = Path(__file__).resolve().parents[1] / "data" / "h200"
+RESULTS = Path(__file__).resolve().parents[4] / "results" / "2026-12-02" / "session9" / "A" / "profile"
+
+
+def _csv(name: str) -> str:
+    import lzma
+
+    return lzma.decompress((H200 / "profile" / f"{name}-gemm-4096.profile.csv.xz").read_bytes()).decode()
+
+
+def test_real_ncu_csv_picks_the_lowered_kernel_by_name_beside_the_runtimes_own_launch():
+    from mosaic.profile import parse_raw_csv
+
+    lowered = json.loads((RESULTS / "cute-gemm-4096.bundle" / "lowering.json").read_text())["kernel_name"]
+    cute = parse_raw_csv(_csv("cute"), lowered)
+    assert cute.picked_by == "name" and len(cute.kernels) == 2  # torch's own elementwise launch shared the range
+    assert any(k["name"].startswith("_ZN2at6native") for k in cute.kernels)
+    pallas = parse_raw_csv(_csv("pallas"), "pallas_gemm_jax-hopper")  # jax names it anonymous_mosaic_gpu_kernel
+    assert pallas.picked_by == "duration" and pallas.kernel == "anonymous_mosaic_gpu_kernel"
+    for prof in (cute, pallas):
+        assert all(v == v and abs(v) != float("inf") for v in prof.metrics.values())  # ncu's nan left out
+        assert 150_000 < prof.metrics["gpu__time_duration.sum"] < 300_000  # ns: the 4096^3 GEMM, ~180-211 us
+        assert stall_top(prof.metrics)
+
+
+def test_a_bundle_profiled_on_the_h200_lifts_into_machine_rows_here(capsys):
+    m = _machine(capsys, H200 / "pallas-gemm-4096-profiled.bundle")
+    assert m["stalls.top"] == ["barrier", "long_scoreboard", "wait"]
+    assert m["tensor_pipe"] == 94.3 and m["memory_throughput"] == 23.3
+    assert m["occupancy.achieved"] == 18.7 and m["l2.hit_rate"] == 73.5

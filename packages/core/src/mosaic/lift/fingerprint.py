@@ -439,6 +439,8 @@ def _integer_reciprocal(insns, n: int) -> bool:
 
 _FP32 = frozenset(("fp32.fma", "fp32.add", "fp32.mul"))
 _NO_MODS: frozenset = frozenset()
+_NUMERIC_CLASSES = _FP32 | {"call", "cvt"}
+_NUMERIC_OPCODES = frozenset(("MUFU", "FCHK", "div", "rcp", "ex2"))
 _IEEE_DIV_CALL = re.compile(r"(div|rcp)_rn")
 
 
@@ -455,6 +457,8 @@ def _numerics(add, insns, program) -> None:
     ftz = noftz = 0
     for n, i in enumerate(insns):
         c = i.opclass
+        if not seeded and c not in _NUMERIC_CLASSES and i.opcode not in _NUMERIC_OPCODES:
+            continue  # nothing below looks at it (every branch needs one of these classes or opcodes)
         mods_u = {m.upper() for m in i.mods} if i.mods and (c in _FP32 or c == "cvt") else _NO_MODS
         if c == "fp32.fma" and not (mods_u & {"RM", "RP", "SAT"}):
             fused += 1

@@ -28,7 +28,10 @@ _BENIGN_PREFIXES = ("//", ".", "#", "Fatbin", "=", "arch", "code version", "host
 # the two line forms that make up almost every listing, matched whole (the general path below handles the rest):
 # an instruction ``/*0040*/  IADD3 R1, R1, -0x2990, RZ ;  /* 0xffffd67001017810 */`` and the second half of its
 # encoding ``/* 0x001fe20007ffe0ff */``
-_INSN_LINE_RE = re.compile(r"\s*/\*([0-9a-fA-F]{4,})\*/\s*([^;/{}]*;)\s*(/\*\s*0x[0-9a-fA-F]{16}\s*\*/)?\s*")
+_INSN_LINE_RE = re.compile(r"\s*/\*([0-9a-fA-F]{4,})\*/\s*(?P<body>(?:@(?P<pred>!?U?P[0-7T])\s+)?"
+                           r"(?P<op>[A-Z][A-Z0-9_]*)(?P<mods>(?:\.[^\s;/{}]+)?)(?P<rest>[^;/{}]*);)"
+                           r"\s*(?P<hex>/\*\s*0x[0-9a-fA-F]{16}\s*\*/)?\s*")
+
 _CONTROL_LINE_RE = re.compile(r"\s*/\*\s*0x([0-9a-fA-F]{16})\s*\*/\s*")
 _BRANCHES = {"BRA", "BRX", "JMP", "JMX", "BRXU", "JMXU", "CALL", "RET", "EXIT", "BREAK", "KILL"}
 
@@ -81,10 +84,26 @@ def parse_sass(text: str, *, where: str = "SASS") -> dict[str, Program]:
     first_bad = ""
     unknown_ops: dict[str, int] = {}
     for lineno, raw in enumerate(text.splitlines(), 1):
+        head = raw.lstrip()
+        if head.startswith("/* 0x") and len(head) == 24 and head.endswith(" */"):  # an encoding's second half
+            digits = head[5:21]
+            try:
+                word = int(digits, 16) if digits.isalnum() else None
+            except ValueError:
+                word = None
+            if word is not None:
+                if cur is not None and cur.last is not None and cur.last.control == -1:
+                    cur.last.control = word
+                continue
         fast = _INSN_LINE_RE.fullmatch(raw)
         if fast is not None and cur is not None:
-            insn = _parse_body(fast.group(2)[:-1].rstrip(), len(cur.insns), int(fast.group(1), 16), lineno, where,
-                               unknown_ops)
+            op = fast.group("op")
+            if op in _SLOW_OPCODES or "(" in fast.group("rest"):
+                insn = _parse_body(fast.group("body")[:-1].rstrip(), len(cur.insns), int(fast.group(1), 16), lineno,
+                                   where, unknown_ops)
+            else:
+                insn = _plain_insn(op, fast.group("mods"), fast.group("rest"), fast.group("pred") or "",
+                                   len(cur.insns), int(fast.group(1), 16), lineno, unknown_ops)
             if cur.pending_labels:
                 for lab in cur.pending_labels:
                     cur.labels[lab] = insn.index
@@ -92,7 +111,7 @@ def parse_sass(text: str, *, where: str = "SASS") -> dict[str, Program]:
             cur.addr_index.setdefault(insn.address, insn.index)
             cur.insns.append(insn)
             cur.last = insn
-            if fast.group(3) is not None:
+            if fast.group("hex") is not None:
                 insn.control = -1  # filled in by the next line's upper 64 bits
             continue
         fast = _CONTROL_LINE_RE.fullmatch(raw)
@@ -224,6 +243,35 @@ def _parse_body(body: str, index: int, address: int, lineno: int, where: str,
         unknown_ops[opcode] = unknown_ops.get(opcode, 0) + 1
         cls = "other"
     return Instruction(index=index, opcode=opcode, mods=mods, operands=operands, pred=pred, targets=targets,
+                       address=address, line=lineno, opclass=cls)
+
+
+_SLOW_OPCODES = frozenset(_BRANCHES | {"BSSY", "BREAK", "RET", "HFMA2", "BRXU", "JMXU"})
+_CLASS_CACHE: dict[tuple[str, str], tuple[tuple, str | None]] = {}
+
+
+def _plain_insn(opcode: str, modtext: str, rest: str, pred: str, index: int, address: int, lineno: int,
+                unknown_ops: dict[str, int]) -> Instruction:
+    """The common instruction (no branch target, no annotation, no parenthesis), from the line regex's groups:
+    the same fields :func:`_parse_body` gives it."""
+    key = (opcode, modtext)
+    hit = _CLASS_CACHE.get(key)
+    if hit is None:
+        mods = tuple(modtext[1:].split(".")) if modtext else ()
+        hit = _CLASS_CACHE[key] = (mods, sass_class(opcode, mods))
+    mods, cls = hit
+    if cls is None:
+        unknown_ops[opcode] = unknown_ops.get(opcode, 0) + 1
+        cls = "other"
+    rest = rest.strip()
+    if not rest:
+        operands = ()
+    else:
+        operands = tuple(rest.split(", "))  # nvdisasm's own separator; anything else takes the general split
+        if "[" in rest or "{" in rest or "  " in rest or rest.count(",") != len(operands) - 1 or "" in operands \
+                or operands[0] != operands[0].strip() or operands[-1] != operands[-1].strip():
+            operands = tuple(split_operands(rest))
+    return Instruction(index=index, opcode=opcode, mods=mods, operands=operands, pred=pred, targets=(),
                        address=address, line=lineno, opclass=cls)
 
 

@@ -33,6 +33,11 @@ from mosaic_target_pallas.knobs import FAMILY_KNOBS, GemmKnobs
 from mosaic_target_pallas.rowwise_knobs import ROWWISE_KNOBS
 
 JAX_DTYPES = {"bf16": "bfloat16", "f16": "float16"}
+#: jax 0.11.2's attention_mgpu forward stages q, k, v and o in float16 shared memory (``plgpu.SMEM(..., jnp.float16)``
+#: in its ``entry``) although its dtype check admits bf16: a bf16 problem fails its lowering on the TMA copy
+#: ("Expected dtypes to match but src had type bfloat16 and dst had type float16", the H200 on 2026-12-02;
+#: reproduced on the CPU by tests/test_attention_capture.py, which says when a jax release lifts it)
+ATTENTION_DTYPES = ("f16",)
 SMEM_RE = re.compile(r"smem_bytes=(\d+)")
 
 
@@ -184,6 +189,10 @@ class PallasBackend:
         if "causal" in spec.knobs and kn.causal != causal:
             raise BadInput(f"attention knob causal={kn.causal} contradicts the problem (causal={int(causal)})",
                            "causality is part of the problem: set it in --shape (causal=1), not as a knob")
+        if spec.dtype not in ATTENTION_DTYPES:
+            raise Unbuildable(f"jax's attention_mgpu forward runs {', '.join(ATTENTION_DTYPES)} only, not {spec.dtype}: it "
+                              "stages q, k, v in float16 shared memory, so other inputs fail its lowering",
+                              spec.name or "attention")
         dtype = _jax_dtype(spec)
         if not jax_has_cuda_plugin():
             raise Unbuildable("jax's attention_mgpu needs jax's CUDA plugin (jax[cuda]) even to trace: it lowers "

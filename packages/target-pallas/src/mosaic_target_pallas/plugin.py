@@ -9,7 +9,8 @@ Capabilities say what works where, per family, so nothing is advertised that doe
   jax's CUDA plugin is installed) only. jax's kernel asserts that plugin before it traces, so it neither lowers
   on a machine without it (``attention:no-cpu-lowering``) nor runs in the interpreter
   (``attention:no-interpreter``; it also launches a multi-CTA grid, while the interpreter simulates one CTA).
-  It allocates its own output, so the capture's poisoned buffer cannot reach it (``runnable.py``).
+  It allocates its own output, so the capture's poisoned buffer cannot reach it (``runnable.py``). f16 only: jax
+  0.11.2's kernel stages q, k, v in float16 shared memory, so a bf16 problem fails its lowering (refused up front).
 * ``rmsnorm``, ``softmax`` (the project's own row-wise kernels, ``rowwise.py``): ``cpu-lowering``,
   ``interpreter`` and ``race-detection`` (every knob runs in jax's GPU interpreter against the float64
   oracle), ``gpu-capture`` like gemm.

@@ -7,6 +7,11 @@ The rows are the ones the fingerprints differ in: quack's, lifted from its CPU l
 static shared memory, cp.async loads, st.global stores, 16 warps per SM) against the Pallas defaults (215064 B of
 dynamic shared memory, TMA loads and stores, one CTA of 4 warps per SM)."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import attrs
 import pytest
 from mosaic.catalog import catalog_from_host
@@ -19,6 +24,9 @@ from mosaic_target_pallas.constructs import CONSTRUCTS
 from mosaic_target_pallas.knobs import FAMILY_KNOBS
 from mosaic_target_pallas.rowwise_knobs import ROWWISE_KNOBS, can_implement
 
+#: the H200's first minutes of the campaign (2026-12-02): quack's captured reference and the naive Pallas gate bundle
+H200 = (Path(__file__).resolve().parents[3] / "results" / "2026-12-02" / "session9" / "C-reverse" /
+        "h200-quack-rmsnorm-to-pallas" / "bundles")
 ROWS = (Discrepancy("launch", "smem.dynamic", 0, 215064, 1, "knob"),
         Discrepancy("launch", "smem.static", 1024, 0, 2, "knob"),
         Discrepancy("launch", "grid", [2048, 1, 1], [1024, 1, 1], 3, "knob"),
@@ -60,3 +68,34 @@ def test_the_reference_rows_reach_the_row_wise_knobs(family):
     two = next(p for p in proposals if (p.edit["knob"], p.edit["value"]) == ("block_rows", 2))
     assert two.knobs["vector"] == 4
     assert len(buildable) >= 12, buildable
+
+
+def test_the_h200_diff_reaches_the_row_wise_knobs():
+    """The real rows: ``mosaic diff`` of the H200's quack reference bundle (132.42 us) against the naive Pallas
+    candidate's gate bundle (180.50 us) -- grid 16384 vs 1024, dynamic shared memory 16400 vs 215064 B, 121 vs 56
+    registers, 16 vs 4 warps per SM, cp.async vs TMA -- and the knobs proposer's edits from them."""
+    ref, cand = H200 / "reference.bundle", H200 / "cand-fd6b813df4bd086f.bundle"
+    if not (ref.is_dir() and cand.is_dir()):
+        pytest.skip(f"the recorded H200 bundles are not in this checkout ({H200})")
+    p = subprocess.run([sys.executable, "-c", "from mosaic.cli import main; main()", "diff", "--json", str(ref),
+                        str(cand)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    fields = ("layer", "key", "reference", "candidate", "rank", "edit", "where", "why")
+    rows = tuple(Discrepancy(**{k: r[k] for k in fields}) for r in json.loads(p.stdout)["rows"])
+    by_key = {r.key: r for r in rows}
+    assert by_key["grid"].reference == [16384, 1, 1] and by_key["grid"].candidate == [1024, 1, 1]
+    assert by_key["smem.dynamic"].candidate == 215064  # the knob class's own count of the defaults' buffers
+    cls = ROWWISE_KNOBS["rmsnorm"]
+    c = Campaign.from_json({"source": "cute", "target": "pallas", "family": "rmsnorm", "shape": "16384x8192",
+                            "dtype": "bf16"})
+    req = Request(campaign=c.to_json(), parent="p", knobs=attrs.asdict(cls()), rows=rows, layers=(), incumbent={},
+                  reference={}, tried=frozenset())
+    proposals = KnobsProposer(c, cls, catalog_from_host(host())).propose(req)
+    gpu = host().get("gpus", "h200")
+    spec = KernelSpec(family="rmsnorm", shape={"rows": 16384, "cols": 8192}, dtype="bf16", language="pallas",
+                      knobs={})
+    buildable = [(p.edit["knob"], p.edit["value"]) for p in proposals if not can_implement(cls(**p.knobs), spec, gpu)]
+    assert proposals[0].edit["row"]["key"] == "grid"  # the top-ranked row moves blocks_per_cta first
+    assert {k for k, _ in buildable} >= {"blocks_per_cta", "max_concurrent_steps", "copy", "out_slots", "block_rows"}
+    assert ("blocks_per_cta", 1) in buildable and ("copy", "direct") in buildable
+    assert len(buildable) >= 15, buildable

@@ -124,8 +124,10 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> None:
     tokenizer.save_pretrained(str(out))
 
 
-def checkpoint(name: str = "smollm2-135m", *, force: bool = False) -> Path:
-    """The cached checkpoint directory of a known real checkpoint, converting it on first use."""
+def checkpoint(name: str = "smollm2-135m", *, force: bool = False, bf16_weights: bool = False) -> Path:
+    """The cached checkpoint directory of a known real checkpoint, converting it on first use. ``bf16_weights``:
+    its copy with every weight rounded to bf16 (:func:`round_weights_bf16`, cached beside it): the values the CUDA
+    VM stores, so HF float32 on it is the reference of the VM's f32 mode."""
     from mosaic.toolchain.nvcc import build_cached
 
     ck = known(name)
@@ -140,7 +142,55 @@ def checkpoint(name: str = "smollm2-135m", *, force: bool = False) -> Path:
         (tmp / SOURCE_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
     build_cached(out, build, complete=lambda d: _complete(d, sha), force=force)
-    return out
+    if not bf16_weights:
+        return out
+    rounded = out.with_name(out.name + "-bf16w")
+    build_cached(rounded, lambda tmp: round_weights_bf16(out, tmp),
+                 complete=lambda d: _complete(d, sha) and (d / ROUNDED_FILE).is_file(), force=force)
+    return rounded
+
+
+ROUNDED_FILE = "bf16_weights.json"
+
+
+def round_weights_bf16(src: str | Path, dest: str | Path) -> dict:
+    """Write ``src``'s checkpoint to ``dest`` (an existing empty directory) with every floating-point tensor of its
+    safetensors rounded to bf16 the way the CUDA VM stores weights (cuda.launcher.bf16_round: round to nearest even)
+    and kept in its dtype (float32: HF float32 computes on exactly the VM's weight values); every other file is
+    copied. The CUDA VM's ``f32`` mode is float32 arithmetic on bf16 weights (docs/amk-cuda.md), so on a checkpoint
+    whose float32 weights are not bf16 values (a dequantised GGUF: about 79% of SmolLM2-135M's are not) HF float32 on
+    the original runs another model (+1.2e-3 relative perplexity on the shipped passage). Returns the record written
+    to ``dest/bf16_weights.json`` (tensors, elements, how many changed)."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    from mosaic_amk.cuda.launcher import bf16_round
+
+    src, dest = Path(src), Path(dest)
+    files = sorted(src.glob("*.safetensors"))
+    if not files:
+        raise BadInput("no *.safetensors in the checkpoint directory", str(src))
+    tensors = elements = changed = 0
+    for f in src.iterdir():
+        if not f.is_file():
+            continue
+        if f.suffix != ".safetensors":
+            shutil.copy2(f, dest / f.name)
+            continue
+        out = {}
+        for key, arr in load_file(str(f)).items():
+            if arr.dtype.kind == "f":
+                r = bf16_round(arr.astype(np.float32)).astype(arr.dtype)
+                tensors += 1
+                elements += int(arr.size)
+                changed += int(np.count_nonzero(r != arr))
+                arr = r
+            out[key] = arr
+        save_file(out, str(dest / f.name), metadata={"format": "pt"})
+    record = {"source": str(src), "rounding": "bf16 round-to-nearest-even, stored in the tensor's dtype",
+              "tensors": tensors, "elements": elements, "changed": changed}
+    (dest / ROUNDED_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    return record
 
 
 def export(name: str, dest: str | Path, *, force: bool = False) -> Path:

@@ -126,6 +126,11 @@ def vm_perplexity(spec, ids: Sequence[int], config=None, gpu=None,
     return Perplexity("reference-vm-float32", len(ids), tuple(nll), time.perf_counter() - t0)
 
 
+# the position ranges PerplexityCheck.nll_diff_by_range reports: the CUDA attention stages up to 159 cached tokens (SmolLM2-135M,
+# CUDA_DEFAULT), then reads the cache from global memory
+NLL_RANGES = (159, 512)
+
+
 @attrs.frozen
 class PerplexityCheck:
     vm: Perplexity
@@ -144,6 +149,14 @@ class PerplexityCheck:
     def ok(self) -> bool:
         return self.rel_diff <= self.rtol
 
+    def nll_diff_by_range(self, bounds: Sequence[int] = NLL_RANGES) -> list[dict]:
+        """|NLL_vm - NLL_hf| per range of predicting positions [lo, hi) (``bounds`` cut them; the last range runs to
+        the end): where along the text the two part (e.g. past the CUDA attention's staged length)."""
+        d = np.abs(np.asarray(self.vm.nll) - np.asarray(self.hf.nll))
+        cuts = sorted({0, *(int(b) for b in bounds if 0 < int(b) < len(d)), len(d)})
+        return [{"positions": [lo, hi], "max": float(d[lo:hi].max()), "mean": float(d[lo:hi].mean()),
+                 "argmax": lo + int(d[lo:hi].argmax())} for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
+
     def to_json(self) -> dict:
         return {"ok": self.ok, "rtol": self.rtol, "rel_diff": self.rel_diff, "max_nll_diff": self.max_nll_diff,
-                "vm": self.vm.to_json(), "hf": self.hf.to_json()}
+                "nll_diff_by_range": self.nll_diff_by_range(), "vm": self.vm.to_json(), "hf": self.hf.to_json()}

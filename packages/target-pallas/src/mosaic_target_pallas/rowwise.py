@@ -28,7 +28,6 @@ from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget, KernelSpec
 
-from mosaic_target_pallas.backend import gpu_compile_dump  # noqa: F401 - kernel_file.py imports it from here
 from mosaic_target_pallas.rowwise_knobs import LANES, ROWWISE_KNOBS, WARPS, RmsnormKnobs, RowwiseKnobs
 
 FAMILIES = tuple(ROWWISE_KNOBS)

@@ -113,6 +113,14 @@ class Ctx:
     def left(self) -> float:
         return self.budget - (time.time() - self.start)
 
+    def bf16w(self) -> str:
+        """paths["checkpoint_bf16w"] (prepare makes it), made here (cached) when prepare was cut before it."""
+        if "checkpoint_bf16w" not in self.paths:
+            from mosaic_amk.checkpoints import checkpoint
+
+            self.paths["checkpoint_bf16w"] = str(checkpoint("smollm2-135m", bf16_weights=True))
+        return self.paths["checkpoint_bf16w"]
+
     def gpu_config(self):
         from mosaic.plugins import host
         from mosaic_amk.config import CUDA_DEFAULT
@@ -212,15 +220,9 @@ def step_prepare(ctx: Ctx, rec: Record) -> None:
     g = str(gguf_path())
     rec.put("checkpoint", {"dir": d, "gguf": g, "seconds": round(time.time() - t, 1)})
     log(f"checkpoint {d} ({time.time() - t:.1f} s); gguf {g}")
-    t = time.time()
-    # the f32 criteria's weights: the checkpoint rounded to bf16, the values the CUDA VM stores (its f32 mode is
-    # float32 arithmetic on bf16 weights); HF float32 on the unrounded dequantised GGUF is another model
-    # (+1.2e-3 relative perplexity on the passage, logits up to 0.25 apart)
-    d16 = str(checkpoint("smollm2-135m", bf16_weights=True))
-    log(f"checkpoint with bf16-rounded weights {d16} ({time.time() - t:.1f} s)")
     work = Path(ctx.a.work or tempfile.mkdtemp(prefix="amk-real-"))
     i8, deq = work / "int8", work / "int8-dequantized"
-    ctx.paths = {"checkpoint": d, "checkpoint_bf16w": d16, "gguf": g, "int8": str(i8), "int8_dequantized": str(deq)}
+    ctx.paths = {"checkpoint": d, "gguf": g, "int8": str(i8), "int8_dequantized": str(deq)}
     (Path(ctx.a.out) / "paths.json").write_text(json.dumps(ctx.paths, indent=1) + "\n")
 
     from mosaic_amk.cuda.build import build, config_defines
@@ -263,6 +265,12 @@ def step_prepare(ctx: Ctx, rec: Record) -> None:
         rec.put("int8", {"dir": str(i8), "dequantized": str(deq), "summary": summary,
                          "seconds": round(time.time() - t, 1)})
     log(f"int8 copy {i8} ({time.time() - t:.1f} s)")
+    t = time.time()
+    # the f32 criteria's weights (while nvcc runs): the checkpoint rounded to bf16, the values the CUDA VM stores
+    # (its f32 mode is float32 arithmetic on bf16 weights); HF float32 on the unrounded dequantised GGUF is another
+    # model (+1.2e-3 relative perplexity on the passage, logits up to 0.24 apart)
+    ctx.paths["checkpoint_bf16w"] = str(checkpoint("smollm2-135m", bf16_weights=True))
+    log(f"checkpoint with bf16-rounded weights {ctx.paths['checkpoint_bf16w']} ({time.time() - t:.1f} s)")
     t2 = time.time()
     import pickle
 
@@ -323,6 +331,7 @@ def step_float32(ctx: Ctx, rec: Record) -> None:
     from mosaic_amk.parity import PARITY_PROMPTS, float32_parity
 
     gpu, config = ctx.gpu_config()
+    ctx.bf16w()
     prompts = PARITY_PROMPTS[:ctx.a.prompts]
     # dense: the VM and HF float32 on the bf16-rounded weights (what the VM stores); Q4_1: the VM on the GGUF's
     # blocks (dequantised in float32 on the device), HF float32 on their dequantisation
@@ -396,11 +405,21 @@ def _logits_ppl(source: str, logits, ids, seconds: float):
     return Perplexity(source, len(ids), tuple(token_nll(logits[i], ids[i + 1]) for i in range(len(ids) - 1)), seconds)
 
 
+def _vs_float32(p, hf32) -> dict:
+    """A bf16 run against HF float32 on the same (bf16) weights, the exact value both bf16 runs approximate: its
+    relative perplexity and mean NLL offsets and |NLL diff| per position range (is the VM's bf16 error larger than
+    HF's own, and where along the passage)."""
+    from mosaic_amk.perplexity import PerplexityCheck
+
+    c = PerplexityCheck(p, hf32)
+    return {"rel_diff": c.rel_diff, "mean_nll_offset": p.mean_nll - hf32.mean_nll, "nll_diff_by_range": c.nll_diff_by_range()}
+
+
 def step_perplexity(ctx: Ctx, rec: Record) -> None:
     import numpy as np
     from mosaic_amk.perplexity import PerplexityCheck, hf_perplexity, passage_path, read_text, token_ids
 
-    d, d16 = ctx.paths["checkpoint"], ctx.paths["checkpoint_bf16w"]
+    d, d16 = ctx.paths["checkpoint"], ctx.bf16w()
     ids = token_ids(d, read_text(passage_path()))[:ctx.a.ppl_tokens]
     log(f"passage: {len(ids)} tokens")
     hf_orig = hf_perplexity(d, ids)
@@ -463,7 +482,8 @@ def step_perplexity(ctx: Ctx, rec: Record) -> None:
                 # part from the forward, and by how much per token)
                 got[name] = {**p.to_json(), "rel_diff_vs_forward": abs(p.ppl - ref.ppl) / ref.ppl,
                              "max_nll_diff": PerplexityCheck(p, ref).max_nll_diff,
-                             "nll_diff_by_range": PerplexityCheck(p, ref).nll_diff_by_range()}
+                             "nll_diff_by_range": PerplexityCheck(p, ref).nll_diff_by_range(),
+                             "vs_float32": _vs_float32(p, hf32)}
                 log(f"  {name}: {p.ppl:.6f} (rel {got[name]['rel_diff_vs_forward']:.3g}, {p.seconds:.1f} s)")
             except Exception as exc:  # noqa: BLE001
                 got[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
@@ -484,7 +504,8 @@ def step_perplexity(ctx: Ctx, rec: Record) -> None:
         rel = abs(p.ppl - ref.ppl) / ref.ppl
         part["vm"] = {**p.to_json(), "rel_diff_vs_forward": rel,
                       "max_nll_diff": float(np.max(np.abs(np.asarray(p.nll) - np.asarray(ref.nll)))),
-                      "nll_diff_by_range": PerplexityCheck(p, ref).nll_diff_by_range()}
+                      "nll_diff_by_range": PerplexityCheck(p, ref).nll_diff_by_range(),
+                      "vs_float32": _vs_float32(p, hf32)}
         part["ok"] = bool(spreads) and rel <= max(spreads)
         part["vm_vs_hf_float32_rel"] = abs(p.ppl - hf32.ppl) / hf32.ppl
         rec.put("criterion3_bf16", part)
@@ -521,7 +542,7 @@ def step_quant(ctx: Ctx, rec: Record) -> None:
     ids = encode(tok, TEXT_PROMPT)
     # HF float32 on the weights each f32 VM computes with: bf16 -> the bf16-rounded copy; int8 / Q4_1 -> their
     # dequantisation
-    formats = {"bf16": ("checkpoint", p["checkpoint_bf16w"]), "int8": ("int8", p["int8_dequantized"]),
+    formats = {"bf16": ("checkpoint", ctx.bf16w()), "int8": ("int8", p["int8_dequantized"]),
                "q4_1 (gguf)": ("gguf", p["checkpoint"])}
     vms, out = {}, {}
     for name, (key, hf_dir) in formats.items():

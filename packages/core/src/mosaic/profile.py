@@ -195,9 +195,11 @@ def profile_bundle(bundle: str | os.PathLike, gpu_name: str, opts, *, kernel_fil
 
 
 def _lowering(b) -> dict:
+    from mosaic import limits
+
     for path in b.find("metrics"):
         if path.name == "lowering.json":
-            return json.loads(path.read_text())
+            return limits.read_json(path)
     return {}
 
 

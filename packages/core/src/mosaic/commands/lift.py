@@ -9,9 +9,6 @@ import click
 
 from mosaic.commands.output import table
 
-#: machine-layer keys that only a profile (``capture --profile``) gives
-PROFILE_KEYS = ("stalls.top", "tensor_pipe", "memory_throughput", "occupancy.achieved", "l2.hit_rate")
-
 GPU_DEFAULT = "h200"
 
 
@@ -90,11 +87,14 @@ def lift(path: str, kernel: str | None, gpu_name: str | None, as_json: bool) -> 
     click.echo("loops  " + (", ".join(f"{lp['name']} depth {lp['depth']} body {lp['body']} unroll {lp['unroll']}"
                                       + (f" [{lp['role']}]" if lp["role"] not in (None, "all") else "")
                                       for lp in fp.loops) or "none"))
+    from mosaic.lift.resources import METRICS
+
+    profile_keys = ("stalls.top", *METRICS)  # the machine-layer keys only a profile (capture --profile) gives
     rows = []
     for layer in LAYERS:
         for f in fp.layer(layer):
             shown = value_text(f.value)
-            if f.value is None and layer == "machine" and f.key in PROFILE_KEYS:
+            if f.value is None and layer == "machine" and f.key in profile_keys:
                 shown = "absent (no Nsight Compute metrics: capture --profile)"
             rows.append([layer, f.key, f.where if f.role else "kernel", shown])
     click.echo(table(rows, ["layer", "key", "where", "value"]))

@@ -259,7 +259,7 @@ def _parse_body(body: str, index: int, address: int, lineno: int, where: str,
                        address=address, line=lineno, opclass=cls)
 
 
-_SLOW_OPCODES = frozenset(_BRANCHES | {"BSSY", "BREAK", "RET", "HFMA2", "BRXU", "JMXU"})
+_SLOW_OPCODES = frozenset(_BRANCHES | {"BSSY", "HFMA2"})  # targets; HFMA2.MMA's constant idiom
 _CLASS_CACHE: dict[tuple[str, str], tuple[tuple, str | None]] = {}
 
 

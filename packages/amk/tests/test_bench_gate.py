@@ -123,6 +123,26 @@ def test_run_bench_gates_each_candidate_with_criterion_2(cuda_device, gpu_model)
     assert "gate, criterion (2): envelope" in table and "candidate default: criterion (2)" in table
 
 
+@pytest.mark.gpu
+def test_run_bench_times_only_the_fastest_by_one_selection_sample(cuda_device, gpu_model):
+    """time_best=1 with two passing candidates: both carry a selection sample, only the faster one is timed over the
+    rounds (and probed), the other is recorded as passed and not timed."""
+    from mosaic_amk.bench.bench import run_bench
+
+    model, spec, _, gpu = gpu_model("tiny-smollm2")
+    cands = [("cuda-default", CUDA_DEFAULT), ("default", ScheduleConfig())]
+    res = run_bench(model, spec, gpu, cands, rounds=2, steps=8, gate_tokens=8, eager=False, graph=False,
+                    log=lambda m: None, time_best=1, probe_only=("skip all ops (sync skeleton)",))
+    sel = res["selection"]
+    assert set(sel["samples_ms"]) == {"cuda-default", "default"} and all(sel["samples_ms"].values())
+    kept = min(sel["samples_ms"], key=sel["samples_ms"].get)
+    assert sel["kept"] == [kept] and res["probed"] == [kept] and res["rounds_run"] == 2
+    timed = [c["name"] for c in res["contenders"]]
+    assert timed == [f"amk[{kept}]", f"amk probe[{kept}]: skip all ops (sync skeleton)"]
+    other = next(c for c in res["candidates"] if c["name"] != kept)
+    assert other["verdict"]["ok"] and "gate" not in other and other["not_timed"].startswith("outside the fastest 1")
+
+
 @pytest.mark.parametrize("family, tied", [("llama", False), ("smollm2", True)])
 def test_floor_bytes_counts_every_weight_once_and_one_row_of_a_gathered_table(family, tied):
     """bench.floor_bytes: every weight a non-embed task reads, whole; of a table only the embed task gathers, one row
@@ -162,3 +182,16 @@ def test_format_table_prints_the_envelope_and_every_candidates_verdict():
     assert "candidate a: criterion (2): 256 positions, 1 disagreements, 1 near-ties (<= 3 ulps), 0 decisive: PASS" in table
     assert "candidate b: criterion (2): ... 4 decisive: FAIL: not timed" in table
     assert "candidate c: DeviceError: launch failed" in table
+
+
+def test_fastest_keeps_the_smallest_samples_and_never_a_failed_one():
+    """The bench's selection (run_bench time_best): the n smallest one-sample times, fastest first; a candidate whose
+    sample failed (None) is never kept, ties keep the candidates' order, and keeping none is refused."""
+    from mosaic_amk.bench.bench import fastest
+
+    s = {"a": 0.70, "b": None, "c": 0.66, "d": 0.70, "e": 0.68}
+    assert fastest(s, 3) == ["c", "e", "a"]
+    assert fastest(s, 10) == ["c", "e", "a", "d"]
+    assert fastest({"x": None}, 2) == []
+    with pytest.raises(ValueError):
+        fastest(s, 0)

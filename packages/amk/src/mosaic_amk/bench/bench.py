@@ -171,15 +171,30 @@ def probe_masks(enc: E.Encoded) -> list[tuple[str, dict]]:
     return out
 
 
+def fastest(samples: dict, n: int) -> list:
+    """The names of the ``n`` smallest samples (None: a failed sample, never kept), fastest first; ties keep the
+    given order."""
+    if n < 1:
+        raise ValueError(f"keep at least one candidate, not {n}")
+    ok = [(v, i, k) for i, (k, v) in enumerate(samples.items()) if v is not None]
+    return [k for _, _, k in sorted(ok)[:n]]
+
+
 def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, ScheduleConfig]] | None = None, *,
               rounds: int = 5, steps: int = 64, hf_steps: int = 16, gate_tokens: int = 32, gate_prompts=None,
               variants: bool = True,
               graph: bool = True, eager: bool = True, log=print, deadline: float | None = None,
-              probe: Sequence[str] | None = None, probe_only: Sequence[str] | None = None) -> dict:
+              probe: Sequence[str] | None = None, probe_only: Sequence[str] | None = None,
+              time_best: int | None = None, gate_deadline: float | None = None) -> dict:
     """Bench one HF model (on the GPU, bf16) against the CUDA VM. Returns a JSON-able dict. ``probe_only``:
     the probe names (probe_masks' first elements) to run on each probed candidate (default: all). ``gate_prompts``:
     the criterion (2) prompts (token-id lists; default gate.gate_prompts of the model's checkpoint dir), each
-    teacher-forced over ``gate_tokens`` of HF's tokens."""
+    teacher-forced over ``gate_tokens`` of HF's tokens. ``deadline`` (time.time()): no timing round starts after
+    it (``rounds_run`` says how many did). ``gate_deadline``: a candidate not yet gated by then is recorded as
+    not gated and left out (the rounds keep their time). ``time_best``: after the gate, one selection sample of
+    every passing candidate (one pass, in candidate order; ``candidates[i].selection_ms``) keeps the fastest
+    ``time_best`` (:func:`fastest`) for the interleaved rounds (and the probes, unless ``probe`` names others);
+    the others keep their verdict and say why they were not timed (``candidates[i].not_timed``)."""
     from mosaic_amk.bench import gate, hf_gpu
     from mosaic_amk.cuda.cuda_vm import CudaVM, weights_from_torch
 
@@ -197,6 +212,11 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
     max_positions = max(steps + 64, max(map(len, prompts)) + gate_tokens + 1)
     for name, cfg in candidates:
         entry: dict[str, Any] = {"name": name, "config": cfg.to_json()}
+        if gate_deadline is not None and time.time() > gate_deadline:
+            entry["gate"] = "not gated: the gate's time was spent (gate_deadline); not timed"
+            result["candidates"].append(entry)
+            log(f"  candidate {name}: {entry['gate']}")
+            continue
         try:
             vm = CudaVM(spec, cfg, gpu, weights=weights, max_positions=max_positions)
             verdict = gate.judge(envelope, vm.forced)
@@ -219,6 +239,28 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
             entry["error"] = f"{type(exc).__name__}: {exc}"[:500]
         result["candidates"].append(entry)
         log(f"  candidate {name}: {entry.get('error') or entry.get('gate') or entry['verdict']['line']}")
+    if time_best is not None and len(passed) > time_best:
+        sel = {}
+        for name, vm in passed.items():
+            try:
+                sel[name] = float(vm.time_decode(steps))
+            except Exception as exc:  # noqa: BLE001 - reported; such a candidate is not kept
+                sel[name] = None
+                log(f"  selection sample of {name}: {type(exc).__name__}: {exc}"[:300])
+        keep = fastest(sel, time_best)
+        for entry in result["candidates"]:
+            if entry["name"] in sel:
+                entry["selection_ms"] = sel[entry["name"]]
+                if entry["name"] not in keep:
+                    entry["not_timed"] = (f"outside the fastest {time_best} by one selection sample "
+                                          f"({sel[entry['name']]} ms/token)")
+        contenders = [c for c in contenders if c.name[4:-1] in keep]
+        passed = {n: vm for n, vm in passed.items() if n in keep}
+        result["selection"] = {"kept": keep, "samples_ms": sel, "rule": f"the fastest {time_best} by one sample"}
+        if probe is None:  # the probes go to the fastest
+            probe = keep[:1]
+        log("  selection (one sample each, ms/token): " + ", ".join(f"{n} {v:.4f}" if v is not None else f"{n} -"
+                                                                     for n, v in sel.items()) + f"; kept {keep}")
     probed = [n for n in (probe if probe is not None else list(passed)[:1]) if n in passed] if variants else []
     result["probed"] = probed
     for name in probed:
@@ -283,5 +325,7 @@ def format_table(result: dict) -> str:
                      f"prompts x {g['tokens']} tokens")
     for cand in result.get("candidates", []):
         verdict = cand.get("error") or cand.get("gate") or (cand.get("verdict") or {}).get("line")
+        if cand.get("not_timed"):
+            verdict += f"; not timed: {cand['not_timed']}"
         lines.append(f"  candidate {cand['name']}: {verdict}")
     return "\n".join(lines)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 from mosaic.catalog import catalog_from_host
 from mosaic.plugins import host
@@ -186,3 +187,22 @@ def test_tile_rows_move_the_cta_tile_and_concepts_more_rows_agree_on_come_first(
     assert {e.edit["concept"] for e in out[3:]} == {"pipeline-stage", "epilogue-tma-store"}
     only_mix = p.propose(request(rf.HOPPER, rows[1:]))
     assert {e.edit["concept"] for e in only_mix} == {"cta-tile"}
+
+
+def test_a_grid_row_is_a_lead_to_persistence_only_when_one_side_is_persistent():
+    from mosaic.proposers.knobs import row_concepts
+
+    h200 = host().get("gpus", "h200")  # 132 SMs
+    shape_only = Discrepancy("launch", "grid", [132, 1, 1], [1, 132, 1], 1, "knob")  # both persistent
+    names = [c for c, _ in row_concepts(shape_only, h200)]
+    assert "persistent-tile-loop" not in names and names == ["tile-raster-swizzle"]
+    waves = Discrepancy("launch", "grid", [132, 1, 1], [1, 1, 4096], 1, "knob")  # 4096 CTAs: not persistent
+    assert [c for c, _ in row_concepts(waves, h200)] == ["persistent-tile-loop", "tile-raster-swizzle"]
+    # the test reads the GPU record: on 114 SMs a 114-CTA grid is persistent and a 132-CTA one is not
+    small = attrs.evolve(h200, sm_count=114)
+    assert "persistent-tile-loop" not in [c for c, _ in row_concepts(shape_only, small)]  # neither is
+    one_side = Discrepancy("launch", "grid", [114, 1, 1], [1, 132, 1], 1, "knob")
+    assert "persistent-tile-loop" in [c for c, _ in row_concepts(one_side, small)]
+    assert "persistent-tile-loop" not in [c for c, _ in row_concepts(one_side, h200)]
+    # no GPU record: it cannot be told, the row keeps the concept
+    assert "persistent-tile-loop" in [c for c, _ in row_concepts(shape_only)]

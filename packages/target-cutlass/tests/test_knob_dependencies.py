@@ -22,6 +22,8 @@ INCUMBENT = {"tile_m": 128, "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluste
 ROWS = (Discrepancy("instruction", "hot_loop.mix", {"mma": 8.0, "wgmma.sync": 0.25}, {"mma": 4.0, "wgmma.sync": 0.25},
                     1, "knob"),
         Discrepancy("launch", "grid", [132, 1, 1], [1, 132, 1], 2, "knob"))
+#: a grid row whose candidate is not persistent (1024 CTAs on the H200's 132 SMs): it leads to the schedules
+NOT_PERSISTENT = (Discrepancy("launch", "grid", [132, 1, 1], [32, 32, 1], 1, "knob"),)
 #: what the campaign had accepted (its history): ping-pong, then the persistent scheduler
 HISTORY = (
     {"step": 1, "key": "a", "parent": "n", "outcome": "faster", "accepted": True,
@@ -84,7 +86,7 @@ def test_every_compound_edit_builds_together_while_its_single_edit_did_not():
     h = host()
     deps = gemm.GemmKnobs.DEPENDENCIES
     spec = KernelSpec("gemm", SHAPE, "bf16", "cutlass", {})
-    compound = [p for p in proposals() if p.edit.get("compound")]
+    compound = [p for p in proposals() + proposals(rows=NOT_PERSISTENT) if p.edit.get("compound")]
     assert len(compound) >= 3
     seen = set()
     for p in compound:
@@ -135,3 +137,43 @@ def test_the_report_lists_the_parts_of_a_compound_edit():
     first = proposals()[0]
     assert _edit_text({"edit": first.edit}) == ('compound: tile_n=256 + kernel_schedule="cooperative" + '
                                                 'epilogue_schedule="tma-cooperative" + cluster_m=2')
+
+
+#: the H200's pallas -> cutlass 8192^3 campaign of session 8 (results/2026-12-01/session8/cutlass-8192): the
+#: first rows of the diff of jax's Pallas matmul against the naive CUTLASS translation (cooperative 128x128,
+#: default scheduler: already persistent, 132 CTAs on a [1, 132, 1] grid)
+NAIVE = {"tile_m": 128, "tile_n": 128, "tile_k": 64, "cluster_m": 1, "cluster_n": 1, "stages": "auto",
+         "kernel_schedule": "cooperative", "epilogue_schedule": "tma-cooperative", "tile_scheduler": "default"}
+ROWS_8192 = (
+    Discrepancy("launch", "grid", [132, 1, 1], [1, 132, 1], 1, "knob"),
+    Discrepancy("launch", "smem.dynamic", 229440, 214016, 2, "knob"),
+    Discrepancy("instruction", "access.global.load_width", [], [32], 3, "knob"),
+    Discrepancy("instruction", "hot_loop.mix", {"tma.load": 2.0, "bar.sync": 2.0, "mbar.arrive.tx": 2.0,
+                                                "mbar.wait": 3.0},
+                {"tma.load": 3.0, "mbar.arrive.tx": 1.0, "mbar.wait": 3.0}, 4, "knob"),
+    Discrepancy("instruction", "hot_loop.mix", {"mma": 8.0, "mbar.arrive": 1.0, "mbar.wait": 3.0, "wgmma.sync": 2.0},
+                {"mma": 4.0, "mbar.arrive": 1.0, "mbar.wait": 4.0, "wgmma.sync": 2.0}, 5, "knob"),
+    Discrepancy("control", "warp_role_branches", 1, 2, 6, "rewrite"),
+    Discrepancy("control", "pipeline.stages", 4, 6, 7, "knob"),
+)
+
+
+def test_a_grid_row_between_two_persistent_kernels_is_no_lead_to_the_schedules():
+    # session 8 spent its four timed steps at 8192^3 on this row (ping-pong, tma-ws, persistent, cooperative;
+    # all slower): both grids are 132 CTAs on 132 SMs, only their shape differs, and the template has no
+    # raster knob, so the row gives no edit and the tile row leads
+    out = proposals(knobs=NAIVE, rows=ROWS_8192, history=())
+    assert all(p.edit["row"]["key"] != "grid" for p in out)
+    first = out[0]
+    assert first.edit["row"]["key"] == "smem.dynamic" and first.edit["concept"] == "cta-tile"
+    assert [(p["knob"], p["value"], p.get("rule")) for p in first.edit["parts"]] == [
+        ("tile_n", 256, None), ("cluster_m", 2, "CUTLASS-MULTICAST")]
+    # the knobs of the 4096^3 campaign's winner (examples/h200-pallas-to-cutlass-gemm-4096, 177.07 us, 98.7% of
+    # cuBLAS), reached there at step 5 through ping-pong
+    assert dict(first.knobs) == {**NAIVE, "tile_n": 256, "cluster_m": 2}
+    assert builds(dict(first.knobs)) == []
+    # the same row with a candidate that is not persistent still leads to the schedules, first
+    grid = (Discrepancy("launch", "grid", [132, 1, 1], [32, 32, 1], 1, "knob"), *ROWS_8192[1:])
+    led = proposals(knobs=NAIVE, rows=grid, history=())
+    assert led[0].edit["row"]["key"] == "grid" and led[0].edit["concept"] == "persistent-tile-loop"
+    assert {p.edit["knob"] for p in led if p.edit["row"]["key"] == "grid"} == {"kernel_schedule", "tile_scheduler"}

@@ -6,7 +6,8 @@ order) the row is mapped to catalog concepts: the row's key names a fingerprint 
 names one (:data:`FORM_FEATURES`); :func:`mosaic.catalog.concepts_for_feature` turns the feature into
 concepts. Within a row, concepts that more of the request's rows point to come first (a concept several
 differences agree on explains more of the diff: ``smem.dynamic``, ``hot_loop.mix`` and ``loop.unroll`` all
-point to ``cta-tile``); ties keep catalog order. The target language's construct for each concept names its
+point to ``cta-tile``); ties keep catalog order. A feature that holds alike on both sides of a row (:data:`FEATURE_TESTS`: a
+``grid`` row where both grids fit the GPU's SMs is no lead to persistence) gives that row no concept. The target language's construct for each concept names its
 knobs (``knob: stages``, ``knobs: raster, swizzle``, ``knob: kernel='naive'``). Each knob then gets
 candidate values, in order:
 
@@ -88,6 +89,31 @@ ROW_FEATURES = {
     "fma.contraction": ("numerics:mul+add-separate",),
     "div.form": ("ptx:rcp.approx",),
 }
+
+
+def _ctas(value: Any) -> int | None:
+    """The CTA count of a launch dimension ([x, y, z] or an int); None when it is not one."""
+    dims = _ints(value)
+    if not dims:
+        return None
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _grid_persistent(value: Any, gpu: GpuTarget | None) -> bool | None:
+    n = _ctas(value)
+    return None if n is None or gpu is None else n <= gpu.sm_count
+
+
+#: a row feature whose truth can be read off a row's values (``(value, gpu) -> bool``, None when it cannot be
+#: told): when it is equally true, or equally false, of the reference's and the candidate's value, it is not
+#: what the row's difference is about, and its concepts are not taken from that row. ``grid`` [132, 1, 1] vs
+#: [1, 132, 1] on a 132-SM GPU: both kernels are persistent; what differs is the grid's shape (tile order).
+FEATURE_TESTS = {
+    "launch:grid<=sm_count": _grid_persistent,
+}
 #: a form token in a ``*.form`` row's value -> the feature that reveals it
 FORM_FEATURES = {
     "tma": "sass:UTMALDG", "tma.store": "sass:UTMASTG", "cp.async": "ptx:cp.async.cg.shared.global",
@@ -120,8 +146,11 @@ def _tokens(value: Any) -> set[str]:
     return {str(value)} if value is not None else set()
 
 
-def row_concepts(row) -> list[tuple[str, str]]:
-    """(concept, side) for a row; side is 'gain' (the reference shows it), 'lose' (only the candidate) or 'both'."""
+def row_concepts(row, gpu: GpuTarget | None = None) -> list[tuple[str, str]]:
+    """(concept, side) for a row; side is 'gain' (the reference shows it), 'lose' (only the candidate) or 'both'.
+
+    A feature of :data:`FEATURE_TESTS` that holds alike on both sides of the row (with ``gpu`` where the test
+    needs it) contributes no concept."""
     found: list[tuple[str, str]] = []
     if row.key.endswith((".form", "_form")) and row.key not in ROW_FEATURES:
         ref, cand = _tokens(row.reference), _tokens(row.candidate)
@@ -132,6 +161,11 @@ def row_concepts(row) -> list[tuple[str, str]]:
             if token in FORM_FEATURES:
                 found += [(c.name, "lose") for c in concepts_for_feature(FORM_FEATURES[token])]
     for feature in ROW_FEATURES.get(row.key, ()):
+        test = FEATURE_TESTS.get(feature)
+        if test is not None:
+            ref, cand = test(row.reference, gpu), test(row.candidate, gpu)
+            if ref is not None and ref == cand:
+                continue
         found += [(c.name, "both") for c in concepts_for_feature(feature)]
     seen, out = set(), []
     for item in found:
@@ -312,14 +346,14 @@ class KnobsProposer:
         interacts = self.interactions()
         reverts, retries = blocked(request.history, interacts)
         rows = sorted(request.rows, key=lambda r: (r.edit != "knob", r.rank))
-        mapped = [(row, row_concepts(row)) for row in rows]
+        spec, gpu = self._spec_gpu(request)
+        mapped = [(row, row_concepts(row, gpu)) for row in rows]
         support: dict[str, int] = {}
         for _, found in mapped:
             for concept, _ in found:
                 support[concept] = support.get(concept, 0) + 1
         seen: set = set()
         deps = self.deps if self.knob_cls is not None else None
-        spec, gpu = self._spec_gpu(request) if deps is not None else (None, None)
         dep_interacts = {k: interacts.get(k, set()) | v for k, v in deps.interacting().items()} if deps else {}
         for row, found in mapped:
             for concept, side in sorted(found, key=lambda item: -support[item[0]]):

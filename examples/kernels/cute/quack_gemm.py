@@ -84,7 +84,15 @@ def _device_max_active_clusters() -> dict:
     from quack.cute_dsl_utils import get_max_active_clusters
 
     torch.empty(1, device="cuda")  # the primary context, current on this thread, as quack's callers have it
-    return {size: get_max_active_clusters(size, device_capacity=(9, 0)) for size in CLUSTER_SIZES}
+    try:
+        return {size: get_max_active_clusters(size, device_capacity=(9, 0)) for size in CLUSTER_SIZES}
+    except Exception as exc:  # noqa: BLE001 - a launch bound only: say so and bound the grid by the SM count
+        import warnings
+
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        warnings.warn(f"quack's get_max_active_clusters failed ({type(exc).__name__}: {exc}); the persistent grid "
+                      f"is bounded by {sms} SMs / cluster size instead", stacklevel=1)
+        return {size: sms // size for size in CLUSTER_SIZES}
 
 
 MAX_ACTIVE_CLUSTERS = _device_max_active_clusters()

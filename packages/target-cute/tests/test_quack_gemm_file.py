@@ -136,6 +136,15 @@ def test_quack_gemm_passes_the_oracle_on_the_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bound = adapter_module().MAX_ACTIVE_CLUSTERS  # quack's own query at import, on this device
+    assert not [w for w in caught if "get_max_active_clusters" in str(w.message)], caught
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert set(bound) == {1, 2, 4} and all(0 < bound[c] <= sms // c for c in bound), bound
+    print(f"quack's max_active_clusters on {torch.cuda.get_device_name()} ({sms} SMs): {bound}")
     runs = [("default", [], "normal"), ("default-int", [], "int"),
             ("coop-256x128-1x2", ["--knob", "tile_m=256", "--knob", "tile_n=128", "--knob", "pingpong=false",
                                   "--knob", "cluster_m=1", "--knob", "cluster_n=2"], "normal")]

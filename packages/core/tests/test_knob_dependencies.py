@@ -66,11 +66,19 @@ def test_cute_declares_tile_stages_shared_memory_and_a_bigger_tile_takes_fewer_s
     rows = [Discrepancy("instruction", "mma.shape", ["m64n256k16"], ["m64n128k16"], 1, "knob")]
     out = p.propose(Request(campaign={}, parent="p", knobs=five, rows=rows, layers=(), incumbent={}, reference={},
                             tried=frozenset(), gpu=host().get("gpus", "h200").to_json()))
-    # 5 stages of a 128x256x64 bf16 tile need 245760 B > 232448: the tile comes with 4 stages, one edit
+    # 5 stages of a 128x256x64 bf16 tile need 245760 B > 232448: the tile comes with 4 stages, and (the known
+    # partner CUTE-MULTICAST: a tile twice as wide as tall) a 2x1 cluster multicasting B; one edit
     first = out[0]
     assert first.edit["knob"] == "tile_mn" and first.edit["value"] == [128, 256] and first.edit["compound"]
-    assert [(x["knob"], x["value"]) for x in first.edit["parts"]] == [("tile_mn", [128, 256]), ("stages", 4)]
-    assert first.knobs["stages"] == 4 and knob_cls(**first.knobs)
+    assert [(x["knob"], x["value"], x.get("rule")) for x in first.edit["parts"]] == [
+        ("tile_mn", [128, 256], None), ("stages", 4, "smem-per-block"), ("cluster_mn", [2, 1], "CUTE-MULTICAST")]
+    assert first.knobs["stages"] == 4 and first.knobs["cluster_mn"] == [2, 1] and knob_cls(**first.knobs)
+    # once clustered the wide tile wants no partner: from a 2x1 incumbent a stage edit stays single
+    clustered = {**five, "stages": 4, "tile_mn": [128, 256], "cluster_mn": [2, 1]}
+    rows = [Discrepancy("control", "pipeline.stages", 3, 4, 1, "knob")]
+    out = p.propose(Request(campaign={}, parent="p", knobs=clustered, rows=rows, layers=(), incumbent={},
+                            reference={}, tried=frozenset(), gpu=host().get("gpus", "h200").to_json()))
+    assert out[0].edit["knob"] == "stages" and out[0].edit["value"] == 3 and not out[0].edit.get("compound")
 
 
 def test_without_a_gpu_record_or_a_table_the_edits_stay_single():

@@ -132,6 +132,11 @@ def can_implement(knobs: GemmKnobs, spec, gpu) -> list:
     return out
 
 
+def _wants_multicast(k: dict) -> bool:
+    tile, cluster = tuple(k["tile_mn"]), tuple(k["cluster_mn"])
+    return k.get("kernel", "hopper") == "hopper" and tile[1] >= 2 * tile[0] and cluster == (1, 1)
+
+
 def _dependencies():
     from mosaic.proposers.dependencies import Dependencies, Dependency
 
@@ -141,6 +146,11 @@ def _dependencies():
         Dependency("CUTE-SHAPE", ("tile_mn", "cluster_mn"), {"cluster_mn": ((1, 1),)},
                    "tiles x cluster must divide the problem"),
         Dependency("cluster-size", ("cluster_mn",), {"cluster_mn": ((1, 1),)}, "the cluster must fit the GPU"),
+        Dependency("CUTE-MULTICAST", ("tile_mn", "cluster_mn"), {"cluster_mn": ((2, 1),)},
+                   "a tile twice as wide as tall loads twice as much B as A per stage: a 2x1 cluster multicasts B "
+                   "to both CTAs (128x256 persistent 2x1 measured 172.74 us at 4096^3 on the H200, "
+                   "tests/data/h200/cute-128x256-s4-persistent-c2x1-sw8.bundle; CUTLASS's rule CUTLASS-MULTICAST)",
+                   needs=_wants_multicast),
     ))
 
 

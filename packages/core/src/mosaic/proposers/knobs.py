@@ -235,6 +235,11 @@ UNBUILDABLE = "unbuildable"
 REJECTED = frozenset({"slower", "null", "below-floor", "numerics", UNBUILDABLE})
 
 
+def _plain(value: Any) -> Any:
+    """A knob value as JSON writes it (tuples as lists)."""
+    return [_plain(v) for v in value] if isinstance(value, list | tuple) else value
+
+
 def _hashable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(_hashable(v) for v in value)
@@ -400,8 +405,8 @@ class KnobsProposer:
                         if parts:
                             edit["compound"] = True
                             edit["parts"] = [{"knob": knob, "value": edit["value"], "was": edit["was"]}] + [
-                                {"knob": k, "value": v, "was": current[k]} for k, v in implied.items()] + [
-                                {"knob": p["knob"], "value": p["value"], "was": p["was"], "rule": p["code"],
+                                {"knob": k, "value": _plain(v), "was": _plain(current[k])} for k, v in implied.items()] + [
+                                {"knob": p["knob"], "value": _plain(p["value"]), "was": _plain(p["was"]), "rule": p["code"],
                                  "why": (deps.rule(p["code"]).why if deps.rule(p["code"]) else "")}
                                 for p in parts]
                         yield Proposal(True, request.parent, edit,

@@ -8,16 +8,25 @@ From the repository root, after ../shared/device/stage-gpu-wheels.sh (cupti-pyth
 /tmp/site/.pythonpath is used) and `pip install --no-deps --no-build-isolation -e packages/core -e packages/gpu-hopper
 -e packages/target-pallas -e packages/target-cutlass -e packages/target-cute`:
 
-    python3 benchmarks/gemm_campaign.py [--target cute] [--wall 270] [--budget-min 3] [--max-candidates 5]
+    python3 benchmarks/gemm_campaign.py [--target cute] [--shape MxNxK] [--wall 270] [--total S]
+                                        [--budget-min 3] [--max-candidates 5] [--offline-timeout 90]
                                         [--isolation worker|step] [--json PATH]
 
 --isolation step runs the one-process-per-request workbench instead of the persistent worker (for comparison).
-Wall time: about 4-5 minutes (campaign capped by --wall, default 270 s: SIGINT, then a kill 30 s later; budget 3
-device minutes, 5 timed candidates; offline re-decision ~15 s). Writes next to the JSON (in $OUT by default):
-  campaign.tar.gz  the campaign directory: report.md/.html/.json, journal.jsonl, campaign.json,
-                   bundles/*.bundle (4096^3 outputs kept by SHA-256), offline/ (the re-decision); without PTX when
-                   it would exceed 16 MB
-  report.md, report.json, offline-report.json, run.log (progress lines), run.stdout, offline.txt, summary.txt
+Wall time: the campaign is capped by --wall (default 270 s: SIGINT, the campaign writes its report, a kill 30 s
+later), then the offline re-decision (capped by --offline-timeout) and the tarball. --total S caps the whole script
+at S seconds from its start: the campaign's wall becomes at most S - 30 (SIGINT grace) - --offline-timeout - 20
+(tar, summary), so a device call of S + setup seconds ends with everything written. An 8192^3 campaign on the H200
+(session 8): reference capture + cuBLAS ~95 s, the naive translation ~35 s, then ~22 s per timed candidate (gate
+~20 s, timing ~2.3 s); nvcc/CuTe lowerings run ahead in the background.
+
+Writes next to the JSON (in $OUT by default), at most 7 files (the device tool returns 8):
+  run.log, run.stdout  progress lines and the campaign's stdout, written as the campaign runs
+  journal.jsonl        the campaign's journal, copied every 10 s while it runs (what is left if the call is cut)
+  campaign.tar.gz      the campaign directory: report.md/.html/.json, journal.jsonl, campaign.json, offline.txt,
+                       bundles/*.bundle (4096^3 outputs kept by SHA-256), offline/ (the re-decision); without PTX
+                       when it would exceed 16 MB
+  report.md, summary.txt, gemm_campaign.json (args, exit codes, the summary, seconds)
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from _device import add_json, json_path, nvidia_smi, write_json
@@ -63,21 +73,53 @@ def environment(target: str) -> dict:
     return env
 
 
-def run_capped(cmd: list[str], wall: float, env: dict, stdout: Path, stderr: Path) -> int:
-    """Run ``cmd`` with a wall cap: SIGINT at ``wall`` seconds (the campaign stops and writes its report), a kill 30 s
-    later."""
+SIGINT_GRACE_S = 30  # after SIGINT the campaign writes its report; then it is killed
+TAIL_S = 20  # tarball and summary after the offline re-decision
+SNAPSHOT_EVERY_S = 10
+
+
+def run_capped(cmd: list[str], wall: float, env: dict, stdout: Path, stderr: Path,
+               every: Callable[[], None] | None = None) -> int:
+    """Run ``cmd`` with a wall cap: SIGINT at ``wall`` seconds (the campaign stops and writes its report), a kill
+    30 s later. ``every`` is called every 10 s while it runs (and once at the end)."""
+    deadline = time.monotonic() + wall
     with stdout.open("w") as out, stderr.open("w") as err:
         p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
         try:
-            return p.wait(timeout=wall)
-        except subprocess.TimeoutExpired:
+            while True:
+                try:
+                    return p.wait(timeout=max(0.0, min(SNAPSHOT_EVERY_S, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    if every is not None:
+                        every()
+                    if time.monotonic() >= deadline:
+                        break
             p.send_signal(signal.SIGINT)
             try:
-                p.wait(timeout=30)
+                p.wait(timeout=SIGINT_GRACE_S)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
             return 124
+        finally:
+            if every is not None:
+                every()
+
+
+def copy_journal(d: Path, dest: Path) -> None:
+    """The campaign's journal as it stands (a copy through a temporary name: never half a file in ``dest``)."""
+    src = d / "journal.jsonl"
+    if src.is_file():
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+
+
+def campaign_wall(wall: float, total: float | None, elapsed: float, offline_timeout: float) -> float:
+    """The campaign's wall cap: ``wall``, or less so that the whole script ends within ``total`` seconds."""
+    if total is None:
+        return wall
+    return max(0.0, min(wall, total - elapsed - SIGINT_GRACE_S - offline_timeout - TAIL_S))
 
 
 def summary_lines(d: Path) -> list[str]:
@@ -153,6 +195,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--budget-min", type=float, default=3)
     p.add_argument("--max-candidates", type=int, default=5)
     p.add_argument("--wall", type=float, default=270, help="wall cap of the live campaign, seconds")
+    p.add_argument("--total", type=float, default=None,
+                   help="cap of the whole script, seconds from its start (the campaign's wall shrinks to fit)")
+    p.add_argument("--offline-timeout", type=float, default=90, help="cap of the offline re-decision, seconds")
     p.add_argument("--isolation", choices=("worker", "step"), default="worker",
                    help="worker: one persistent process for gates and timings; step: one per request")
     p.add_argument("--dir", type=Path, default=Path("/tmp/gemm-campaign"), help="the campaign directory (replaced)")
@@ -175,25 +220,33 @@ def main(argv=None) -> int:
     report: dict = {"args": {k: str(v) for k, v in vars(a).items()}, "nvidia_smi": nvidia_smi(
         "name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu")}
     print(report["nvidia_smi"])
-    print(f"== live campaign: mosaic run --source pallas --target {a.target} ... (wall cap {a.wall:.0f} s) ==",
-          flush=True)
     cmd = campaign_command(a.target, a.shape, a.budget_min, a.max_candidates, a.isolation, a.dir)
-    report["rc"] = run_capped(cmd, a.wall, env, out / "run.stdout", out / "run.log")
+    wall = campaign_wall(a.wall, a.total, time.time() - t0, a.offline_timeout)
+    report["wall_s"] = round(wall, 1)
+    print(f"== live campaign: mosaic run --source pallas --target {a.target} --shape {a.shape} ... (wall cap "
+          f"{wall:.0f} s) ==", flush=True)
+    report["rc"] = run_capped(cmd, wall, env, out / "run.stdout", out / "run.log",
+                              every=lambda: copy_journal(a.dir, out / "journal.jsonl"))
     print((out / "run.log").read_text() + (out / "run.stdout").read_text())
     print(f"live campaign: exit {report['rc']} after {time.time() - t0:.0f} s")
-    print("== offline re-decision from the bundles ==", flush=True)
-    off = subprocess.run(offline_command(a.dir), capture_output=True, text=True, env=env)
-    (out / "offline.txt").write_text(off.stdout + off.stderr)
-    report["offline_rc"] = off.returncode
-    print(off.stdout + off.stderr + f"offline: exit {off.returncode}")
-    if (a.dir / "journal.jsonl").is_file() and not (a.dir / "report.md").is_file():  # stopped by the wall cap
+    if (a.dir / "journal.jsonl").is_file() and not (a.dir / "report.md").is_file():  # killed past the wall cap
         from mosaic.run.report import write_report
 
         write_report(a.dir)
-    for src, name in (("report.md", "report.md"), ("report.json", "report.json"),
-                      ("offline/report.json", "offline-report.json")):
-        if (a.dir / src).is_file():
-            shutil.copyfile(a.dir / src, out / name)
+    if (a.dir / "report.md").is_file():
+        shutil.copyfile(a.dir / "report.md", out / "report.md")
+    left = a.offline_timeout if a.total is None else min(a.offline_timeout, a.total - (time.time() - t0) - TAIL_S)
+    print(f"== offline re-decision from the bundles (cap {left:.0f} s) ==", flush=True)
+    try:
+        off = subprocess.run(offline_command(a.dir), capture_output=True, text=True, env=env, timeout=max(1, left))
+        text, report["offline_rc"] = off.stdout + off.stderr, off.returncode
+    except subprocess.TimeoutExpired as exc:
+        said = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (exc.stdout, exc.stderr) if x)
+        text = f"{said}offline re-decision cut at its cap of {left:.0f} s\n"
+        report["offline_rc"] = 124
+    if a.dir.is_dir():
+        (a.dir / "offline.txt").write_text(text)
+    print(text + f"offline: exit {report['offline_rc']}")
     report["summary"] = summary_lines(a.dir)
     (out / "summary.txt").write_text("\n".join(report["summary"]) + "\n")
     print("\n".join(report["summary"]))

@@ -7,6 +7,7 @@ Nothing here runs a kernel: GPU runs are in benchmarks/gemm_campaign.py."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -313,3 +314,37 @@ def test_campaign_benchmark_parses_and_its_summary_reads_a_journal(tmp_path):
                    capture_output=True, timeout=300)
     done = "\n".join(gc.summary_lines(tmp_path / "o"))
     assert "stop: converged" in done and "cuBLAS (same run): 168." in done
+
+
+def test_campaign_benchmark_caps_the_whole_call_and_copies_the_journal_as_it_goes(tmp_path, monkeypatch):
+    import gemm_campaign as gc  # benchmarks/ is on pytest's pythonpath
+
+    # --total: the campaign's wall leaves room for the SIGINT grace, the offline cap and the tarball
+    assert gc.campaign_wall(500, None, 3, 90) == 500
+    assert gc.campaign_wall(500, 480, 10, 90) == 480 - 10 - gc.SIGINT_GRACE_S - 90 - gc.TAIL_S
+    assert gc.campaign_wall(500, 100, 10, 90) == 0
+    a = gc.parse_args(["--shape", "8192x8192x8192", "--total", "470", "--offline-timeout", "60"])
+    assert (a.total, a.offline_timeout) == (470, 60)
+    # a campaign that appends to its journal; the copy in $OUT follows it while it runs, and a SIGINT ends it
+    d, out = tmp_path / "d", tmp_path / "out"
+    d.mkdir()
+    out.mkdir()
+    child = ("import signal, sys, time, pathlib\n"
+             "p = pathlib.Path(sys.argv[1]) / 'journal.jsonl'\n"
+             "signal.signal(signal.SIGINT, lambda *a: (p.open('a').write('{\"event\": \"stop\"}\\n'), sys.exit(3)))\n"
+             "for i in range(200):\n"
+             "    p.open('a').write('{\"event\": \"step\", \"i\": %d}\\n' % i); time.sleep(0.05)\n")
+    seen = []
+
+    def every():
+        gc.copy_journal(d, out / "journal.jsonl")
+        seen.append(len((out / "journal.jsonl").read_text().splitlines()))
+
+    monkeypatch.setattr(gc, "SNAPSHOT_EVERY_S", 0.2)
+    rc = gc.run_capped([sys.executable, "-c", child, str(d)], 1.5, dict(os.environ), tmp_path / "o", tmp_path / "e",
+                       every=every)
+    assert rc == 124
+    assert len(seen) >= 4 and seen == sorted(seen) and seen[0] < seen[-1]  # copied while it ran, growing
+    final = (out / "journal.jsonl").read_text().splitlines()
+    assert final == (d / "journal.jsonl").read_text().splitlines() and final[-1] == '{"event": "stop"}'
+    assert not (out / "journal.jsonl.tmp").exists()

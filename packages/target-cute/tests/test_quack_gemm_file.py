@@ -115,13 +115,10 @@ def test_a_knob_replaces_quacks_choice_and_the_scheduler_bound_is_launch_only(tm
 def test_values_quack_refuses_are_one_line(tmp_path):
     cases = [(["--knob", "tile_m=100"], r"cute\.compile failed: ValueError: CTA tile shape M must be "
                                         r"64/128/192 if pingpong"),
-             (["--knob", "tile_n=256"], r"cute\.compile failed: ValueError: CTA tile shape N must be divisible "
-                                        r"by 16 and <= 208"),
              (["--knob", "persistent=false"], r"cute\.compile failed: AssertionError: Pingpong gemm requires "
                                               r"persistent scheduler"),
              (["--knob", "cluster_m=3"], r"knob class Knobs refused .*cluster_m=3, cluster_n=1: each one of 1, 2, 4"),
              (["--knob", "cluster_m=4", "--knob", "cluster_n=2"], r"at most 4 CTAs per cluster"),
-             (["--knob", "tile_k=24"], r"tile_k=24: a multiple of 16"),
              (["--knob", "swap_ab=true"], r"unknown knob\(s\) swap_ab .*known: tile_m, tile_n, tile_k, cluster_m")]
     for knobs, pattern in cases:
         p = lower(*knobs, cwd=tmp_path, out="bad.bundle")

@@ -54,7 +54,7 @@ STEPS = {
     "prepare": (100, "checkpoint dir, int8 copy, every VM lowered/validated/encoded/compiled"),
     "float32": (55, "criterion (1): CUDA VM f32 vs HF eager float32, 8 x 64 (+ Q4_1 blocks)"),
     "bf16": (70, "criterion (2): CUDA VM bf16 + Q4_1 + int8 teacher-forced vs HF bf16's envelope, 8 x 64"),
-    "perplexity": (95, "criterion (3): passage perplexity, f32 vs HF f32, bf16 vs HF's spread + the contract's seed "
+    "perplexity": (90, "criterion (3): passage perplexity, f32 vs HF f32, bf16 vs HF's spread + the contract's seed "
                        "ensemble, Q4_1 f32"),
     "quant": (45, "bf16 / int8 / Q4_1 ms/token vs floors, decoded text, f32 tokens vs HF f32"),
     "bench": (150, "amk bench: candidates gated by (2), the fastest 3 vs HF eager vs HF CUDA graph"),

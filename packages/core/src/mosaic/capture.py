@@ -179,7 +179,7 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
 
 def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: CaptureOptions,
                        runnable_factory=None, extra: dict | None = None, reference_cache=None,
-                       backend=None) -> CaptureResult:
+                       backend=None, inputs: dict | None = None) -> CaptureResult:
     """The child's work (also usable directly when the caller already is an isolated process).
 
     ``runnable_factory(spec, gpu, inputs)`` replaces the language backend (for a library reference such as
@@ -187,7 +187,8 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
     keys (the convergence loop's ``mosaic_run``), written with the bundle. ``reference_cache``: the oracle's
     float64 reference cache (see :func:`check_and_time`). ``backend``: replaces the language's backend (a
     kernel file's, :mod:`mosaic.kernel_files`); one with ``planned_launch(spec, gpu)`` gets that launch
-    record written as ``launch.json`` when lowering only.
+    record written as ``launch.json`` when lowering only. ``inputs``: the seeded inputs of ``opts.seed`` and
+    ``opts.values`` when the caller holds them already (the live workbench's worker); made here otherwise.
     """
     from mosaic.backend import Unbuildable
     from mosaic.bundle import save_bundle
@@ -227,7 +228,8 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
                 if opts.lower_only and hasattr(backend, "planned_launch"):
                     files["launch.json"] = ("launch", json.dumps(backend.planned_launch(spec, gpu).to_json(), indent=1))
             if not opts.lower_only:
-                inputs = make_inputs(spec, opts.seed, opts.values)
+                if inputs is None:
+                    inputs = make_inputs(spec, opts.seed, opts.values)
                 files.update(_arrays_files("inputs", inputs, opts.max_array_bytes,
                                            {"seed": opts.seed, "values": opts.values,
                                             "generator": "numpy.random.default_rng(seed); see mosaic.families.make_inputs"}))

@@ -15,7 +15,7 @@ import numpy as np
 
 from mosaic.errors import BadInput, PluginError
 from mosaic.oracle.formats import FORMATS, Format, fmt
-from mosaic.oracle.verdict import Expectation, OutputReport, Verdict, compare, numerics_pass
+from mosaic.oracle.verdict import CHUNK, Expectation, OutputReport, Verdict, compare, numerics_pass
 from mosaic.records import Oracle
 
 __all__ = ["check", "oracles", "numerics_pass", "Verdict", "OutputReport", "Expectation", "Format", "FORMATS"]
@@ -51,10 +51,17 @@ def _as_float(name: str, value: np.ndarray, kinds: str = "f") -> np.ndarray:
 
 
 
-def _first_unrepresentable(arr, fmt) -> tuple | None:
-    """Index of the first element of ``arr`` that ``fmt`` cannot represent exactly, or None."""
-    bad = ~fmt.representable(arr)
-    return tuple(int(i) for i in np.argwhere(bad)[0]) if bad.any() else None
+def _first_unrepresentable(arr, fmt, chunk: int = CHUNK) -> tuple | None:
+    """Index of the first element of ``arr`` that ``fmt`` cannot represent exactly, or None (checked ``chunk``
+    elements at a time in memory order: whole-array float64 temporaries cost seconds at 10^8 elements)."""
+    a = np.asarray(arr)
+    flat = np.ravel(a)
+    step = max(1, int(chunk))
+    for lo in range(0, flat.size, step):
+        bad = ~fmt.representable(flat[lo:lo + step])
+        if bad.any():
+            return tuple(int(i) for i in np.unravel_index(lo + int(np.argmax(bad)), a.shape))
+    return None
 
 def check(family: str, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray], dtype: str,
           out_dtype: str | None = None, cache=None) -> Verdict:

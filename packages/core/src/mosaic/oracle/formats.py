@@ -11,6 +11,9 @@ import numpy as np
 
 from mosaic.errors import BadInput
 
+#: elements per chunk of :meth:`Format.round` on a large array (8 MiB per float64 temporary)
+ROUND_CHUNK = 1 << 20
+
 
 @attrs.frozen
 class Format:
@@ -41,8 +44,19 @@ class Format:
         return np.ldexp(1.0, (exp - self.precision + 1).astype(np.int32))
 
     def round(self, x: np.ndarray) -> np.ndarray:
-        """Round float64 values to this format, to nearest with ties to even; overflow gives inf."""
+        """Round float64 values to this format, to nearest with ties to even; overflow gives inf. Element-wise, so
+        a large array is rounded ``ROUND_CHUNK`` elements at a time into one float64 result (the same values;
+        whole-array temporaries of a 10^8-element input cost seconds)."""
         x = np.asarray(x, dtype=np.float64)
+        if x.size > ROUND_CHUNK:
+            flat = np.ravel(x)
+            out = np.empty(flat.shape, np.float64)
+            for lo in range(0, flat.size, ROUND_CHUNK):
+                out[lo:lo + ROUND_CHUNK] = self._round(flat[lo:lo + ROUND_CHUNK])
+            return out.reshape(x.shape)
+        return self._round(x)
+
+    def _round(self, x: np.ndarray) -> np.ndarray:
         q = self.spacing(x)
         with np.errstate(over="ignore", invalid="ignore"):
             r = np.round(x / q) * q  # x / q is exact (power of two); np.round ties to even

@@ -71,10 +71,11 @@ def child_check(req: Mapping[str, Any], state=None) -> dict:
     source = req.get("source")  # a source edit's whole file, or None
     opts = CaptureOptions(**req["options"])
     root = req.get("oracle_cache")
-    if state is not None:
+    if state is not None:  # the worker's seeded inputs (made once per worker, as for its timing sessions)
+        inputs, digest = state.seeded_inputs(spec, opts.seed, opts.values) if not opts.lower_only else (None, None)
         r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
-                               runnable_factory=lambda s, g, inputs: state.runnable(s, g, inputs, source=source)[0],
-                               extra=req.get("extra"), reference_cache=state.reference_cache(root))
+                               runnable_factory=lambda s, g, ins: state.runnable(s, g, ins, digest, source=source)[0],
+                               extra=req.get("extra"), reference_cache=state.reference_cache(root), inputs=inputs)
         return {"status": "ok", "capture": r.to_json()}
     work = Path(tempfile.mkdtemp(prefix="mosaic-live-check-"))
     try:

@@ -72,3 +72,20 @@ def test_the_gate_takes_the_workers_seeded_inputs(tmp_path, monkeypatch):
         state.close()
     assert made == [({"rows": 64, "cols": 256}, 0, "normal")]  # once, for both gates
     assert outs[0] == outs[1] and keys[0] == keys[1] is not None
+
+
+def test_the_campaigns_oracle_cache_is_under_the_cache_root(tmp_path, monkeypatch):
+    """The float64 reference (2 GiB at 16384 x 8192) is kept under $MOSAIC_CACHE_DIR/oracle, never inside the
+    campaign directory that gets committed as an example."""
+    from mosaic.run.campaign import Campaign
+    from mosaic.run.live.parent import LiveWorkbench
+
+    monkeypatch.setenv("MOSAIC_CACHE_DIR", str(tmp_path / "cache"))
+    c = Campaign.from_json({"source": "pallas", "target": "cute", "family": "gemm", "shape": "64x64x64",
+                            "dtype": "bf16", "gpu": "h200"})
+    bench = LiveWorkbench(c, tmp_path / "campaign", progress=lambda line: None)
+    try:
+        assert bench.oracle_cache == tmp_path / "cache" / "oracle"
+        assert (tmp_path / "campaign") not in bench.oracle_cache.parents
+    finally:
+        bench.close()

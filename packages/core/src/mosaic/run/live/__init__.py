@@ -25,7 +25,7 @@ OfflineWorkbench` reads, so ``mosaic run --offline DIR`` re-decides the campaign
   from CUPTI. The gate runs inside the build step so that the bundle the loop lifts is final (the launch
   record is part of the fingerprint; the offline re-decision lifts the same files). A kernel that fails
   the gate or crashes is never timed. ``check`` answers the gate's recorded verdict. The float64 reference
-  is computed once per campaign (:mod:`mosaic.oracle.cache`, ``DIR/.work/oracle``; the yardstick's capture
+  is computed once per campaign (:mod:`mosaic.oracle.cache`, ``$MOSAIC_CACHE_DIR/oracle``, shared by campaigns of one problem; the yardstick's capture
   usually computes it) and read by later gates after its key (the inputs' SHA-256 among it) is verified;
   the gate's ``capture.summary.oracle_reference`` says computed or read.
 * **Time** (``time``): one process (the worker, reusing the kernels it compiled, or a fresh child) prepares

@@ -193,7 +193,11 @@ class LiveWorkbench:
         self.parallel = parallel if parallel is not None else max(1, min(6, (os.cpu_count() or 2) // 2))
         self.python = python or sys.executable
         self.isolation = getattr(campaign, "isolation", "worker")
-        self.oracle_cache = self.work / "oracle"  # the float64 reference, computed once per campaign
+        # the float64 reference, computed once per problem: under the cache root, not the campaign directory (a
+        # 16384 x 8192 one is 2 GiB); its key is verified on every read, so campaigns and --resume share it
+        from mosaic.toolchain.nvcc import cache_root
+
+        self.oracle_cache = cache_root() / "oracle"
         self.workers = Workers(self.work / "workers", self.python, argv=worker_argv)
         self.checked: dict[str, Checked] = {}
         self.yard_blocks: tuple | None = None

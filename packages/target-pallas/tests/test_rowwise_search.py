@@ -57,8 +57,10 @@ def test_the_reference_rows_reach_the_row_wise_knobs(family):
     gpu = host().get("gpus", "h200")
     spec = KernelSpec(family=family, shape={"rows": 16384, "cols": 8192}, dtype="bf16", language="pallas", knobs={})
     buildable = {(p.edit["knob"], p.edit["value"]) for p in proposals if not can_implement(cls(**p.knobs), spec, gpu)}
-    assert {k for k, _ in buildable} == {"max_concurrent_steps", "copy", "out_slots", "block_rows", "blocks_per_cta",
-                                         "tma_cols"}, buildable
+    # blocks_per_cta only from a grid row read as persistence (the knobs proposer may decide that a grid row whose
+    # both sides exceed the SM count says nothing about a persistent loop)
+    required = {"max_concurrent_steps", "copy", "out_slots", "block_rows", "tma_cols"}
+    assert required <= {k for k, _ in buildable} <= required | {"blocks_per_cta"}, buildable
     # no TMA, no shared-memory ring, like the reference: reached through the shared-memory rows
     assert ("copy", "direct") in buildable
     # a third stage fits 8192 columns only in place: the smem rule's compound edit
@@ -67,7 +69,7 @@ def test_the_reference_rows_reach_the_row_wise_knobs(family):
     # two-row blocks need a narrower vector (two warps share a row)
     two = next(p for p in proposals if (p.edit["knob"], p.edit["value"]) == ("block_rows", 2))
     assert two.knobs["vector"] == 4
-    assert len(buildable) >= 12, buildable
+    assert len(buildable) >= 8, buildable
 
 
 def test_the_h200_diff_reaches_the_row_wise_knobs():
@@ -95,7 +97,12 @@ def test_the_h200_diff_reaches_the_row_wise_knobs():
     spec = KernelSpec(family="rmsnorm", shape={"rows": 16384, "cols": 8192}, dtype="bf16", language="pallas",
                       knobs={})
     buildable = [(p.edit["knob"], p.edit["value"]) for p in proposals if not can_implement(cls(**p.knobs), spec, gpu)]
-    assert proposals[0].edit["row"]["key"] == "grid"  # the top-ranked row moves blocks_per_cta first
-    assert {k for k, _ in buildable} >= {"blocks_per_cta", "max_concurrent_steps", "copy", "out_slots", "block_rows"}
-    assert ("blocks_per_cta", 1) in buildable and ("copy", "direct") in buildable
-    assert len(buildable) >= 12, buildable
+    # the top-ranked rows lead: grid (blocks_per_cta, when the proposer reads it as persistence) and smem.dynamic
+    assert proposals[0].edit["row"]["key"] in ("grid", "smem.dynamic")
+    assert {k for k, _ in buildable} >= {"max_concurrent_steps", "copy", "out_slots", "block_rows"}
+    # what raises the bytes in flight per SM comes within the first ten buildable edits: a third stage (in place),
+    # the direct loads (no shared memory: many CTAs per SM) and 2-row blocks (half the buffers)
+    first = buildable[:10]
+    assert ("max_concurrent_steps", 3) in first and ("copy", "direct") in first, first
+    assert ("block_rows", 2) in buildable
+    assert len(buildable) >= 8, buildable

@@ -50,7 +50,8 @@ CONSTRUCTS = (
     _p("cluster-launch", "plgpu.kernel(cluster=(2,), cluster_names=('cluster',)); knob: cluster_dimension"),
     _p("cluster-barrier", "plgpu.ClusterBarrier(collective_axes=('cluster',))", "partial"),
     _p("named-barrier", "", "none", "no named-barrier API; warpgroup sync is implied by the lowering"),
-    _p("fence-proxy-async", "plgpu.commit_smem()"),
+    _p("fence-proxy-async", "plgpu.commit_smem() (a proxy fence and a warpgroup barrier); row-wise kernels: Mosaic "
+       "GPU's automatic barriers around every store on or off; knob: auto_barriers"),
     _p("epilogue-tma-store", "smem[...] = acc; plgpu.commit_smem(); plgpu.copy_smem_to_gmem per sub-tile; "
        "row-wise kernels: out_slots output buffers (0: in place over the input stage); "
        "knobs: epi_tile_m, epi_tile_n, out_slots"),

@@ -10,10 +10,19 @@ max never leaves its warp (lane shuffles, no shared-memory scratch). The result 
 writes the result over the block's own input stage and stores it from there (no output buffer: room for one
 more stage), the pipeline releasing each stage one step late so that the store has read it.
 
-* rmsnorm: pass 1 sums x^2 over the boxes in float32, ``r = rsqrt(sum / cols + eps)``; pass 2 writes
+* rmsnorm: pass 1 sums x^2 over the boxes in float32 (element-wise in registers, one cross-lane reduction per
+  block), ``r = rsqrt(sum / cols + eps)``; pass 2 writes
   ``x * r * w`` (the weight row is copied to shared memory once per CTA).
 * softmax: ``online=True`` keeps a running max and rescales the running sum in one pass, then writes
   ``exp(x - max) / sum``; ``online=False`` takes the max first, then the sum, then writes.
+
+Barriers (``auto_barriers=False``, the default): Mosaic GPU's automatic warpgroup barriers around each store are
+off, and the kernel's own synchronisation orders every shared-memory access that crosses threads: the TMA load of
+a stage is issued only after ``commit_smem()`` (a fence and a warpgroup barrier) that follows every read of the
+stage in the step; an output slot is rewritten only after ``wait_smem_to_gmem`` (its own warpgroup barrier) saw
+the slot's last store read; in place, each lane overwrites exactly the elements it read (one layout for the load
+and the store), stored after ``commit_smem()``; the weight row is read after its mbarrier wait; cross-warp
+reductions (2-row blocks) carry their own barriers. ``auto_barriers=True`` keeps jax's conservative ones.
 
 Every pass reads the block from shared memory, so HBM sees each element once in and once out. ``copy="direct"``
 stages nothing: the warps load their rows from global memory with plain vector loads (the later passes hit
@@ -103,11 +112,12 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
         return plgpu.layout_cast(lax.broadcast_in_dim(v, (br, tw), (axis,)), layout)
 
     def rmsnorm_block(x_smem, out, w_smem):
-        acc = jnp.zeros((br,), f32)
+        # the squares summed element-wise over the boxes, reduced across the lanes once per block (not once per box)
+        acc = None
         for j in range(boxes):
             x = box(x_smem, j)
-            acc = acc + jnp.sum(x * x, axis=1)
-        r = spread(lax.rsqrt(acc * (1.0 / cols) + EPS), 0)
+            acc = x * x if acc is None else acc + x * x
+        r = spread(lax.rsqrt(jnp.sum(acc, axis=1) * (1.0 / cols) + EPS), 0)
         for j in range(boxes):
             w = plgpu.load(w_smem.at[j], layout=row_layout, optimized=not direct).astype(f32)
             out[:, j, :] = (box(x_smem, j) * r * spread(w, 1)).astype(dtype)
@@ -189,7 +199,8 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
         out_type=() if into else jax.ShapeDtypeStruct(view, dtype),
         grid=(ctas,), grid_names=("cta",),
         compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane,
-                                             approx_math=knobs.approx_math),
+                                             approx_math=knobs.approx_math,
+                                             unsafe_no_auto_barriers=not knobs.auto_barriers),
     )
 
     if into:

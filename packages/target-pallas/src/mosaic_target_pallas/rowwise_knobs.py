@@ -22,6 +22,11 @@ knob                        meaning
                             the result in place over the input stage (needs two stages: the stage is
                             released one step late, after its store has read it)
 ``approx_math``             Mosaic GPU's approximate ``exp``/``rsqrt`` (``CompilerParams.approx_math``)
+``auto_barriers``           True: Mosaic GPU's conservative warpgroup barriers around every shared- and global-
+                            memory store (two ``bar.sync`` per box and pass: the H200's naive rmsnorm SASS held
+                            64 per 4-row block, each box's store serialised behind them); False
+                            (``CompilerParams.unsafe_no_auto_barriers``): only the kernel's own synchronisation,
+                            which orders every cross-thread shared-memory access here (see ``rowwise.py``)
 ``copy``                    ``tma``: blocks staged in shared memory by TMA (the pipeline knobs apply);
                             ``direct``: plain vector loads from global memory into registers and direct
                             stores, no shared memory (the pipeline knobs stay at their defaults)
@@ -63,6 +68,7 @@ VALUES = {
     "blocks_per_cta": (1, 2, 4, 8, 16, 32),
     "out_slots": (0, 1, 2),
     "approx_math": (False, True),
+    "auto_barriers": (False, True),
     "copy": ("tma", "direct"),
 }
 
@@ -83,6 +89,8 @@ class RowwiseKnobs:
                                  metadata={"values": VALUES["out_slots"]})
     approx_math: bool = attrs.field(default=False, converter=_flag, validator=_bool,
                                     metadata={"values": VALUES["approx_math"]})
+    auto_barriers: bool = attrs.field(default=False, converter=_flag, validator=_bool,
+                                      metadata={"values": VALUES["auto_barriers"]})
     copy: str = attrs.field(default="tma", validator=one_of(*VALUES["copy"]), metadata={"values": VALUES["copy"]})
 
     def warp_groups_per_row(self) -> int:

@@ -177,3 +177,22 @@ def test_a_grid_row_between_two_persistent_kernels_is_no_lead_to_the_schedules()
     led = proposals(knobs=NAIVE, rows=grid, history=())
     assert led[0].edit["row"]["key"] == "grid" and led[0].edit["concept"] == "persistent-tile-loop"
     assert {p.edit["knob"] for p in led if p.edit["row"]["key"] == "grid"} == {"kernel_schedule", "tile_scheduler"}
+
+
+def test_from_the_4096_winner_a_single_that_still_wants_its_partner_comes_after_the_others():
+    # examples/h200-pallas-to-cutlass-gemm-4096's final incumbent (cooperative 128x256, 2x1 cluster) and the first
+    # rows of its diff: its cluster row points back to 1x1, which CUTLASS-MULTICAST says the wide tile should not
+    winner = {**NAIVE, "tile_n": 256, "cluster_m": 2}
+    rows = (Discrepancy("launch", "cluster", [1, 1, 1], [2, 1, 1], 1, "knob"),
+            Discrepancy("launch", "grid", [132, 1, 1], [2, 66, 1], 2, "knob"),
+            Discrepancy("launch", "smem.dynamic", 229440, 214016, 3, "knob"))
+    out = proposals(knobs=winner, rows=rows, history=())
+    edits = [(p.edit["knob"], p.edit["value"]) for p in out]
+    assert edits[:2] == [("cluster_m", 4), ("cluster_n", 2)]
+    back = edits.index(("cluster_m", 1))
+    assert out[back].edit["violates"] == ["CUTLASS-MULTICAST"] and builds(dict(out[back].knobs)) == []
+    assert ("tile_n", 128) in edits[:back] and ("tile_k", 128) in edits[:back]
+    # after it only edits that also violate a rule (5 stages of 128x256x64 do not fit; tile_m=256 spills)
+    assert all(p.edit.get("violates") for p in out[back:])
+    assert all(not p.edit.get("violates") for p in out[:back])
+    assert {"stages": 5} in [{p.edit["knob"]: p.edit["value"]} for p in out[back:]]

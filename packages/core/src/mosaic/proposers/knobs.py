@@ -44,8 +44,11 @@ the campaign's shape and the request's GPU record) and the table's known-partner
 unbuildable or known to need a partner becomes the smallest compound edit that passes (breadth first over
 the partners the violated rules name; the edit's own knob stays as set): still ONE edit aimed at ONE row,
 ``{"kind": "knob", "knob", "value", ..., "compound": true, "parts": [{knob, value, was[, rule, why]}]}``,
-its first part the edit itself. When none exists the single edit is kept (the build decides). A part is no
-revert (only the edit's own knob is); a rejected compound is a retry only on the same whole knob set.
+its first part the edit itself. When none exists the single edit is kept (the build decides), after every edit
+that violates no rule, its ``violates`` listing the rules' codes (from the 4096^3 CUTLASS winner, 128x256 with a
+2x1 cluster, ``cluster_m=1`` builds but wants its multicast partner back: it comes after the tile and stage
+edits). A part is no revert (only the edit's own knob is); a rejected compound is a retry only on the same whole
+knob set.
 
 The output is a list, best first; the loop takes the first whose candidate it has not built.
 """
@@ -358,6 +361,7 @@ class KnobsProposer:
             for concept, _ in found:
                 support[concept] = support.get(concept, 0) + 1
         seen: set = set()
+        deferred: list[Proposal] = []  # single edits that still violate a rule of the table: last
         deps = self.deps if self.knob_cls is not None else None
         dep_interacts = {k: interacts.get(k, set()) | v for k, v in deps.interacting().items()} if deps else {}
         for row, found in mapped:
@@ -379,14 +383,17 @@ class KnobsProposer:
                         val = _hashable(value)
                         if (knob, val) in reverts:
                             continue
-                        parts = None
-                        if deps is not None and violations(deps, self.knob_cls, new, spec, gpu):
+                        parts, wants = None, None
+                        codes = violations(deps, self.knob_cls, new, spec, gpu) if deps is not None else None
+                        if codes:
                             # unbuildable, or known to need a partner: the smallest buildable compound edit,
                             # keeping the knob (and what its value implies) as this edit sets it
                             fixed = {knob, *implied}
                             parts = complete(deps, self.knob_cls, new, fixed, spec, gpu)
                             if parts:
                                 new = {**new, **{p["knob"]: p["value"] for p in parts}}
+                            else:  # no partner change mends it: kept single, after every edit that violates nothing
+                                wants = codes
                         context = dep_interacts.get(knob, ()) if parts else interacts.get(knob, ())
                         if (knob, val, _context(new, context)) in retries \
                                 or (knob, val, _context(new, [k for k in new if k != knob])) in retries:
@@ -409,8 +416,14 @@ class KnobsProposer:
                                 {"knob": p["knob"], "value": _plain(p["value"]), "was": _plain(p["was"]), "rule": p["code"],
                                  "why": (deps.rule(p["code"]).why if deps.rule(p["code"]) else "")}
                                 for p in parts]
-                        yield Proposal(True, request.parent, edit,
-                                       {k: list(v) if isinstance(v, tuple) else v for k, v in new.items()})
+                        proposal = Proposal(True, request.parent, edit,
+                                            {k: list(v) if isinstance(v, tuple) else v for k, v in new.items()})
+                        if wants:
+                            edit["violates"] = list(wants)
+                            deferred.append(proposal)
+                        else:
+                            yield proposal
+        yield from deferred
 
     def propose(self, request: Request) -> list[Proposal]:
         return list(self.edits(request))

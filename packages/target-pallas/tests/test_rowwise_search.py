@@ -99,7 +99,10 @@ def test_the_h200_diff_reaches_the_row_wise_knobs():
     buildable = [(p.edit["knob"], p.edit["value"]) for p in proposals if not can_implement(cls(**p.knobs), spec, gpu)]
     # the top-ranked rows lead: grid (blocks_per_cta, when the proposer reads it as persistence) and smem.dynamic
     assert proposals[0].edit["row"]["key"] in ("grid", "smem.dynamic")
-    assert {k for k, _ in buildable} >= {"max_concurrent_steps", "copy", "out_slots", "block_rows"}
+    assert {k for k, _ in buildable} >= {"max_concurrent_steps", "copy", "out_slots", "block_rows", "blocks_per_cta"}
+    # blocks_per_cta through the CTA tile (block_rows x blocks_per_cta rows), whatever the grid row says: longer walks
+    # pay the pipeline's fill (the weight row and the first stages) fewer times
+    assert ("blocks_per_cta", 16) in buildable and ("blocks_per_cta", 32) in buildable
     # what raises the bytes in flight per SM comes within the first ten buildable edits: a third stage (in place),
     # the direct loads (no shared memory: many CTAs per SM) and 2-row blocks (half the buffers)
     first = buildable[:10]

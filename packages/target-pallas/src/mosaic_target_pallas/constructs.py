@@ -35,7 +35,8 @@ CONSTRUCTS = (
        "no scalar-loop control; vectorised by Mosaic GPU"),
     _p("cta-tile", "jax's hopper matmul TuningConfig(tile_m=, tile_n=, tile_k=); pipelined kernel: plgpu.BlockSpec "
        "((tile_m, tile_k)) and ((tile_k, tile_n)) in emit_pipeline; row-wise kernels: block_rows full rows per "
-       "step; knobs: tile_m, tile_n, tile_k, block_rows"),
+       "step, blocks_per_cta steps per CTA (a CTA's tile is block_rows x blocks_per_cta rows); "
+       "knobs: tile_m, tile_n, tile_k, block_rows, blocks_per_cta"),
     _p("warpgroup", "plgpu.CompilerParams(lowering_semantics=Warpgroup); plgpu.kernel(num_threads=, thread_name=)"),
     _p("warp-specialization", "plgpu.emit_pipeline_warp_specialized(num_compute_wgs=, memory_registers=); "
        "knob: kernel='jax-hopper' (warp-specialised) vs 'pipelined' (not)"),

@@ -280,6 +280,7 @@ def blocked(history: Iterable, interacts: dict[str, set[str]]) -> tuple[set, set
 
 class KnobsProposer:
     name = "knobs"
+    pure = True  # a function of the request: the loop may ask it early (its first edits lowered ahead)
 
     def __init__(self, campaign, knob_cls: type | None, catalog) -> None:
         self.target = campaign.target

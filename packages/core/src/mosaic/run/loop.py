@@ -3,7 +3,8 @@
 1. Capture the reference once (the workbench does it in its own process) and measure its noise from its own
    repeated runs (``mosaic.timing.measure_noise``: >= 5 interleaved self-pairs of blocks).
 2. The naive translation in the target language (``start_knobs``) must build and pass the numerics gate;
-   it is the first incumbent.
+   it is the first incumbent. Once it is built, a pure proposer's first edits for it go to the workbench's
+   prefetch (lowered in the background while its gate and timing run).
 3. Loop: diff the beam member against the reference -> ranked rows -> the proposer gives ONE edit (knobs
    before rewrites) -> build (an unbuildable setting is recorded and stepped over) -> numerics gate (a failing
    candidate goes back for repair, never compared or timed) -> time interleaved A B A B against the incumbent
@@ -236,7 +237,7 @@ class Loop:
         self.emit("proposal", step=0, key=kernel.key, ok=True, parent=None,
                   edit={"kind": "naive", "why": "the naive first translation"}, knobs=knobs, reason="")
         self.tried.add(kernel.key)
-        built, checked = self.build_and_check(kernel, 0)
+        built, checked = self.build_and_check(kernel, 0, built_hook=self.prefetch_first)
         if not built.ok or not checked.passed:
             why = built.reason if not built.ok else checked.reason
             self.emit("verdict", key=kernel.key, step=0, decision="rejected",
@@ -254,10 +255,12 @@ class Loop:
         self.emit("beam", members=[m.summary() for m in self.beam])
         return self.stop_reason()
 
-    def build_and_check(self, kernel: Kernel, step: int) -> tuple[Built, Checked | None]:
+    def build_and_check(self, kernel: Kernel, step: int,
+                        built_hook: Callable[[Kernel, Any], None] | None = None) -> tuple[Built, Checked | None]:
+        """Build, then gate. ``built_hook(kernel, diff)`` runs after a good build, before the gate."""
         built = self.bench.build(kernel)
         self.cost_s += built.cost_s
-        layers, distance = (), None
+        layers, distance, d = (), None, None
         if built.ok:
             d = self.diff(self.ref_fp, self.fingerprint(kernel.key, built.bundle))
             layers, distance = d.layers, total_distance(d.layers)
@@ -266,6 +269,8 @@ class Loop:
             self.progress(f"step {step}: {kernel.key} {built.reason_code}: {built.reason}")
             return built, None
         kernel = attrs.evolve(kernel, bundle=built.bundle)
+        if built_hook is not None:
+            built_hook(kernel, d)
         checked = self.bench.check(kernel, built, self.reference)
         self.cost_s += checked.cost_s
         self.emit("numerics", **checked.to_json(), step=step)
@@ -314,23 +319,24 @@ class Loop:
             fields = {f.name: (list(f.default) if isinstance(f.default, tuple) else f.default)
                       for f in attrs.fields(self.knob_cls) if f.default is not attrs.NOTHING}
         return Request(campaign=self.c.to_json(), parent=member.kernel.key, knobs=dict(member.kernel.spec.knobs),
-                       rows=member.rows, layers=member.layers, incumbent=self.incumbent.summary(),
+                       rows=member.rows, layers=member.layers, incumbent=(self.incumbent or member).summary(),
                        reference={"key": REFERENCE, "language": self.c.source, "knobs": dict(self.c.reference_knobs),
                                   "time_ns": self.noise.reference_time, "noise_ns": self.noise.value},
                        tried=frozenset(self.tried), repair=self.repair, history=tuple(proposer_history(self.events)),
                        knob_fields=fields, gpu=self.gpu.to_json(), source=member.kernel.source)
 
-    def next_proposal(self, member: Member) -> Proposal:
-        rec = self.recorded.proposals.get(self.step) if self.recorded else None
-        if rec is not None:
-            return Proposal(rec["ok"], rec["parent"], rec.get("edit"), rec.get("knobs"), rec.get("source"),
-                            rec.get("reason") or "", bool(rec.get("done")))
-        request = self.request(member)
-        from mosaic.progress import Wait
+    def prefetch_first(self, kernel: Kernel, d) -> None:
+        """The naive translation is built: hand the first step's candidates to the workbench's prefetch now,
+        while the naive's gate and timing run (their lowerings would otherwise start only after them). Only
+        for a proposer that says it is ``pure`` (a function of the request: ``knobs``), since the loop asks it
+        again at step 1 with the same request (same rows, no history); never for a recorded run."""
+        if not getattr(self.proposer, "pure", False) or self.recorded is not None or d is None:
+            return
+        member = Member(kernel, float("nan"), total_distance(d.layers), d.layers, d.rows)
+        self.prefetch_proposals([self.inherit(p, member) for p in self.proposer.propose(self.request(member))])
 
-        with Wait(f"the proposer '{self.c.proposer}' for step {self.step} (parent {member.kernel.key})",
-                  quiet=not self.show_waits):
-            proposals = [self.inherit(p, member) for p in self.proposer.propose(request)]
+    def prefetch_proposals(self, proposals) -> None:
+        """Hand the first :data:`PREFETCH_AHEAD` untried candidates of ``proposals`` to the workbench's prefetch."""
         ahead: dict[str, Kernel] = {}
         for p in proposals:
             if len(ahead) >= PREFETCH_AHEAD:
@@ -344,6 +350,19 @@ class Loop:
                 if key not in self.tried:
                     ahead.setdefault(key, Kernel(key, spec, p.source))
         self.bench.prefetch(list(ahead.values()))
+
+    def next_proposal(self, member: Member) -> Proposal:
+        rec = self.recorded.proposals.get(self.step) if self.recorded else None
+        if rec is not None:
+            return Proposal(rec["ok"], rec["parent"], rec.get("edit"), rec.get("knobs"), rec.get("source"),
+                            rec.get("reason") or "", bool(rec.get("done")))
+        request = self.request(member)
+        from mosaic.progress import Wait
+
+        with Wait(f"the proposer '{self.c.proposer}' for step {self.step} (parent {member.kernel.key})",
+                  quiet=not self.show_waits):
+            proposals = [self.inherit(p, member) for p in self.proposer.propose(request)]
+        self.prefetch_proposals(proposals)
         for p in proposals:
             if not p.ok:
                 return p

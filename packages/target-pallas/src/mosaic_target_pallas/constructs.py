@@ -40,7 +40,8 @@ CONSTRUCTS = (
     _p("warpgroup", "plgpu.CompilerParams(lowering_semantics=Warpgroup); plgpu.kernel(num_threads=, thread_name=)"),
     _p("warp-specialization", "plgpu.emit_pipeline_warp_specialized(num_compute_wgs=, memory_registers=); "
        "knob: kernel='jax-hopper' (warp-specialised) vs 'pipelined' (not)"),
-    _p("setmaxnreg", "plgpu.set_max_registers(n, action=...); memory_registers= of the WS pipeline"),
+    _p("setmaxnreg", "plgpu.set_max_registers(n, action=...); memory_registers= of the WS pipeline; row-wise "
+       "kernels: the registers per thread grow when a block is kept in registers between passes; knob: hold"),
     _p("pipeline-stage", "emit_pipeline / emit_pipeline_warp_specialized; row-wise kernels: copy='direct' stages "
        "nothing (no ring: loads straight into registers); knobs: max_concurrent_steps, copy"),
     _p("persistent-tile-loop", "plgpu.nd_loop(..., collective_axes=<grid axis>) with grid=(sm_count,); "

@@ -24,6 +24,10 @@ the slot's last store read; in place, each lane overwrites exactly the elements 
 and the store), stored after ``commit_smem()``; the weight row is read after its mbarrier wait; cross-warp
 reductions (2-row blocks) carry their own barriers. ``auto_barriers=True`` keeps jax's conservative ones.
 
+``hold='registers'``: the first pass keeps each box it loaded in registers (in the input format) and the later
+passes read them there, not from shared memory (or, direct, from global memory / L2) again: the reference's way
+(quack's rmsnorm keeps its row in 121 registers per thread).
+
 Every pass reads the block from shared memory, so HBM sees each element once in and once out. ``copy="direct"``
 stages nothing: the warps load their rows from global memory with plain vector loads (the later passes hit
 L2), store the result directly, and a CTA walks its blocks in a loop (no shared memory, so many CTAs per SM).
@@ -105,40 +109,59 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
 
     direct = knobs.copy == "direct"
 
-    def box(ref, j):  # shared memory: Mosaic GPU's optimized load; global memory (direct): plain vector loads
-        return plgpu.load(ref.at[:, j, :], layout=layout, optimized=not direct).astype(f32)
+    def raw(ref, j):  # shared memory: Mosaic GPU's optimized load; global memory (direct): plain vector loads
+        return plgpu.load(ref.at[:, j, :], layout=layout, optimized=not direct)
+
+    def box(ref, j):
+        return raw(ref, j).astype(f32)
+
+    def reader(ref):
+        """``get(j)``: box j as float32 -- loaded again at every pass (hold='reload'), or loaded by the first pass
+        and kept in registers in the input format for the later ones (hold='registers')."""
+        held: dict[int, object] = {}
+
+        def get(j):
+            if knobs.hold != "registers":
+                return box(ref, j)
+            if j not in held:
+                held[j] = raw(ref, j)
+            return held[j].astype(f32)
+
+        return get
 
     def spread(v, axis):  # a per-row (axis 0) or per-column (axis 1) vector over the box
         return plgpu.layout_cast(lax.broadcast_in_dim(v, (br, tw), (axis,)), layout)
 
     def rmsnorm_block(x_smem, out, w_smem):
+        get = reader(x_smem)
         # the squares summed element-wise over the boxes, reduced across the lanes once per block (not once per box)
         acc = None
         for j in range(boxes):
-            x = box(x_smem, j)
+            x = get(j)
             acc = x * x if acc is None else acc + x * x
         r = spread(lax.rsqrt(jnp.sum(acc, axis=1) * (1.0 / cols) + EPS), 0)
         for j in range(boxes):
             w = plgpu.load(w_smem.at[j], layout=row_layout, optimized=not direct).astype(f32)
-            out[:, j, :] = (box(x_smem, j) * r * spread(w, 1)).astype(dtype)
+            out[:, j, :] = (get(j) * r * spread(w, 1)).astype(dtype)
 
     def softmax_block(x_smem, out, _w):
+        get = reader(x_smem)
         m = jnp.full((br,), -jnp.inf, f32)
         s = jnp.zeros((br,), f32)
         if knobs.online:
             for j in range(boxes):
-                x = box(x_smem, j)
+                x = get(j)
                 m_new = jnp.maximum(m, jnp.max(x, axis=1))
                 s = s * jnp.exp(m - m_new) + jnp.sum(jnp.exp(x - spread(m_new, 0)), axis=1)
                 m = m_new
         else:
             for j in range(boxes):
-                m = jnp.maximum(m, jnp.max(box(x_smem, j), axis=1))
+                m = jnp.maximum(m, jnp.max(get(j), axis=1))
             for j in range(boxes):
-                s = s + jnp.sum(jnp.exp(box(x_smem, j) - spread(m, 0)), axis=1)
+                s = s + jnp.sum(jnp.exp(get(j) - spread(m, 0)), axis=1)
         mb, inv = spread(m, 0), spread(1.0 / s, 0)
         for j in range(boxes):
-            out[:, j, :] = (jnp.exp(box(x_smem, j) - mb) * inv).astype(dtype)
+            out[:, j, :] = (jnp.exp(get(j) - mb) * inv).astype(dtype)
 
     compute = rmsnorm_block if rmsnorm else softmax_block
 

@@ -27,6 +27,9 @@ knob                        meaning
                             64 per 4-row block, each box's store serialised behind them); False
                             (``CompilerParams.unsafe_no_auto_barriers``): only the kernel's own synchronisation,
                             which orders every cross-thread shared-memory access here (see ``rowwise.py``)
+``hold``                    ``reload``: every pass loads the block again (shared memory, or direct: global
+                            memory, then L2); ``registers``: the first pass keeps its boxes in registers in the
+                            input format and the later passes read them there (more registers per thread)
 ``copy``                    ``tma``: blocks staged in shared memory by TMA (the pipeline knobs apply);
                             ``direct``: plain vector loads from global memory into registers and direct
                             stores, no shared memory (the pipeline knobs stay at their defaults)
@@ -69,6 +72,7 @@ VALUES = {
     "out_slots": (0, 1, 2),
     "approx_math": (False, True),
     "auto_barriers": (False, True),
+    "hold": ("reload", "registers"),
     "copy": ("tma", "direct"),
 }
 
@@ -91,6 +95,7 @@ class RowwiseKnobs:
                                     metadata={"values": VALUES["approx_math"]})
     auto_barriers: bool = attrs.field(default=False, converter=_flag, validator=_bool,
                                       metadata={"values": VALUES["auto_barriers"]})
+    hold: str = attrs.field(default="reload", validator=one_of(*VALUES["hold"]), metadata={"values": VALUES["hold"]})
     copy: str = attrs.field(default="tma", validator=one_of(*VALUES["copy"]), metadata={"values": VALUES["copy"]})
 
     def warp_groups_per_row(self) -> int:

@@ -300,3 +300,24 @@ def test_families_check_passes_the_builtins_and_a_good_plugin_and_names_each_pro
     assert any("no input generator" in p for p in found["nogen"]["problems"])
     table = run(env, "families", "broken", "--check")
     assert table.returncode == 1 and "FAIL (3)" in table.stdout and "broken: its oracle" in table.stdout
+
+
+def test_a_capture_child_reads_and_writes_the_oracle_cache_it_is_given(distdir, tmp_path, monkeypatch):
+    """What a campaign's reference capture does (run/live/parent.py): its float64 reference lands in the
+    campaign's cache, and the next capture of the same problem (the yardstick, every gate) reads it back."""
+    from mosaic.capture import CaptureOptions, capture
+
+    add, eps, env = distdir
+    add("acme-families", "acme", DOUBLER)
+    monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])
+    spec = KernelSpec("double", {"rows": 6, "cols": 16}, "bf16", "doubler")
+    opts = CaptureOptions(blocks=1, runs=1, timeout=120, values="halves")
+    logs = []
+    for name, cache in (("a", tmp_path / "oracle"), ("b", tmp_path / "oracle"), ("c", None)):
+        capture(spec, "h200", tmp_path / f"{name}.bundle", opts, oracle_cache=cache)
+        logs.append((tmp_path / f"{name}.bundle" / "capture.log").read_text())
+        assert "Traceback" not in logs[-1], logs[-1]
+    assert "oracle: pass" in logs[0] and "(float64 reference computed, no entry)" in logs[0]
+    assert "(float64 reference cache-file)" in logs[1]
+    assert "(float64 reference computed, no cache)" in logs[2]
+    assert len(list((tmp_path / "oracle").iterdir())) == 1

@@ -281,17 +281,20 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
 # -- the parent: one child process per kernel -------------------------------------------------------
 
 def capture(spec: KernelSpec, gpu_name: str, out: str | os.PathLike, opts: CaptureOptions | None = None,
-            extra: dict | None = None, prefix: tuple[str, ...] | list[str] = ()) -> CaptureResult:
+            extra: dict | None = None, prefix: tuple[str, ...] | list[str] = (),
+            oracle_cache: str | os.PathLike | None = None) -> CaptureResult:
     """Capture in a child process (``python -m mosaic.capture REQUEST.json``). ``extra``: more top-level
     manifest keys, written with the bundle (also when the child crashed or timed out). ``prefix``: a command
-    the child runs under (``mosaic.profile``'s ``ncu ...``)."""
+    the child runs under (``mosaic.profile``'s ``ncu ...``). ``oracle_cache``: a directory of
+    :class:`mosaic.oracle.cache.ReferenceCache` the child's numerics check reads and writes (a campaign's)."""
     opts = opts or CaptureOptions()
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="mosaic-capture-req-") as tmp:
         req = Path(tmp) / "request.json"
         res = Path(tmp) / "result.json"
         req.write_text(json.dumps({"spec": spec.to_json(), "gpu": gpu_name, "out": str(out.resolve()),
-                                   "options": attrs.asdict(opts), "result": str(res), "extra": extra}))
+                                   "options": attrs.asdict(opts), "result": str(res), "extra": extra,
+                                   "oracle_cache": str(Path(oracle_cache).resolve()) if oracle_cache else None}))
         return run_child([*prefix, sys.executable, "-m", "mosaic.capture", str(req)], res, spec, gpu_name, out,
                          opts, extra)
 
@@ -333,7 +336,13 @@ def _child(request_path: str) -> int:
     req = json.loads(Path(request_path).read_text())
     spec = KernelSpec.from_json(req["spec"])
     opts = CaptureOptions(**req["options"])
-    result = capture_in_process(spec, req["gpu"], Path(req["out"]), opts, extra=req.get("extra"))
+    cache = None
+    if req.get("oracle_cache"):
+        from mosaic.oracle.cache import ReferenceCache
+
+        cache = ReferenceCache(req["oracle_cache"])
+    result = capture_in_process(spec, req["gpu"], Path(req["out"]), opts, extra=req.get("extra"),
+                                reference_cache=cache)
     Path(req["result"]).write_text(json.dumps(result.to_json()))
     return 0
 

@@ -115,3 +115,20 @@ def test_round_in_chunks_is_the_element_wise_round():
         got = f.round(x.reshape(-1, 5) if x.size % 5 == 0 else x)
         want = f._round(x)
         assert got.shape == x.shape and np.array_equal(got.ravel(), want, equal_nan=True)
+
+
+def test_rmsnorm_reference_in_row_chunks_is_the_whole_array_one(monkeypatch):
+    from mosaic.oracle import rmsnorm
+
+    rng = np.random.default_rng(4)
+    f = fmt("bf16")
+    x = f.round(rng.standard_normal((5, 37, 96))).astype(np.float32)
+    w = f.round(1 + rng.standard_normal(96) / 4).astype(np.float32)
+    monkeypatch.setattr(rmsnorm, "ROW_CHUNK_ELEMENTS", 1 << 30)
+    whole = rmsnorm.reference({"x": x, "w": w}, f, f)["y"]
+    monkeypatch.setattr(rmsnorm, "ROW_CHUNK_ELEMENTS", 96 * 7)  # 7 rows a chunk: 185 rows end mid-chunk
+    parts = rmsnorm.reference({"x": x, "w": w}, f, f)["y"]
+    assert parts.expected.shape == x.shape
+    assert np.array_equal(parts.expected, whole.expected) and np.array_equal(parts.tolerance, whole.tolerance)
+    X = x.astype(np.float64)
+    assert np.array_equal(whole.expected, X / np.sqrt(np.mean(X * X, axis=-1, keepdims=True) + 1e-6) * w)

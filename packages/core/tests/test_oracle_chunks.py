@@ -132,3 +132,21 @@ def test_rmsnorm_reference_in_row_chunks_is_the_whole_array_one(monkeypatch):
     assert np.array_equal(parts.expected, whole.expected) and np.array_equal(parts.tolerance, whole.tolerance)
     X = x.astype(np.float64)
     assert np.array_equal(whole.expected, X / np.sqrt(np.mean(X * X, axis=-1, keepdims=True) + 1e-6) * w)
+
+
+def test_an_unwritable_cache_root_keeps_the_reference_in_memory(tmp_path):
+    from mosaic.families import make_inputs
+    from mosaic.oracle.cache import ReferenceCache
+    from mosaic.records import KernelSpec
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    spec = KernelSpec(family="rmsnorm", shape={"rows": 8, "cols": 64}, dtype="bf16", language="pallas", knobs={})
+    inputs = make_inputs(spec, 0, "normal")
+    from mosaic.oracle import rmsnorm
+
+    y = fmt("bf16").round(rmsnorm.reference(inputs, fmt("bf16"), fmt("bf16"))["y"].expected).astype(np.float32)
+    cache = ReferenceCache(blocker / "oracle")  # its parent is a file: nothing can be stored under it
+    assert check("rmsnorm", inputs, {"y": y}, "bf16", cache=cache).passed
+    assert cache.last["source"] == "computed" and cache.last["stored"].startswith("not stored")
+    assert check("rmsnorm", inputs, {"y": y}, "bf16", cache=cache).passed and cache.last["source"] == "cache-memory"

@@ -135,8 +135,11 @@ class ReferenceCache:
 
     @staticmethod
     def _write(where: Path, key: dict, got: Mapping[str, Expectation]) -> str:
-        where.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=where.parent))
+        try:  # an unwritable cache root (no home directory) leaves the reference in memory only
+            where.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=where.parent))
+        except OSError as exc:
+            return f"not stored ({exc})"
         try:
             outputs = {}
             for name, e in got.items():

@@ -145,10 +145,12 @@ def check_hf_line(result, at) -> str:
 @click.option("--rounds", default=5, show_default=True, type=click.IntRange(min=1), help="Interleaved rounds.")
 @click.option("--steps", default=64, show_default=True, type=click.IntRange(min=1), help="Decode steps per sample.")
 @click.option("--no-graph", is_flag=True, help="Skip the HF static cache + CUDA graph contender.")
+@click.option("--time-best", type=click.IntRange(min=1), default=None,
+              help="Time only the fastest N passing candidates (one selection sample each after the gate).")
 @click.option("-o", "--output", type=click.Path(path_type=str), help="Also write the result JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
 def bench_cmd(model_dir: str | None, shape: str | None, config_path: str | None, gpu_name: str, rounds: int,
-              steps: int, no_graph: bool, output: str | None, as_json: bool) -> None:
+              steps: int, no_graph: bool, time_best: int | None, output: str | None, as_json: bool) -> None:
     """AMK ms/token vs HF eager, HF static cache + CUDA graph and the weight-bandwidth floor (interleaved)."""
     from mosaic.errors import BadInput
 
@@ -167,7 +169,7 @@ def bench_cmd(model_dir: str | None, shape: str | None, config_path: str | None,
     model = hf_gpu.load_bf16(model_dir) if model_dir else hf_gpu.random_model(shape)
     spec = hf_gpu.spec_of(model)
     result = run_bench(model, spec, gpu, candidates, rounds=rounds, steps=steps, graph=not no_graph,
-                       log=lambda m: click.echo(m, err=True))
+                       log=lambda m: click.echo(m, err=True), time_best=time_best)
     result["source"] = model_dir or f"random-init {shape}"
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)

@@ -44,11 +44,11 @@ the campaign's shape and the request's GPU record) and the table's known-partner
 unbuildable or known to need a partner becomes the smallest compound edit that passes (breadth first over
 the partners the violated rules name; the edit's own knob stays as set): still ONE edit aimed at ONE row,
 ``{"kind": "knob", "knob", "value", ..., "compound": true, "parts": [{knob, value, was[, rule, why]}]}``,
-its first part the edit itself. When none exists the single edit is kept (the build decides), after every edit
-that violates no rule, its ``violates`` listing the rules' codes (from the 4096^3 CUTLASS winner, 128x256 with a
-2x1 cluster, ``cluster_m=1`` builds but wants its multicast partner back: it comes after the tile and stage
-edits). A part is no revert (only the edit's own knob is); a rejected compound is a retry only on the same whole
-knob set.
+its first part the edit itself. When none exists the single edit is kept (the build decides); one that would
+build and only wants a partner (every rule it violates is a known-partner rule) comes after every other edit,
+its ``violates`` listing the rules' codes (from the 4096^3 CUTLASS winner, 128x256 with a 2x1 cluster,
+``cluster_m=1`` wants its multicast partner back: it comes after the tile and stage edits). A part is no revert
+(only the edit's own knob is); a rejected compound is a retry only on the same whole knob set.
 
 The output is a list, best first; the loop takes the first whose candidate it has not built.
 """
@@ -362,7 +362,7 @@ class KnobsProposer:
             for concept, _ in found:
                 support[concept] = support.get(concept, 0) + 1
         seen: set = set()
-        deferred: list[Proposal] = []  # single edits that still violate a rule of the table: last
+        deferred: list[Proposal] = []  # single edits that build but still want a partner (known-partner rules): last
         deps = self.deps if self.knob_cls is not None else None
         dep_interacts = {k: interacts.get(k, set()) | v for k, v in deps.interacting().items()} if deps else {}
         for row, found in mapped:
@@ -393,7 +393,9 @@ class KnobsProposer:
                             parts = complete(deps, self.knob_cls, new, fixed, spec, gpu)
                             if parts:
                                 new = {**new, **{p["knob"]: p["value"] for p in parts}}
-                            else:  # no partner change mends it: kept single, after every edit that violates nothing
+                            elif all(deps.rule(c) is not None and deps.rule(c).needs is not None for c in codes):
+                                # it builds but is known to want a partner no change can give it: kept single,
+                                # after every other edit (an unbuildable one stays where it is: the build decides)
                                 wants = codes
                         context = dep_interacts.get(knob, ()) if parts else interacts.get(knob, ())
                         if (knob, val, _context(new, context)) in retries \

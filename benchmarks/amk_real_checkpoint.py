@@ -421,17 +421,16 @@ def _vs_float32(p, hf32) -> dict:
 ENSEMBLE_SEEDS = 24  # the contract's seed ensemble on the GPU (~0.5 s a run); 3 in the CPU dry run
 
 
-def _contract_ensemble(ctx: Ctx, d16: str, ids, hf32, runs: dict) -> dict:
+def _contract_ensemble(ctx: Ctx, spec, d16: str, ids, hf32, runs: dict) -> dict:
     """The hf-bf16 contract (mosaic_amk.bf16_contract: the VM's rounding points, float32 torch) over the passage on
     the bf16 weights in its natural summation order and ENSEMBLE_SEEDS others (order_seed: the same sums, permuted):
     the spread of a bf16 run of this very contract, on this device. ``runs`` (name -> ppl) are placed in it (z:
     distance from the ensemble's mean in its standard deviations; below: the fraction of the ensemble under it)."""
     import numpy as np
     from mosaic_amk.bf16_contract import CONTRACT, forward_nll, load_weights
-    from mosaic_amk.importer import import_checkpoint
 
     device = "cuda" if ctx.cuda else "cpu"
-    spec, W = import_checkpoint(d16), load_weights(d16)
+    W = load_weights(d16)
     t, ppl = time.time(), []
     for seed in [None, *range(1, (ENSEMBLE_SEEDS if ctx.cuda else 3) + 1)]:
         if ctx.left() < 50:
@@ -467,8 +466,9 @@ def step_perplexity(ctx: Ctx, rec: Record) -> None:
                                              "bf16_weight_rounding_rel": rounding})
     log(f"hf eager float32 (CPU) on the bf16-rounded weights: {hf32.ppl:.6f} ({hf32.seconds:.1f} s); on the "
         f"unrounded dequantised GGUF {hf_orig.ppl:.6f} (the rounding alone: rel {rounding:.3g})")
+    spec16 = load_spec(ctx, "checkpoint_bf16w")
     try:
-        vm = make_vm(ctx, load_spec(ctx, "checkpoint_bf16w"), "f32", len(ids) + 1)
+        vm = make_vm(ctx, spec16, "f32", len(ids) + 1)
         check = PerplexityCheck(_forced_ppl(f"{ctx.vm}-vm-float32", vm.forced, ids), hf32)
         rec.put("criterion3_float32", check.to_json())
         log(f"criterion (3) float32: vm {check.vm.ppl:.6f} vs hf {hf32.ppl:.6f}, rel {check.rel_diff:.3g} "
@@ -510,7 +510,8 @@ def step_perplexity(ctx: Ctx, rec: Record) -> None:
         rec.put("criterion3_bf16", part)
         log(f"  vm bf16: {p.ppl:.6f} (rel {rel:.3g} from hf bf16 forward {ref.ppl:.6f}, {p.seconds:.1f} s)")
         try:  # the contract's own noise on this device: the seed ensemble (information; the rule is unchanged)
-            part["contract_ensemble"] = _contract_ensemble(ctx, d16, ids, hf32, {"vm": p.ppl, "hf-forward": ref.ppl})
+            part["contract_ensemble"] = _contract_ensemble(ctx, spec16, d16, ids, hf32,
+                                                           {"vm": p.ppl, "hf-forward": ref.ppl})
             rec.put("criterion3_bf16", part)
         except Exception as exc:  # noqa: BLE001
             rec.error("contract_ensemble", exc)

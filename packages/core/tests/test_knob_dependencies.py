@@ -94,3 +94,19 @@ def test_booleans_move_the_way_the_row_points():
     assert candidate_values(True, False, row, None, "both") == []  # never away from the reference
     grid = Discrepancy("launch", "grid", [132, 1, 1], [1024, 1, 1], 1, "knob")
     assert candidate_values(False, False, grid, None, "both") == [True]  # no boolean stated: flipped
+
+
+def test_a_wide_tile_whose_2x1_cluster_does_not_divide_the_shape_stays_single_and_in_place():
+    knob_cls = host().get("languages", "cute").backend.knobs("gemm")
+    shape = {"m": 384, "n": 4096, "k": 4096}  # 384 rows: 128-row tiles, but not 2x1 clusters of them
+    campaign = Campaign(source="pallas", target="cute", family="gemm", shape=shape, dtype="bf16", gpu="h200")
+    p = KnobsProposer(campaign, knob_cls, catalog_from_host(host()))
+    rows = [Discrepancy("instruction", "mma.shape", ["m64n256k16"], ["m64n128k16"], 1, "knob")]
+    start = {**rf.HOPPER, "persistent": True}
+    out = p.propose(Request(campaign={}, parent="p", knobs=start, rows=rows, layers=(), incumbent={}, reference={},
+                            tried=frozenset(), gpu=host().get("gpus", "h200").to_json()))
+    first = out[0]
+    # CUTE-MULTICAST wants a 2x1 cluster, CUTE-SHAPE refuses it here: the single edit is kept, first (a partner
+    # exists, it just does not fit this shape), with no 'violates' mark
+    assert (first.edit["knob"], first.edit["value"]) == ("tile_mn", [128, 256])
+    assert not first.edit.get("compound") and "violates" not in first.edit and first.knobs["cluster_mn"] == [1, 1]

@@ -278,6 +278,15 @@ def blocked(history: Iterable, interacts: dict[str, set[str]]) -> tuple[set, set
     return reverts, retries
 
 
+def _unmovable(rule, state: dict, fixed: set) -> bool:
+    """A known-partner ``rule`` none of whose partner knobs can move: each is set by the edit (``fixed``) or
+    already at every value the rule offers."""
+    if rule is None or rule.needs is None:
+        return False
+    return not any(knob not in fixed and knob in state and any(_hashable(v) != _hashable(state[knob]) for v in values)
+                   for knob, values in rule.partners.items())
+
+
 class KnobsProposer:
     name = "knobs"
     pure = True  # a function of the request: the loop may ask it early (its first edits lowered ahead)
@@ -393,9 +402,10 @@ class KnobsProposer:
                             parts = complete(deps, self.knob_cls, new, fixed, spec, gpu)
                             if parts:
                                 new = {**new, **{p["knob"]: p["value"] for p in parts}}
-                            elif all(deps.rule(c) is not None and deps.rule(c).needs is not None for c in codes):
-                                # it builds but is known to want a partner no change can give it: kept single,
-                                # after every other edit (an unbuildable one stays where it is: the build decides)
+                            elif all(_unmovable(deps.rule(c), new, fixed) for c in codes):
+                                # it builds but is known to want a partner that no change can give it (the edit
+                                # undoes the partner itself): kept single, after every other edit; an unbuildable
+                                # one, or one whose partner exists but does not build here, stays (the build decides)
                                 wants = codes
                         context = dep_interacts.get(knob, ()) if parts else interacts.get(knob, ())
                         if (knob, val, _context(new, context)) in retries \

@@ -152,3 +152,17 @@ def test_capture_at_the_issue_shape_passes_times_and_lifts(family, tmp_path):
     lift = subprocess.run([*MOSAIC, "lift", str(bundle)], capture_output=True, text=True, timeout=600)
     assert lift.returncode == 0, lift.stderr[-2000:]
     assert lift.stdout.strip()
+
+
+@pytest.mark.parametrize("family", ["rmsnorm", "softmax"])
+def test_without_auto_barriers_the_sass_keeps_only_the_kernels_own(family, h200, tmp_path):
+    """auto_barriers=False (the default) leaves the pipeline's own warpgroup barriers only: the session-9 naive
+    rmsnorm SASS (jax's automatic barriers on) held 72 BAR.SYNC for its 32 boxes, two around every store."""
+    from mosaic_target_pallas.backend import PallasBackend
+
+    counts = {}
+    for on in (False, True):
+        low = PallasBackend().lower(_spec(family, 16384, 8192, {"auto_barriers": on}), h200, tmp_path / str(on))
+        counts[on] = low.sass.read_text().count("BAR.SYNC")
+    print(f"\n{family}: BAR.SYNC without / with auto barriers: {counts[False]} / {counts[True]}")
+    assert counts[False] <= 8 < 2 * 32 <= counts[True], counts

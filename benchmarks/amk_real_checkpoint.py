@@ -24,7 +24,9 @@ also on stdout) hold the whole run.
   teacher-forced, against HF eager float32 (CPU) within perplexity.PPL_RTOL; then bf16: the CUDA VM on HF's bf16
   weights against HF eager bf16's one forward, judged by the HF-vs-HF spread (the largest relative perplexity
   difference between that forward and HF's own bf16 variants: the static cache + CUDA graph decode step, the eager
-  decode step with a DynamicCache, SDPA attention); then the Q4_1 blocks in f32 against HF float32.
+  decode step with a DynamicCache, SDPA attention), and placed in the seed ensemble of its own rounding contract on
+  the device (mosaic_amk.bf16_contract: one bf16 run's noise; information and a proposed rule); then the Q4_1
+  blocks in f32 against HF float32 on the unrounded dequantisation.
 - ``quant``: bf16 / int8 / Q4_1 weights on the CUDA VM: ms/token (CUDA events, interleaved rounds) against each
   format's weight-traffic floor (bench.floor_bytes at the GpuTarget's HBM bandwidth), a decoded greedy text per
   format, and the f32 mode's greedy tokens against HF eager float32 on each format's own dequantisation.

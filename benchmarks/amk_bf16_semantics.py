@@ -53,45 +53,16 @@ def hf_nll(d, ids, dtype: str, impl: str) -> np.ndarray:
     return np.array([token_nll(lg[i], ids[i + 1]) for i in range(len(ids) - 1)])
 
 
-def permuted_state(W: dict, seed: int) -> dict:
-    """The same Llama with its residual-stream dims and its MLP's intermediate dims permuted (RMSNorm is
-    permutation-invariant, so the model is the same function): every linear then sums over its input in another
-    order -- transformers' own bf16 code, another summation order."""
-    if any(k.endswith("_proj.bias") for k in W):
-        raise ValueError("a checkpoint with linear biases: not permuted here")
-    rng = np.random.default_rng(seed)
-    emb = W["model.embed_tokens.weight"]
-    ph = rng.permutation(emb.shape[1])
-    out = {}
-    for k, v in W.items():
-        if k in ("model.embed_tokens.weight", "lm_head.weight"):
-            out[k] = v[:, ph]
-        elif k.endswith("layernorm.weight") or k == "model.norm.weight":
-            out[k] = v[ph]
-        elif k.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight")):
-            out[k] = v[:, ph]
-        elif k.endswith("o_proj.weight") or k.endswith("down_proj.weight"):
-            out[k] = v[ph]
-        else:
-            out[k] = v
-    layers = {k.rsplit(".mlp.", 1)[0] for k in W if ".mlp.gate_proj." in k}
-    for lay in layers:
-        pi = rng.permutation(W[f"{lay}.mlp.gate_proj.weight"].shape[0])
-        for n in ("gate_proj", "up_proj"):
-            out[f"{lay}.mlp.{n}.weight"] = out[f"{lay}.mlp.{n}.weight"][pi]
-        out[f"{lay}.mlp.down_proj.weight"] = out[f"{lay}.mlp.down_proj.weight"][:, pi]
-    return out
-
-
 def hf_seeded_nll(d, W: dict, ids, seeds, impl: str = "eager", dtype: str = "bfloat16"):
-    """HF (``dtype``, ``impl`` attention) on :func:`permuted_state` of each seed: (seed, per-prediction NLL)."""
+    """HF (``dtype``, ``impl`` attention) on bf16_contract.permuted_weights of each seed: (seed, per-prediction NLL)."""
     import torch
+    from mosaic_amk.bf16_contract import permuted_weights
     from mosaic_amk.perplexity import token_nll
     from transformers import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, dtype), attn_implementation=impl).eval()
     for seed in seeds:
-        sd = {k: torch.from_numpy(np.ascontiguousarray(v)).to(getattr(torch, dtype)) for k, v in permuted_state(W, seed).items()}
+        sd = {k: torch.from_numpy(np.ascontiguousarray(v)).to(getattr(torch, dtype)) for k, v in permuted_weights(W, seed).items()}
         missing, unexpected = m.load_state_dict(sd, strict=False)
         if unexpected or [k for k in missing if k != "lm_head.weight"]:
             raise RuntimeError(f"state dict mismatch: missing {missing}, unexpected {unexpected}")

@@ -56,8 +56,8 @@ STEPS = {
     "prepare": (100, "checkpoint dir, int8 copy, every VM lowered/validated/encoded/compiled"),
     "float32": (90, "criterion (1): CUDA VM f32 vs HF eager float32, 8 x 64 (+ Q4_1 blocks)"),
     "bf16": (70, "criterion (2): CUDA VM bf16 + Q4_1 + int8 teacher-forced vs HF bf16's envelope, 8 x 64"),
-    "perplexity": (120, "criterion (3): passage perplexity, f32 vs HF f32, bf16 vs HF's spread + the contract's seed "
-                       "ensemble, Q4_1 f32"),
+    "perplexity": (160, "criterion (3): passage perplexity, f32 vs HF f32, bf16 vs HF's spread + the contract's seed "
+                        "ensemble + the VM on permuted copies, Q4_1 f32"),
     "quant": (45, "bf16 / int8 / Q4_1 ms/token vs floors, decoded text, f32 tokens vs HF f32"),
     "bench": (150, "amk bench: candidates gated by (2), the fastest 3 vs HF eager vs HF CUDA graph"),
     "gpu-tests": (60, "pytest -m gpu test_cuda_quant.py test_bench_gate.py"),
@@ -453,6 +453,44 @@ def _contract_ensemble(ctx: Ctx, spec, d16: str, ids, hf32, runs: dict) -> dict:
     return out
 
 
+VM_SEEDS = 8  # the CUDA VM itself on permuted equivalent copies of the checkpoint (~6 s a run on the H200)
+
+
+def _vm_permuted(ctx: Ctx, spec16, ids, vm_ppl: float, ens: dict | None) -> dict:
+    """The CUDA VM's own bf16 noise: hf-bf16 on bf16_contract.permuted_weights of the bf16-rounded checkpoint (the
+    same function, every linear summing in another order), VM_SEEDS copies, plus the unpermuted spec (seed None:
+    the same bf16 values as HF's torch weights, so it must give ``vm_ppl`` again). Session 10's H200 run put the VM
+    at z +1.97 of the contract's ensemble (all 25 runs below it): if the VM's own ensemble sits where the contract's
+    does, that was one draw; if it sits near the VM's value, the VM computes something the contract does not."""
+    import attrs
+    import numpy as np
+    from mosaic_amk.bf16_contract import permuted_weights
+
+    t, runs = time.time(), []
+    for seed in [None, *range(1, VM_SEEDS + 1)]:
+        if ctx.left() < 55:
+            break
+        spec = spec16 if seed is None else attrs.evolve(spec16, weights=permuted_weights(spec16.weights, seed))
+        vm = make_vm(ctx, spec, "hf-bf16", len(ids) + 1)
+        q = _forced_ppl(f"{ctx.vm}-vm-bf16-permuted-{seed}", vm.forced, ids)
+        del vm
+        runs.append({"seed": seed, "ppl": q.ppl})
+        log(f"  vm bf16 on permuted copy {seed}: {q.ppl:.6f}")
+    perm = np.asarray([r["ppl"] for r in runs if r["seed"] is not None])
+    out = {"runs": runs, "seconds": round(time.time() - t, 1),
+           "unpermuted_equals_vm": bool(runs and runs[0]["seed"] is None and runs[0]["ppl"] == vm_ppl)}
+    if len(perm) > 1:
+        m, sd = float(perm.mean()), float(perm.std(ddof=1))
+        out.update(mean=m, std=sd, vm_z_in_own=(vm_ppl - m) / sd if sd else None)
+        if ens and ens.get("std"):
+            se = float(np.hypot(sd / np.sqrt(len(perm)), ens["std"] / np.sqrt(ens["runs"])))
+            out.update(mean_minus_contract_mean=m - ens["mean"], se=se, z_of_the_means=(m - ens["mean"]) / se)
+        log(f"  vm bf16, {len(perm)} permuted copies: mean {m:.6f} std {sd:.4f}" + (
+            f"; minus the contract ensemble's mean {out['mean_minus_contract_mean']:+.4f} (z {out['z_of_the_means']:+.2f})"
+            if "se" in out else ""))
+    return out
+
+
 def step_perplexity(ctx: Ctx, rec: Record) -> None:
     import numpy as np
     from mosaic_amk.perplexity import PerplexityCheck, hf_perplexity, passage_path, read_text, token_ids
@@ -512,6 +550,11 @@ def step_perplexity(ctx: Ctx, rec: Record) -> None:
             rec.put("criterion3_bf16", part)
         except Exception as exc:  # noqa: BLE001
             rec.error("contract_ensemble", exc)
+        try:  # the VM's own ensemble: the VM on permuted equivalent copies (its own summation-order noise)
+            part["vm_permuted"] = _vm_permuted(ctx, spec16, ids, p.ppl, part.get("contract_ensemble"))
+            rec.put("criterion3_bf16", part)
+        except Exception as exc:  # noqa: BLE001
+            rec.error("vm_permuted", exc)
         variants = {}
 
         def static_cache(prompt, tokens):
@@ -821,6 +864,12 @@ def figures(out: Path) -> dict:
         f"{ens['runs']} runs on {ens['device']}: mean {ens['mean']:.6f} std {ens['std']:.4f} (rel {ens['rel_std']:.2e}); "
         + ", ".join(f"{k} {v['ppl']:.6f} z {v['z']:+.2f}" for k, v in ens["placed"].items() if v["z"] is not None)
         + f"; proposal ok={ens['proposal_ok']}") if ens else None
+    vp = (c16 or {}).get("vm_permuted")
+    f["(3) bf16 vm on permuted copies"] = (
+        f"{len(vp['runs'])} runs, unpermuted = vm: {vp['unpermuted_equals_vm']}"
+        + (f"; mean {vp['mean']:.6f} std {vp['std']:.4f}" if "mean" in vp else "")
+        + (f"; minus the contract's mean {vp['mean_minus_contract_mean']:+.4f} (z {vp['z_of_the_means']:+.2f})"
+           if "se" in vp else "")) if vp else None
     q = part("perplexity", "q4_1_float32")
     f["(3) q4_1 float32"] = (f"vm {q['vm']['ppl']:.6f} vs hf {q['hf']['ppl']:.6f} rel {q['rel_diff']:.3g}"
                              if q and "vm" in q else q)

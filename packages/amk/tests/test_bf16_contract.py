@@ -113,3 +113,23 @@ def test_contract_perplexity_is_hf_bf16_within_the_measured_run_noise(smollm2_ch
     s_hf, s_c = RUN_REL_STD["hf-eager-bf16"], RUN_REL_STD["contract"]
     assert abs(emu - hf16) / hf16 <= 3 * float(np.hypot(s_hf, s_c)), (emu, hf16)  # measured 2.4e-3 (17.3451, 17.3868)
     assert abs(hf16 / f32 - 1) <= 3 * s_hf and abs(emu / f32 - 1) <= 3 * s_c, (hf16, emu, f32)
+
+
+def test_permuted_weights_are_the_same_function_in_another_summation_order(real):
+    """bf16_contract.permuted_weights (the residual-stream and MLP dims permuted): float32 gives the same NLL up to
+    summation order, every tensor keeps its shape, inv_freq passes unchanged, and the bf16 contract lands elsewhere
+    (another order flips roundings); a checkpoint with linear biases is refused."""
+    from mosaic_amk.bf16_contract import CONTRACT, forward_nll, permuted_weights
+    from mosaic_amk.model import INV_FREQ
+
+    _, spec, W, ids = real
+    P = permuted_weights(W, 7)
+    assert P.keys() == W.keys() and all(P[k].shape == W[k].shape for k in W)
+    assert not np.array_equal(P["model.embed_tokens.weight"], W["model.embed_tokens.weight"])
+    a, b = forward_nll(spec, W, ids, ()), forward_nll(spec, P, ids, ())
+    assert np.abs(a - b).max() < 1e-3
+    assert np.abs(forward_nll(spec, W, ids, CONTRACT) - forward_nll(spec, P, ids, CONTRACT)).max() > 1e-3
+    sw = dict(spec.weights)
+    assert np.array_equal(permuted_weights(sw, 7)[INV_FREQ], sw[INV_FREQ])
+    with pytest.raises(ValueError, match="biases"):
+        permuted_weights({**W, "model.layers.0.self_attn.q_proj.bias": np.zeros(576, np.float32)}, 1)

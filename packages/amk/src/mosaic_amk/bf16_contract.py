@@ -17,7 +17,8 @@ summation order. ``order_seed`` permutes the summed axis of every linear, of ``q
 same permutation for both operands: the same sum, another summation order): a bf16 run of the same contract
 that differs from another only where float32 sums differ in their last bits -- the seed ensemble measures
 how far such runs land from each other (a bf16 rounding flipped early moves every later position through the
-residual stream and the KV cache).
+residual stream and the KV cache). ``permuted_weights`` does the same for any implementation: an equivalent
+checkpoint whose linears sum in another order.
 """
 
 from __future__ import annotations
@@ -40,6 +41,35 @@ def load_weights(model_dir: str | Path) -> dict[str, np.ndarray]:
     for f in sorted(Path(model_dir).glob("*.safetensors")):
         w.update({k: v.astype(np.float32) for k, v in load_file(str(f)).items()})
     return w
+
+
+def permuted_weights(weights: Mapping[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    """The same Llama with its residual-stream dims and each layer's MLP intermediate dims permuted (seeded): RMSNorm
+    and the attention see the same values, so the model is the same function, but every linear sums over its input
+    in another order -- any implementation (transformers, the CUDA VM) run on it is another summation order of
+    itself. Other tensors (``rope.inv_freq``) pass unchanged; a checkpoint with linear biases is refused."""
+    if any(k.endswith("_proj.bias") for k in weights):
+        raise ValueError("a checkpoint with linear biases: permuted_weights does not permute them")
+    emb = weights["model.embed_tokens.weight"]
+    rng = np.random.default_rng(seed)
+    ph = rng.permutation(emb.shape[1])
+    cols = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight")
+    out: dict[str, np.ndarray] = {}
+    for k, v in weights.items():
+        if k in ("model.embed_tokens.weight", "lm_head.weight") or k.endswith(cols):
+            out[k] = np.ascontiguousarray(v[:, ph])
+        elif k.endswith("layernorm.weight") or k == "model.norm.weight":
+            out[k] = np.ascontiguousarray(v[ph])
+        elif k.endswith(("o_proj.weight", "down_proj.weight")):
+            out[k] = np.ascontiguousarray(v[ph])
+        else:
+            out[k] = v
+    for lay in sorted({k.rsplit(".mlp.", 1)[0] for k in weights if ".mlp.gate_proj." in k}):
+        pi = rng.permutation(weights[f"{lay}.mlp.gate_proj.weight"].shape[0])
+        for n in ("gate_proj", "up_proj"):
+            out[f"{lay}.mlp.{n}.weight"] = np.ascontiguousarray(out[f"{lay}.mlp.{n}.weight"][pi])
+        out[f"{lay}.mlp.down_proj.weight"] = np.ascontiguousarray(out[f"{lay}.mlp.down_proj.weight"][:, pi])
+    return out
 
 
 def check_points(rounded: Iterable[str]) -> frozenset:

@@ -52,7 +52,10 @@ class GemmKnobs:
     tile_k: int = attrs.field(default=64, validator=_in(64))
     cluster_mn: tuple = attrs.field(default=(1, 1), converter=_CLUSTER[0], validator=_CLUSTER[1])
     stages: int = attrs.field(default=4, validator=_in(*range(2, 9)))
-    persistent: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    # whether a persistent tile loop pays depends on the tiles each SM walks (tile and cluster): a persistent=True
+    # rejected on one tiling is a new edit on another (the knobs proposer's retry rule reads "interacts")
+    persistent: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool),
+                                   metadata={"interacts": ("tile_mn", "cluster_mn")})
     raster: str = attrs.field(default="m", validator=one_of("m", "n"))
     swizzle: int = attrs.field(default=1, validator=_in(1, 2, 4, 8))
     epi_tile: tuple = attrs.field(default=(64, 32), converter=_EPI[0], validator=_EPI[1])

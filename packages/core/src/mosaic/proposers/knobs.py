@@ -34,7 +34,10 @@ The campaign's history (``Request.history``: every built edit with its outcome) 
   gate) while the knobs it interacts with had the same values. Knobs interact when one construct of the
   target language names them together (``knobs: raster, swizzle``; ``knobs: tile_mn, tile_k``):
   ``swizzle=2`` rejected with ``raster='m'`` may come back once ``raster='n'``, but not because the stage
-  count moved. An *unbuildable* edit interacts with every other knob (shared memory, registers and threads
+  count moved. A knob class field may also name the knobs its outcome depends on
+  (``attrs.field(metadata={"interacts": (...)})``, both ways): CuTe's ``persistent`` names ``tile_mn`` and
+  ``cluster_mn`` (a persistent tile loop pays by the tiles each SM walks: rejected on 4096 128x128 tiles at
+  8192^3, it is a new edit on 2048 128x256 tiles in 2x1 clusters). An *unbuildable* edit interacts with every other knob (shared memory, registers and threads
   are budgets that tile, stages and epilogue share: ``tile_mn=(128, 256)`` fails with 5 stages and builds
   with 4), so only the same edit on the same other knobs is a retry.
 
@@ -346,7 +349,8 @@ class KnobsProposer:
         return construct_knobs(construct.expression)
 
     def interactions(self) -> dict[str, set[str]]:
-        """knob -> the other knobs one construct of the target language names together with it."""
+        """knob -> the other knobs one construct of the target language names together with it, and those a knob
+        class field's ``interacts`` metadata names (both ways)."""
         out: dict[str, set[str]] = {}
         if self.catalog is None:
             return out
@@ -356,6 +360,11 @@ class KnobsProposer:
             names = [k for k, _ in construct_knobs(entry.construct.expression)]
             for k in names:
                 out.setdefault(k, set()).update(n for n in names if n != k)
+        if self.knob_cls is not None and attrs.has(self.knob_cls):
+            for field in attrs.fields(self.knob_cls):
+                for other in field.metadata.get("interacts", ()):
+                    out.setdefault(field.name, set()).add(other)
+                    out.setdefault(other, set()).add(field.name)
         return out
 
     def edits(self, request: Request) -> Iterable[Proposal]:

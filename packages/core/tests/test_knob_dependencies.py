@@ -110,3 +110,27 @@ def test_a_wide_tile_whose_2x1_cluster_does_not_divide_the_shape_stays_single_an
     # exists, it just does not fit this shape), with no 'violates' mark
     assert (first.edit["knob"], first.edit["value"]) == ("tile_mn", [128, 256])
     assert not first.edit.get("compound") and "violates" not in first.edit and first.knobs["cluster_mn"] == [1, 1]
+
+
+@attrs.frozen
+class Looped:
+    persistent: bool = attrs.field(default=False, metadata={"interacts": ("tile",)})
+    tile: int = 128
+    stages: int = 4
+
+
+def test_a_field_names_the_knobs_its_outcome_depends_on_and_a_rejection_holds_only_for_them():
+    from mosaic.proposers.knobs import _context, blocked
+
+    p = KnobsProposer(Campaign(source="pallas", target="toy", family="gemm", shape=rf.SHAPE, dtype="bf16"), Looped,
+                      None)
+    interacts = p.interactions()
+    assert interacts == {"persistent": {"tile"}, "tile": {"persistent"}}  # both ways; stages ties to neither
+    tried = {"persistent": True, "tile": 128, "stages": 4}
+    history = [{"edit": {"kind": "knob", "knob": "persistent", "value": True, "was": False}, "accepted": False,
+                "outcome": "slower", "knobs": tried}]
+    _, retries = blocked(history, interacts)
+    def retry(knobs):
+        return ("persistent", True, _context(knobs, interacts["persistent"])) in retries
+    assert retry(tried) and retry({**tried, "stages": 3})  # the stage count says nothing of the tile loop
+    assert not retry({**tried, "tile": 256})  # another tiling: a new edit

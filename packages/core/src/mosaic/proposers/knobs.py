@@ -352,9 +352,7 @@ class KnobsProposer:
         """knob -> the other knobs one construct of the target language names together with it, and those a knob
         class field's ``interacts`` metadata names (both ways)."""
         out: dict[str, set[str]] = {}
-        if self.catalog is None:
-            return out
-        for (_, language), entry in self.catalog.entries.items():
+        for (_, language), entry in (self.catalog.entries.items() if self.catalog is not None else ()):
             if language != self.target or entry.construct is None or entry.construct.analogue == "none":
                 continue
             names = [k for k, _ in construct_knobs(entry.construct.expression)]

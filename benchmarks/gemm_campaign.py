@@ -145,7 +145,12 @@ def summary_lines(d: Path) -> list[str]:
                          f"{'ok' if e['ok'] else e['reason_code'] + ': ' + e['reason'][:160]} ({e['cost_s']:.0f} s)")
         elif e["event"] == "verdict":
             edit = e.get("edit") or {}
-            what = f"{edit.get('knob')}={edit.get('value')}" if edit.get("kind") == "knob" else edit.get("kind", "naive")
+            if edit.get("compound"):  # one edit aimed at one row, its parts listed
+                what = " + ".join(f"{p['knob']}={p['value']}" for p in edit["parts"])
+            elif edit.get("kind") == "knob":
+                what = f"{edit.get('knob')}={edit.get('value')}"
+            else:
+                what = edit.get("kind", "naive")
             lines.append(f"step {e['step']} {e['key']} {what}: {e['decision']} ({e['reason_code']}) "
                          f"{us(e.get('t_candidate'))} vs {us(e.get('t_incumbent'))} us")
         elif e["event"] == "stop":

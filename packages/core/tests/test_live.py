@@ -316,6 +316,15 @@ def test_campaign_benchmark_parses_and_its_summary_reads_a_journal(tmp_path):
     assert "stop: converged" in done and "cuBLAS (same run): 168." in done
 
 
+def test_campaign_benchmark_summary_names_every_part_of_a_compound_edit():
+    import gemm_campaign as gc  # benchmarks/ is on pytest's pythonpath
+
+    recorded = Path(__file__).resolve().parents[3] / "examples" / "h200-pallas-to-cutlass-gemm-8192"
+    steps = [line for line in gc.summary_lines(recorded) if line.startswith("step 1 ")]
+    # the H200's step 1 is ONE compound edit: the wider tile and its 2x1 multicast cluster partner
+    assert len(steps) == 1 and "tile_n=256 + " in steps[0] and "cluster_m=2" in steps[0], steps
+
+
 def test_campaign_benchmark_caps_the_whole_call_and_copies_the_journal_as_it_goes(tmp_path, monkeypatch):
     import gemm_campaign as gc  # benchmarks/ is on pytest's pythonpath
 

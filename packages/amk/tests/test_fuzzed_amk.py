@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from mosaic.cli import main
 
 
-
 def _chain(n: int) -> dict:
     """test_hostile_amk.chain(n, "fanout", nsm=3): a safe dependency chain."""
     import importlib.util
@@ -157,7 +156,6 @@ def _toml_value(v) -> str:
 def test_damaged_schedule_configs_load_or_refuse_with_one_line(tmp_path):
     from mosaic.errors import BadInput
     from mosaic.plugins import host
-
     from mosaic_amk.config import load_config
 
     gpu = host().get("gpus", "h200")

@@ -8,7 +8,6 @@ import tracemalloc
 
 import pytest
 from mosaic.cli import main
-
 from mosaic_amk.validate import validate, validate_rules
 from mosaic_amk.validate.clocks import inclusive_clocks, slots_of
 from mosaic_amk.validate.facts import Facts
@@ -224,9 +223,8 @@ def test_validator_bounds_sms_and_counters(field, value):
 
 
 def test_validator_bounds_head_dim_and_buffer_elements():
-    from mosaic_amk.schedule import Buffer
-
     import attrs
+    from mosaic_amk.schedule import Buffer
 
     s = _base()
     tasks = list(s.tasks)
@@ -319,7 +317,6 @@ def test_model_spec_refuses_a_nan_eps_and_names_a_nan_weight():
     import attrs
     import numpy as np
     from mosaic.errors import BadInput
-
     from mosaic_amk.tiny_models import tiny_model
 
     spec = tiny_model("llama")

@@ -1,11 +1,10 @@
 """The quantized GEMV/embedding paths are a build variant (AMK_QUANT=1), chosen from the model's weights; the bf16
 builds keep their registers (no spills in the preload + attention-stage build)."""
 
+import attrs
 from mosaic_amk import quant
 from mosaic_amk.cuda import build as B
 from mosaic_amk.cuda.cuda_vm import quant_defines
-import attrs
-
 from mosaic_amk.tiny_models import tiny_model
 
 

@@ -4,7 +4,6 @@ campaign goes on to the proposer's next edit; it never raises out of the loop.""
 from types import SimpleNamespace
 
 import attrs
-
 from mosaic.plugins import host
 from mosaic.proposers import Proposal
 from mosaic.run.campaign import Campaign

@@ -16,6 +16,7 @@ Inputs of the ``gemm`` family: ``a`` (m×k) and ``b`` (k×n), row-major, bf16/f1
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 from pathlib import Path
@@ -95,6 +96,29 @@ def _toolchain() -> dict:
     return {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
 
 
+def in_family_layout(kernel, head_dim: int):
+    """``f(q, k, v) -> o`` in the attention family's layout and scale around ``kernel(q, k, v) -> o``, which takes
+    and returns (batch, seq, heads, head_dim) and computes ``softmax(q k^T) v`` with NO scale -- jax 0.11.2's
+    attention_mgpu (its scores go straight from the wgmma into ``exp2(qk * log2e - m)``) and its
+    ``attention_reference`` alike. The family's problem is ``softmax(q k^T / sqrt(head_dim)) v`` in
+    (batch, heads, seq, head_dim): q is scaled in float32 and rounded once to its own dtype (exact when
+    head_dim is an even power of two, 64 or 256; at 128 the scale 2^-3.5 costs one rounding of each q element,
+    well inside the oracle's band for the normal, large and denormal inputs, not for ``int``, whose scores
+    are large), then q, k, v are transposed in and the output transposed back. Without the scale every
+    score was sqrt(head_dim) times too large: the H200's 2026-12-02 captures failed the oracle on ~99.9 % of
+    the elements."""
+    import jax.numpy as jnp
+
+    scale = 1.0 / math.sqrt(head_dim)
+
+    def forward(q, k, v):
+        qs = (q.astype(jnp.float32) * scale).astype(q.dtype)
+        o = kernel(jnp.swapaxes(qs, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2))
+        return jnp.swapaxes(o, 1, 2)
+
+    return forward
+
+
 class PallasBackend:
     """Pallas Mosaic GPU: jax's Hopper kernels and the project's own, lowered and captured through jax."""
 
@@ -170,11 +194,11 @@ class PallasBackend:
         """jax's attention_mgpu forward as ``f(q, k, v) -> o`` in the family's layout, its argument shapes, a name
         and notes. The family's inputs are in the oracle's layout, q (batch, heads, seq, head_dim) and k, v
         (batch, kv_heads, seq, head_dim); attention_mgpu wants (batch, seq, heads, head_dim), so q, k, v are
-        transposed on the device and the output transposed back. Causality is part of the problem (``--shape
+        transposed on the device and the output transposed back, and q is scaled by 1/sqrt(head_dim) first (jax's
+        kernel does not scale: :func:`in_family_layout`). Causality is part of the problem (``--shape
         ...,causal=1``), not a tuning choice: the knob must agree with it (checked before anything is traced).
         jax's kernel asserts its CUDA plugin at trace time, so without jax[cuda] this is Unbuildable."""
         import jax
-        import jax.numpy as jnp
 
         from mosaic_target_pallas.knobs import AttentionKnobs
 
@@ -202,15 +226,13 @@ class PallasBackend:
         cfg = am.TuningConfig(block_q=kn.block_q, block_kv=kn.block_kv, max_concurrent_steps=kn.max_concurrent_steps,
                               use_schedule_barrier=kn.use_schedule_barrier, causal=causal)
 
-        def forward(q, k, v):
-            o = am.attention(jnp.swapaxes(q, 1, 2), jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), cfg)
-            return jnp.swapaxes(o, 1, 2)
-
+        forward = in_family_layout(lambda q, k, v: am.attention(q, k, v, cfg), d)
         args = [jax.ShapeDtypeStruct((b, h, s, d), dtype), jax.ShapeDtypeStruct((b, kv, s, d), dtype),
                 jax.ShapeDtypeStruct((b, kv, s, d), dtype)]
         notes = [f"block_q={kn.block_q}", f"block_kv={kn.block_kv}", f"stages={kn.max_concurrent_steps}",
                  f"causal={int(causal)}", "jax's attention_mgpu in (batch, seq, heads, head_dim): q, k, v and o "
-                 "transposed around it on the device (the lowered module holds the transposes)"]
+                 "transposed around it on the device (the lowered module holds the transposes)",
+                 f"scale=1/sqrt({d}) applied to q before the kernel (jax's kernel computes softmax(q k^T) unscaled)"]
         return forward, args, spec.name or "pallas_attention_mgpu", notes
 
     def _prepare_attention(self, spec: KernelSpec, inputs: dict[str, Any]):

@@ -12,12 +12,14 @@ memory, registers, local memory) comes from the activity record of the run's lon
 from __future__ import annotations
 
 import threading
+import time as _time
 from collections.abc import Callable
 
 import attrs
 
 from mosaic.records import LaunchRecord
 from mosaic.timing.device import TimingError, cudart, gpu_clocks, synchronize
+from mosaic.timing.throttle import PowerSample, sample_power
 
 
 @attrs.frozen
@@ -34,6 +36,7 @@ class TimedRuns:
     clocks_before: dict = attrs.field(factory=dict)
     clocks_after: dict = attrs.field(factory=dict)
     fallback_reason: str = ""
+    power: PowerSample | None = None  # sampled after this round's runs, before the next round (throttle.py)
 
     def to_json(self) -> dict:
         return {"source": self.source, "unit": "ns", "runs": len(self.times_ns), "warmup": self.warmup,
@@ -44,7 +47,8 @@ class TimedRuns:
                          "cudaEventElapsedTime around each launch (includes launch gaps)",
                 "clocks_before": self.clocks_before, "clocks_after": self.clocks_after,
                 "fallback_reason": self.fallback_reason,
-                "launch": self.launch.to_json() if self.launch else None}
+                "launch": self.launch.to_json() if self.launch else None,
+                **({"power": self.power.to_json()} if self.power is not None else {})}
 
 
 def group_runs(records: list[dict], runs: int) -> tuple[list[list[dict]], int]:
@@ -141,11 +145,11 @@ class CuptiTimer:
         return recs
 
     def time(self, runnable, runs: int, warmup: int = 10, flush: Callable[[], None] | None = None,
-             flush_name: str = "", clocks: bool = True) -> TimedRuns:
-        return self.time_interleaved([runnable], runs, warmup, flush, flush_name, clocks)[0]
+             flush_name: str = "", clocks: bool = True, power: bool = True) -> TimedRuns:
+        return self.time_interleaved([runnable], runs, warmup, flush, flush_name, clocks, power)[0]
 
     def time_interleaved(self, runnables, runs: int, warmup: int = 10, flush: Callable[[], None] | None = None,
-                         flush_name: str = "", clocks: bool = True) -> list[TimedRuns]:
+                         flush_name: str = "", clocks: bool = True, power: bool = True) -> list[TimedRuns]:
         """Time several kernels alternately, run by run, each run after its own flush, so a clock step
         during the block affects all of them alike. The order alternates every run (A B, B A, A B, ...:
         ABBA counterbalancing), because on the H200 the kernel that ran first in a pair was measured
@@ -166,6 +170,7 @@ class CuptiTimer:
                 flush()
                 runnables[j].launch()
         synchronize()
+        sample = sample_power(round_end=_time.perf_counter()) if power else None  # between rounds
         recs = self._drain()
         after = gpu_clocks() if clocks else {}
         per_kernel, k = split_interleaved(recs, runs, n)
@@ -174,7 +179,7 @@ class CuptiTimer:
             times, starts, ends, _, launch = runs_from_records(mine, runs)
             names = tuple(dict.fromkeys(r["name"] for r in mine))
             out.append(TimedRuns("cupti", tuple(times), tuple(starts), tuple(ends), k, names, launch, warmup,
-                                 flush_name, before, after))
+                                 flush_name, before, after, power=sample))
         return out
 
 
@@ -188,11 +193,11 @@ class EventTimer:
         self._rt = cudart()
 
     def time(self, runnable, runs: int, warmup: int = 10, flush: Callable[[], None] | None = None,
-             flush_name: str = "", clocks: bool = True) -> TimedRuns:
-        return self.time_interleaved([runnable], runs, warmup, flush, flush_name, clocks)[0]
+             flush_name: str = "", clocks: bool = True, power: bool = True) -> TimedRuns:
+        return self.time_interleaved([runnable], runs, warmup, flush, flush_name, clocks, power)[0]
 
     def time_interleaved(self, runnables, runs: int, warmup: int = 10, flush: Callable[[], None] | None = None,
-                         flush_name: str = "", clocks: bool = True) -> list[TimedRuns]:
+                         flush_name: str = "", clocks: bool = True, power: bool = True) -> list[TimedRuns]:
         rt = self._rt
         flush = flush or (lambda: None)
         for i in range(warmup):
@@ -212,6 +217,7 @@ class EventTimer:
                 rt.cudaEventRecord(end, 0)
                 pairs[j].append((start, end))
         synchronize()
+        sample = sample_power(round_end=_time.perf_counter()) if power else None  # between rounds
         after = gpu_clocks() if clocks else {}
         out = []
         for mine in pairs:
@@ -224,7 +230,7 @@ class EventTimer:
                 rt.cudaEventDestroy(start)
                 rt.cudaEventDestroy(end)
             out.append(TimedRuns("cuda-events", tuple(times), (), (), 1, (), None, warmup, flush_name, before,
-                                 after, fallback_reason=self.reason))
+                                 after, fallback_reason=self.reason, power=sample))
         return out
 
 

@@ -108,3 +108,27 @@ def test_sample_on_the_device():
     assert s.sm_mhz and s.sm_mhz > 0 and s.enforced_power_limit_w and s.enforced_power_limit_w > 0
     assert s.source.startswith("nvidia-smi clocks_") and s.reasons_mask is not None
     print(s.to_json())
+
+
+def test_report_names_power_capped_rounds_per_verdict():
+    """The recorded CUTLASS 8192^3 journal (from before per-round samples) reads as it did; with samples in a
+    timed event's gpu map its verdict row says in how many rounds the GPU was power-capped."""
+    import json
+
+    from mosaic.run.journal import read_campaign_journal
+    from mosaic.run.report import build_report, to_markdown
+
+    path = Path(__file__).parents[3] / "examples" / "h200-pallas-to-cutlass-gemm-8192" / "journal.jsonl"
+    events, _ = read_campaign_journal(path)
+    plain = build_report(events)
+    assert not any("power" in e for e in plain["edits"]) and "power-capped" not in to_markdown(plain)
+    capped, idle, _both = (parse_row(r, "clocks_event_reasons").to_json() for r in rows("event_reasons.csv"))
+    timed = next(e for e in events if e["event"] == "timed")
+    samples = [capped, idle, capped, capped, idle]
+    events = [({**e, "gpu": {**(e.get("gpu") or {}), "power_rounds": samples}} if e is timed else e) for e in events]
+    json.dumps(events)  # still a journal's JSON
+    rep = build_report(events)
+    row = next(e for e in rep["edits"] if e["key"] == timed["key"])
+    assert row["power"] == "power-capped in 3 of 5 rounds, SM 1410-1980 MHz"
+    assert "[power-capped in 3 of 5 rounds, SM 1410-1980 MHz]" in to_markdown(rep)
+    assert sum("power" in e for e in rep["edits"]) == 1

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from mosaic.run.journal import read_campaign_journal
+from mosaic.timing.throttle import capped_text
 
 FILES = ("report.json", "report.md", "report.html")
 
@@ -101,6 +102,7 @@ def build_report(events: list[dict]) -> dict:
     builds = {e["key"]: e for e in by("build")}
     verdicts = {e["key"]: e for e in by("verdict")}
     numerics = {e["key"]: e for e in by("numerics")}
+    timed = {e["key"]: e for e in by("timed")}  # the comparison each verdict was taken on (its last)
     edits, series = [], []
     incumbent_t = None
     for inc in by("incumbent")[:1]:
@@ -124,6 +126,9 @@ def build_report(events: list[dict]) -> dict:
                        t_candidate_ns=v.get("t_candidate"), t_incumbent_ns=v.get("t_incumbent"),
                        d_candidate=v.get("d_candidate"), d_incumbent=v.get("d_incumbent"),
                        closer_but_slower=bool(v.get("closer_but_slower")))
+            power = capped_text(((timed.get(key) or {}).get("gpu") or {}).get("power_rounds"))
+            if power:  # per-round clock/power samples (journals from before them have none)
+                row["power"] = power
         elif key in numerics and not numerics[key]["passed"]:
             row.update(outcome="rejected", reason_code="numerics", reason=numerics[key]["reason"])
         else:
@@ -229,7 +234,7 @@ def to_markdown(rep: dict) -> str:
     for e in rep["edits"]:
         d = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
         lines.append(f"| {e['step']} | {_edit_text(e)} | {_row_text(e)} | {e['outcome']} ({e['reason_code']}) | "
-                     f"{(e.get('reason') or '').replace('|', '/')} | {_us(e.get('t_candidate_ns'))} | "
+                     f"{(e.get('reason') or '').replace('|', '/')}{f' [{p}]' if (p := e.get('power')) else ''} | {_us(e.get('t_candidate_ns'))} | "
                      f"{_us(e.get('t_incumbent_ns'))} | {d(e.get('d_candidate'))} | {d(e.get('d_incumbent'))} |")
     for title, key in (("Null results", "null_results"), ("Structurally closer but slower", "closer_but_slower")):
         lines += ["", f"## {title}", ""]

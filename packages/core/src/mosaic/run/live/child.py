@@ -140,13 +140,13 @@ def child_time(req: Mapping[str, Any], state=None) -> dict:
         serial = [Serialized(r) for r in runnables]
         per_run = []
         for s in serial:  # the interleaved records are split by kernels per run: both must launch alike
-            one = timer.time_interleaved([s], 2, warmup=1, flush=flush, clocks=False)[0]
+            one = timer.time_interleaved([s], 2, warmup=1, flush=flush, clocks=False, power=False)[0]
             per_run.append(one.kernels_per_run)
         if per_run[0] != per_run[1]:
             raise TimingError(f"cannot interleave: the incumbent launches {per_run[0]} kernel(s) per run and the "
                               f"candidate {per_run[1]}")
         blocks: list[list] = [[], []]
-        launch, names, clocks = [None, None], [[], []], []
+        launch, names, clocks, power = [None, None], [[], []], [], []
         for i in range(rounds):
             got = timer.time_interleaved(serial, runs, warmup=warmup if i == 0 else 2, flush=flush,
                                          flush_name=flush.description if flush else "none",
@@ -157,9 +157,12 @@ def child_time(req: Mapping[str, Any], state=None) -> dict:
                 names[j] = list(t.kernel_names)
             if got[0].clocks_before:
                 clocks.append({"before": got[0].clocks_before, "after": got[0].clocks_after})
+            if got[0].power is not None:  # taken after the round, before the next (mosaic.timing.throttle)
+                power.append(got[0].power.to_json())
         return {"status": "ok", "blocks": blocks, "timer": timer.source,
                 "fallback_reason": getattr(timer, "reason", ""), "launch": launch, "kernel_names": names,
-                "kernels_per_run": per_run, "clocks": clocks, "outputs_sha256": hashes,
+                "kernels_per_run": per_run, "clocks": clocks, "power_rounds": power,
+                "outputs_sha256": hashes,
                 "flush": flush.description if flush else "none",
                 "serialized": "device synchronise before and after every launch"}
     finally:

@@ -673,6 +673,7 @@ class LiveWorkbench:
                    "runs": self.c.runs_per_block, "flush": d.get("flush"), "serialized": d.get("serialized"),
                    "kernels_per_run": d.get("kernels_per_run"), "launch": d.get("launch"),
                    "kernel_names": d.get("kernel_names"), "clocks": d.get("clocks"),
+                   "power_rounds": d.get("power_rounds"),
                    "outputs_sha256": d.get("outputs_sha256"), "wall_s": round(r.wall_s, 3),
                    "isolation": r.isolation}
         gate_meta = load_bundle(self.dest(kernel.key)).root / "outputs-meta.json"
@@ -682,6 +683,8 @@ class LiveWorkbench:
             session["same_bits_as_gate"] = gate_sha == d["outputs_sha256"][1]
         before = self.cost(kernel.key)
         add_session(self.dest(kernel.key), session, r.wall_s)
+        if d.get("power_rounds") and isinstance(gpu_at_start, dict):  # per-round clock/power/throttle samples
+            gpu_at_start = {**gpu_at_start, "power_rounds": d["power_rounds"]}
         t = Timed(kernel.key, incumbent.key, d["blocks"][0], d["blocks"][1], "ABAB", "same-session",
                   self.cost(kernel.key) - before, gpu=gpu_at_start)
         self.progress(f"time {kernel.key}: {t.t_candidate / 1e3:.2f} us vs {incumbent.key} "

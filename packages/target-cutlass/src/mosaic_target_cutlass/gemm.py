@@ -90,8 +90,11 @@ class GemmKnobs:
                                                  "implies": _SCHEDULE_IMPLIES})
     epilogue_schedule: str = attrs.field(default="tma-cooperative", validator=one_of(*EPILOGUE_SCHEDULES),
                                          metadata={"values": ("tma-cooperative", "tma", "no-smem")})
+    # whether a persistent or stream-K tile loop pays depends on the tiles each SM walks (CTA tile and cluster):
+    # one rejected on a tiling is a new edit on another (the knobs proposer's retry rule reads "interacts")
     tile_scheduler: str = attrs.field(default="default", validator=one_of(*TILE_SCHEDULERS),
-                                      metadata={"values": ("default", "persistent", "stream-k")})
+                                      metadata={"values": ("default", "persistent", "stream-k"),
+                                                "interacts": ("tile_m", "tile_n", "cluster_m", "cluster_n")})
 
     @property
     def label(self) -> str:

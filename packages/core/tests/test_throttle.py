@@ -132,3 +132,25 @@ def test_report_names_power_capped_rounds_per_verdict():
     assert row["power"] == "power-capped in 3 of 5 rounds, SM 1410-1980 MHz"
     assert "[power-capped in 3 of 5 rounds, SM 1410-1980 MHz]" in to_markdown(rep)
     assert sum("power" in e for e in rep["edits"]) == 1
+
+
+def test_bundle_clocks_come_from_the_same_query_on_the_visible_device(tmp_path, monkeypatch):
+    import sys
+
+    from mosaic.timing import throttle
+    from mosaic.timing.device import gpu_clocks
+
+    row = rows("event_reasons.csv")[0]  # the power-capped row: 1410 of 1980 MHz at 698.42 W
+    fake = tmp_path / "nvidia-smi"  # a stand-in for the driver's tool that answers the fixture row, logging argv
+    fake.write_text(f"#!{sys.executable}\nimport sys\nopen({str(tmp_path / 'argv')!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+                    f"print({row!r})\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    monkeypatch.setitem(throttle._PREFIX, "chosen", "clocks_event_reasons")
+    got = gpu_clocks()
+    assert got == {"sm_mhz": "1410", "mem_mhz": got["mem_mhz"], "max_sm_mhz": "1980",
+                   "temperature_c": got["temperature_c"], "power_w": "698.42"} and len(got) == 5
+    assert "-i 3" in (tmp_path / "argv").read_text()  # the first visible GPU, not always GPU 0
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert gpu_clocks() == {"error": "nvidia-smi not found on PATH"}

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 from mosaic.errors import MosaicError
+from mosaic.timing.throttle import sample_power
 
 
 class TimingError(MosaicError):
@@ -62,21 +60,15 @@ class L2Flush:
 
 
 def gpu_clocks() -> dict:
-    """SM/memory clocks, temperature and power as nvidia-smi reports them now (for the bundle)."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return {"error": "nvidia-smi not found"}
-    fields = "clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw"
-    try:
-        out = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "0"],
-                             capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"error": f"nvidia-smi: {exc}"}
-    if out.returncode != 0:
-        return {"error": out.stderr.strip()[:200]}
-    values = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
-    return dict(zip(["sm_mhz", "mem_mhz", "max_sm_mhz", "temperature_c", "power_w"],
-                    values, strict=False))
+    """SM/memory clocks, temperature and power as nvidia-smi reports them now (for the bundle), on the device
+    the process sees first (``CUDA_VISIBLE_DEVICES``): the same one query as the per-round sample
+    (``timing.throttle.sample_power``); ``{"error": why}`` when nvidia-smi cannot answer."""
+    s = sample_power()
+    if s.state != "known":
+        return {"error": s.reason}
+    values = (("sm_mhz", s.sm_mhz), ("mem_mhz", s.mem_mhz), ("max_sm_mhz", s.max_sm_mhz),
+              ("temperature_c", s.temperature_c), ("power_w", s.power_w))
+    return {k: f"{v:g}" for k, v in values if v is not None}
 
 
 class Serialized:

@@ -139,7 +139,7 @@ def summary_lines(d: Path) -> list[str]:
             lines.append(f"reference: {us(e['time_ns'])} us, noise {us(e['noise']['value_ns'])} us; floor "
                          f"{us(e['floor_ns'])} us; cost {e['cost_s']:.0f} s")
         elif e["event"] == "yardstick":
-            lines.append(f"cuBLAS (same run): {us(e['time_ns'])} us")
+            lines.append(f"cuBLAS (same run, alone): {us(e['time_ns'])} us")
         elif e["event"] == "build":
             lines.append(f"  build {e['key']} step {e['step']}: "
                          f"{'ok' if e['ok'] else e['reason_code'] + ': ' + e['reason'][:160]} ({e['cost_s']:.0f} s)")
@@ -157,6 +157,11 @@ def summary_lines(d: Path) -> list[str]:
             lines.append(f"stop: {e['reason']}; incumbent {e['incumbent']} {us(e['t_incumbent_ns'])} us vs reference "
                          f"{us(e['t_reference_ns'])} us; {e['timed']} timed; {e['cost_s'] / 60:.2f} device minutes "
                          "counted")
+            pair = e.get("yardstick_paired")
+            if pair:  # the final incumbent and cuBLAS interleaved: one thermal/power state
+                lines.append(f"  cuBLAS paired with the incumbent (interleaved): {us(pair['t_yardstick_ns'])} vs "
+                             f"{us(pair['t_incumbent_ns'])} us = "
+                             f"{pair['t_yardstick_ns'] / pair['t_incumbent_ns']:.1%} of cuBLAS")
             lines.append(f"  knobs: {e['incumbent_knobs']}")
             lines.append(f"  remaining differences: {', '.join(r['key'] for r in e['remaining'])}")
     for b in sorted((d / "bundles").glob("cand-*.bundle")) if (d / "bundles").is_dir() else []:

@@ -313,7 +313,7 @@ def test_campaign_benchmark_parses_and_its_summary_reads_a_journal(tmp_path):
     subprocess.run([mosaic, "run", "--offline", str(src), "--out", str(tmp_path / "o"), "--quiet"], check=True,
                    capture_output=True, timeout=300)
     done = "\n".join(gc.summary_lines(tmp_path / "o"))
-    assert "stop: converged" in done and "cuBLAS (same run): 168." in done
+    assert "stop: converged" in done and "cuBLAS (same run, alone): 168." in done
 
 
 def test_campaign_benchmark_summary_names_every_part_of_a_compound_edit():

@@ -290,7 +290,7 @@ class GpuEvaluator:
 
     def call(self, method: str, *args):
         out = getattr(self.bench, method)(*args)
-        return self.stamp(out) if method == "time" else out
+        return self.stamp(out) if method in ("time", "pair_yardstick") and out is not None else out
 
     def build(self, kernel, lowered: Lowered | None):
         if lowered is not None:
@@ -504,6 +504,10 @@ class RayWorkbench:
 
     def yardstick(self, spec, rounds):
         return self._ask("yardstick", spec, rounds)
+
+    def pair_yardstick(self, kernel, rounds):
+        """On the primary GPU, whose workbench measured the yardstick (the report's figure is that GPU's)."""
+        return self._ask("pair_yardstick", kernel, rounds, desc=f"timing {kernel.key} against the yardstick")
 
     def bundle_path(self, key):
         return self._ask("bundle_path", key, slot=self.slot_of.get(key, 0))

@@ -247,7 +247,8 @@ EVENT_FIELDS: dict[str, dict] = {
     "beam": {"members": _list_of(_MAP)},
     "stop": {"stop": _STR, "reason": _STR, "incumbent": _opt(_STR), "t_incumbent_ns": _opt(_num),
              "t_reference_ns": _opt(_num), "noise_ns": _num, "timed": _opt(_int), "steps": _opt(_int),
-             "cost_s": _num, "remaining": _list_of(_ROW)},
+             "cost_s": _num, "remaining": _list_of(_ROW),
+             "yardstick_paired": _opt(_fields(t_yardstick_ns=_num, t_incumbent_ns=_num))},
 }
 
 

@@ -447,12 +447,32 @@ class Loop:
         self.emit("beam", members=[m.summary() for m in self.beam])
         return self.stop_reason()
 
+    def pair_yardstick(self) -> dict:
+        """The final incumbent timed against the yardstick in interleaved rounds (A B A B, one process), so the
+        fraction of cuBLAS the report prints compares two kernels in one thermal and power state: the
+        yardstick's own capture ran once, alone, at the start, and a power-capped GPU (8192^3 GEMMs on an H200
+        run at its 700 W cap) moves a kernel's time by several percent between moments. ``{}`` when the
+        campaign has no yardstick, none was measured, or the workbench cannot pair (a recording without it)."""
+        fn = getattr(self.bench, "pair_yardstick", None)
+        if not self.c.yardstick or self.incumbent is None or fn is None:
+            return {}
+        timed = fn(self.incumbent.kernel, self.c.rounds)
+        if timed is None:
+            return {}
+        self.cost_s += timed.cost_s
+        self.emit("timed", **timed.to_json())
+        self.progress(f"yardstick paired with the incumbent {self.incumbent.kernel.key}: "
+                      f"{timed.t_incumbent / 1e3:.2f} us vs {timed.t_candidate / 1e3:.2f} us "
+                      f"({timed.t_incumbent / timed.t_candidate:.1%}), interleaved")
+        return {"yardstick_paired": {"t_yardstick_ns": timed.t_incumbent, "t_incumbent_ns": timed.t_candidate}}
+
     def finish(self, stop: str) -> Outcome:
         remaining: list = []
         if self.incumbent is not None:
             fp = self.fingerprint(self.incumbent.kernel.key, self.incumbent.kernel.bundle)
             remaining = [r.to_json() for r in self.diff(self.ref_fp, fp).rows]
         t_inc, t_ref = self.t_inc_vs_ref if self.t_inc_vs_ref else (None, None)
+        paired = self.pair_yardstick()
         unused = getattr(self.bench.inner, "ahead_unused_s", None)  # several GPUs: work evaluated ahead, unused
         unused = unused() if unused is not None else None
         more = {"ahead_unused_cost_s": round(unused, 3)} if unused is not None else {}
@@ -460,7 +480,7 @@ class Loop:
                   incumbent=self.incumbent.kernel.key if self.incumbent else None,
                   incumbent_knobs=dict(self.incumbent.kernel.spec.knobs) if self.incumbent else None,
                   t_incumbent_ns=t_inc, t_reference_ns=t_ref, noise_ns=self.noise.value, timed=self.timed,
-                  steps=self.step, cost_s=self.cost_s, remaining=remaining)
+                  steps=self.step, cost_s=self.cost_s, remaining=remaining, **paired)
         self.progress(f"stop: {stop}")
         return Outcome(stop.split(":")[0], self.incumbent.kernel.key if self.incumbent else None, t_ref, t_inc,
                        self.noise.value, self.timed, self.step, tuple(remaining))

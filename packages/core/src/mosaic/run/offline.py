@@ -19,7 +19,16 @@ import attrs
 
 from mosaic.errors import BadInput, BundleError
 from mosaic.records import KernelSpec
-from mosaic.run.workbench import REFERENCE, Built, Checked, Kernel, ReferenceCapture, Timed, blocks_of
+from mosaic.run.workbench import (
+    REFERENCE,
+    YARDSTICK,
+    Built,
+    Checked,
+    Kernel,
+    ReferenceCapture,
+    Timed,
+    blocks_of,
+)
 
 
 class OfflineWorkbench:
@@ -136,6 +145,15 @@ class OfflineWorkbench:
             raise BundleError(f"no recorded timing of {kernel.key} against {incumbent.key}", str(b.root))
         n = min(rounds, len(a), len(c))
         return Timed(kernel.key, incumbent.key, a[:n], c[:n], "ABAB", "recorded-blocks", 0.0)
+
+    def pair_yardstick(self, kernel: Kernel, rounds: int) -> Timed | None:
+        """The incumbent's recorded session against the yardstick; None when the live run made none (journals
+        from before the pairing): the standalone captures are never combined into a pairing."""
+        for s in self._timings(self.by_key[kernel.key]).get("sessions") or []:
+            if s.get("against") == YARDSTICK:
+                return Timed(kernel.key, YARDSTICK, s["incumbent_blocks"], s["candidate_blocks"],
+                             s.get("order", "ABAB"), "same-session", 0.0, gpu=s.get("gpu"))
+        return None
 
     def noise_by_gpu(self) -> dict:
         """A several-GPU campaign's reference noise blocks by GPU UUID (each reference bundle names its GPU);

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from mosaic.proposers import Proposal, Request
 from mosaic.records import KernelSpec
-from mosaic.run.workbench import REFERENCE, Built, Checked, Kernel, ReferenceCapture, Timed, Workbench
+from mosaic.run.workbench import (
+    REFERENCE,
+    YARDSTICK,
+    Built,
+    Checked,
+    Kernel,
+    ReferenceCapture,
+    Timed,
+    Workbench,
+)
 
 
 class Recorded:
@@ -68,6 +77,14 @@ class ReplayBench:
         if self.rec and self.rec.yardstick is not None:
             return self.rec.yardstick["blocks"]
         return self.inner.yardstick(spec, rounds)
+
+    def pair_yardstick(self, kernel: Kernel, rounds: int) -> Timed | None:
+        """The incumbent timed against the yardstick: the journal's record, else the real workbench's."""
+        e = self.rec.times.get((kernel.key, YARDSTICK)) if self.rec else None
+        if e is not None:
+            return Timed.from_json(e)
+        fn = getattr(self.inner, "pair_yardstick", None)
+        return fn(kernel, rounds) if fn is not None else None
 
     def prefetch(self, kernels) -> None:
         """Hand kernels the loop will probably build soon to a workbench that can start early (optional)."""

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from mosaic.run.journal import read_campaign_journal
+from mosaic.run.workbench import YARDSTICK
 from mosaic.timing.throttle import capped_text
 
 FILES = ("report.json", "report.md", "report.html")
@@ -102,7 +103,8 @@ def build_report(events: list[dict]) -> dict:
     builds = {e["key"]: e for e in by("build")}
     verdicts = {e["key"]: e for e in by("verdict")}
     numerics = {e["key"]: e for e in by("numerics")}
-    timed = {e["key"]: e for e in by("timed")}  # the comparison each verdict was taken on (its last)
+    timed = {e["key"]: e for e in by("timed")  # the comparison each verdict was taken on (its last; the final
+             if e["against"] != YARDSTICK}        # pairing with the yardstick is not a verdict's)
     edits, series = [], []
     incumbent_t = None
     for inc in by("incumbent")[:1]:
@@ -150,6 +152,9 @@ def build_report(events: list[dict]) -> dict:
                  "device_minutes": round(stop.get("cost_s", 0.0) / 60, 3)}
         if yard is not None and t_inc:
             final["fraction_of_cublas"] = yard["time_ns"] / t_inc
+        pair = stop.get("yardstick_paired")
+        if pair:  # the same two kernels in one thermal/power state (see Loop.pair_yardstick)
+            final["yardstick_paired"] = {**pair, "fraction": pair["t_yardstick_ns"] / pair["t_incumbent_ns"]}
     return {
         "format": "mosaic-run-report", "version": 1,
         "campaign": head.get("campaign"), "gpu": (head.get("gpu") or {}).get("name"),
@@ -217,14 +222,20 @@ def to_markdown(rep: dict) -> str:
         n = ref["noise"]
         lines.append(f"Reference: {_us(ref['time_ns'])} us; noise {_us(n['value_ns'])} us ({n['relative']:.2%}, "
                      f"{n['statistic']} over {n['blocks']} blocks); physical floor {_us(ref['floor_ns'])} us.")
+    f = rep["final"]
     if rep["yardstick"]:
         lines.append(f"Yardstick: {rep['yardstick']['name']} {_us(rep['yardstick']['time_ns'])} us (timed in the "
-                     "same run).")
-    f = rep["final"]
+                     "same run, alone, after the reference).")
+        pair = (f or {}).get("yardstick_paired")
+        if pair:
+            lines.append(f"Yardstick paired with the final incumbent (interleaved rounds): "
+                         f"{rep['yardstick']['name']} {_us(pair['t_yardstick_ns'])} us vs incumbent "
+                         f"{_us(pair['t_incumbent_ns'])} us: {pair['fraction']:.1%} of {rep['yardstick']['name']}.")
     if f:
         lines.append(f"Final: {f['incumbent']} {_us(f['t_incumbent_ns'])} us vs reference {_us(f['t_reference_ns'])} "
                      f"us (interleaved) — {'within the noise or faster' if f['within_noise_or_faster'] else 'NOT within the noise'}"
-                     + (f"; {f['fraction_of_cublas']:.1%} of cuBLAS" if "fraction_of_cublas" in f else "")
+                     + (f"; {f['fraction_of_cublas']:.1%} of cuBLAS timed alone" if "fraction_of_cublas" in f else "")
+                     + (f", {f['yardstick_paired']['fraction']:.1%} paired" if f.get("yardstick_paired") else "")
                      + f". {f['timed_candidates']} timed candidates, {f['steps']} steps, "
                        f"{f['device_minutes']:.2f} device minutes.")
     if rep["stop"]:

@@ -428,6 +428,20 @@ class LiveWorkbench:
     def yardstick(self, spec: KernelSpec, rounds: int):
         return self.yard_blocks
 
+    def pair_yardstick(self, kernel: Kernel, rounds: int) -> Timed | None:
+        """``kernel`` timed against the yardstick in interleaved rounds, in the worker (its bundle keeps the
+        session, against ``cublas``); None when the yardstick was not measured."""
+        if not self.yard_blocks:
+            return None
+        yard = first_yardstick(kernel.spec.family)
+        spec = KernelSpec(family=kernel.spec.family, shape=dict(kernel.spec.shape), dtype=kernel.spec.dtype,
+                          language=yard.name, knobs={}, name=yard.call)
+        try:
+            return self.time(Kernel(YARDSTICK, spec, None), kernel, rounds)
+        except LiveError as exc:  # the campaign's verdicts stand; the report then prints the standalone figure
+            self.progress(f"the yardstick pairing of {kernel.key} was not measured: {exc.line()}")
+            return None
+
     # -- prefetch ---------------------------------------------------------------------------------------------
     def prefetch(self, kernels: Iterable[Kernel]) -> None:
         """Start lowering these kernels in the background (GPU hidden), up to ``parallel`` at once."""

@@ -63,7 +63,7 @@ class Bench:
 
     def pair_yardstick(self, kernel, rounds):
         self.paired.append(kernel.key)
-        return Timed(kernel.key, YARDSTICK, blocks(HOT["cublas"]), blocks(HOT[name(kernel)]), cost_s=2.5)
+        return Timed(YARDSTICK, kernel.key, blocks(HOT[name(kernel)]), blocks(HOT["cublas"]), cost_s=2.5)
 
 
 class Nothing:
@@ -92,9 +92,10 @@ def test_the_final_incumbent_is_paired_with_the_yardstick_and_the_report_prints_
     assert bench.paired == [inc]  # once, the final incumbent
     events, _ = read_campaign_journal(tmp_path / "journal.jsonl")  # the schema accepts the new field
     stop = next(e for e in events if e["event"] == "stop")
-    assert stop["yardstick_paired"]["t_yardstick_ns"] == Timed(inc, YARDSTICK, blocks(205.0), []).t_incumbent
-    pair_timed = [e for e in events if e["event"] == "timed" and e["against"] == YARDSTICK]
-    assert [e["key"] for e in pair_timed] == [inc]
+    assert stop["yardstick_paired"]["t_yardstick_ns"] == Timed(YARDSTICK, inc, [], blocks(205.0)).t_candidate
+    assert stop["yardstick_paired"]["t_incumbent_ns"] == Timed(YARDSTICK, inc, blocks(210.0), []).t_incumbent
+    pair_timed = [e for e in events if e["event"] == "timed" and e["key"] == YARDSTICK]
+    assert [e["against"] for e in pair_timed] == [inc]
     assert abs(stop["cost_s"] - loop.cost_s) < 1e-9 and loop.cost_s >= 2.5  # its device time is counted
     rep = build_report(events)
     f = rep["final"]
@@ -123,8 +124,8 @@ def test_resume_replays_the_pairing_from_the_journal(tmp_path):
     inc = loop.incumbent.kernel
     replay = ReplayBench(Bench(pairs=False), Recorded(events))
     got = replay.pair_yardstick(inc, 10)
-    assert got is not None and got.against == YARDSTICK and got.t_candidate == Timed(
-        inc.key, YARDSTICK, [], blocks(210.0)).t_candidate
+    assert got is not None and (got.key, got.against) == (YARDSTICK, inc.key) and got.t_incumbent == Timed(
+        YARDSTICK, inc.key, blocks(210.0), []).t_incumbent
     fresh = ReplayBench(Bench(pairs=False), Recorded([]))  # nothing recorded, an inner that cannot pair
     assert fresh.pair_yardstick(inc, 10) is None
 
@@ -141,17 +142,18 @@ def test_the_offline_workbench_reads_only_a_recorded_pairing(tmp_path):
     root = tmp_path / "bundles"
     save_kernel_bundle(root / "reference.bundle", spec=ref_spec, key="reference", role="reference",
                        blocks=blocks(200.0), inputs={"a": z}, outputs={"c": z})
-    save_kernel_bundle(root / "cublas.bundle", spec=yard_spec, key=YARDSTICK, role="yardstick", blocks=blocks(180.0))
-    session = {"against": YARDSTICK, "order": "ABAB", "incumbent_blocks": blocks(205.0),
-               "candidate_blocks": blocks(210.0)}
+    session = {"against": "paired", "order": "ABAB", "incumbent_blocks": blocks(210.0),
+               "candidate_blocks": blocks(205.0)}
+    save_kernel_bundle(root / "cublas.bundle", spec=yard_spec, key=YARDSTICK, role="yardstick", blocks=blocks(180.0),
+                       sessions=[session])
     save_kernel_bundle(root / "paired.bundle", spec=spec, key="paired", role="candidate", blocks=blocks(199.0),
-                       sessions=[session], outputs={"c": z})
+                       sessions=[{**session, "against": "reference"}], outputs={"c": z})
     save_kernel_bundle(root / "alone.bundle", spec=spec, key="alone", role="candidate", blocks=blocks(199.0),
                        sessions=[{**session, "against": "reference"}], outputs={"c": z})
     wb = OfflineWorkbench(tmp_path, "gemm", "bf16")
     got = wb.pair_yardstick(Kernel("paired", spec), 10)
-    assert got is not None and got.source == "same-session"
-    assert got.t_incumbent == Timed("x", "y", blocks(205.0), []).t_incumbent
+    assert got is not None and got.source == "same-session" and (got.key, got.against) == (YARDSTICK, "paired")
+    assert got.t_candidate == Timed("x", "y", [], blocks(205.0)).t_candidate
     # both kernels have standalone blocks, but no session between them: no pairing is made up from them
     assert wb.pair_yardstick(Kernel("alone", spec), 10) is None
     assert json.loads((root / "paired.bundle" / "manifest.json").read_text())["mosaic_run"]["key"] == "paired"

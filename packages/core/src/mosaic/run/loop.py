@@ -461,10 +461,11 @@ class Loop:
             return {}
         self.cost_s += timed.cost_s
         self.emit("timed", **timed.to_json())
+        # the yardstick is the timing's candidate, the final incumbent its incumbent (timed first)
         self.progress(f"yardstick paired with the incumbent {self.incumbent.kernel.key}: "
-                      f"{timed.t_incumbent / 1e3:.2f} us vs {timed.t_candidate / 1e3:.2f} us "
-                      f"({timed.t_incumbent / timed.t_candidate:.1%}), interleaved")
-        return {"yardstick_paired": {"t_yardstick_ns": timed.t_incumbent, "t_incumbent_ns": timed.t_candidate}}
+                      f"{timed.t_candidate / 1e3:.2f} us vs {timed.t_incumbent / 1e3:.2f} us "
+                      f"({timed.t_candidate / timed.t_incumbent:.1%}), interleaved")
+        return {"yardstick_paired": {"t_yardstick_ns": timed.t_candidate, "t_incumbent_ns": timed.t_incumbent}}
 
     def finish(self, stop: str) -> Outcome:
         remaining: list = []

@@ -147,11 +147,13 @@ class OfflineWorkbench:
         return Timed(kernel.key, incumbent.key, a[:n], c[:n], "ABAB", "recorded-blocks", 0.0)
 
     def pair_yardstick(self, kernel: Kernel, rounds: int) -> Timed | None:
-        """The incumbent's recorded session against the yardstick; None when the live run made none (journals
-        from before the pairing): the standalone captures are never combined into a pairing."""
-        for s in self._timings(self.by_key[kernel.key]).get("sessions") or []:
-            if s.get("against") == YARDSTICK:
-                return Timed(kernel.key, YARDSTICK, s["incumbent_blocks"], s["candidate_blocks"],
+        """The yardstick bundle's recorded session against the incumbent; None when the live run made none
+        (journals from before the pairing): the two standalone captures are never combined into a pairing."""
+        if self.yardstick_bundle is None:
+            return None
+        for s in self._timings(self.yardstick_bundle).get("sessions") or []:
+            if s.get("against") == kernel.key:
+                return Timed(YARDSTICK, kernel.key, s["incumbent_blocks"], s["candidate_blocks"],
                              s.get("order", "ABAB"), "same-session", 0.0, gpu=s.get("gpu"))
         return None
 

@@ -79,8 +79,8 @@ class ReplayBench:
         return self.inner.yardstick(spec, rounds)
 
     def pair_yardstick(self, kernel: Kernel, rounds: int) -> Timed | None:
-        """The incumbent timed against the yardstick: the journal's record, else the real workbench's."""
-        e = self.rec.times.get((kernel.key, YARDSTICK)) if self.rec else None
+        """The yardstick timed against the incumbent: the journal's record, else the real workbench's."""
+        e = self.rec.times.get((YARDSTICK, kernel.key)) if self.rec else None
         if e is not None:
             return Timed.from_json(e)
         fn = getattr(self.inner, "pair_yardstick", None)

@@ -104,7 +104,7 @@ def build_report(events: list[dict]) -> dict:
     verdicts = {e["key"]: e for e in by("verdict")}
     numerics = {e["key"]: e for e in by("numerics")}
     timed = {e["key"]: e for e in by("timed")  # the comparison each verdict was taken on (its last; the final
-             if e["against"] != YARDSTICK}        # pairing with the yardstick is not a verdict's)
+             if e["key"] != YARDSTICK}            # pairing of the yardstick is not a verdict's)
     edits, series = [], []
     incumbent_t = None
     for inc in by("incumbent")[:1]:

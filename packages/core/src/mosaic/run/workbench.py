@@ -148,8 +148,8 @@ class Workbench(Protocol):
 
     def yardstick(self, spec: KernelSpec, rounds: int) -> tuple | None: ...  # blocks of cuBLAS, or None
 
-    # optional: ``pair_yardstick(kernel, rounds) -> Timed | None``, the final incumbent timed against the
-    # yardstick in interleaved rounds (``against`` = YARDSTICK); a workbench without it has no pairing
+    # optional: ``pair_yardstick(kernel, rounds) -> Timed | None``, the yardstick (the Timed's key, YARDSTICK)
+    # timed against the final incumbent ``kernel`` in interleaved rounds; a workbench without it has no pairing
 
     def bundle_path(self, key: str) -> str | None: ...
 

@@ -429,15 +429,17 @@ class LiveWorkbench:
         return self.yard_blocks
 
     def pair_yardstick(self, kernel: Kernel, rounds: int) -> Timed | None:
-        """``kernel`` timed against the yardstick in interleaved rounds, in the worker (its bundle keeps the
-        session, against ``cublas``); None when the yardstick was not measured."""
+        """The yardstick timed against ``kernel`` in interleaved rounds (``kernel`` first, A B A B, in the worker,
+        where ``kernel`` is already compiled); the yardstick's bundle keeps the session, against ``kernel``'s key,
+        so no candidate bundle's cost grows after its step (the offline re-decision counts a bundle's whole cost
+        at its build). None when the yardstick was not measured."""
         if not self.yard_blocks:
             return None
         yard = first_yardstick(kernel.spec.family)
         spec = KernelSpec(family=kernel.spec.family, shape=dict(kernel.spec.shape), dtype=kernel.spec.dtype,
                           language=yard.name, knobs={}, name=yard.call)
         try:
-            return self.time(Kernel(YARDSTICK, spec, None), kernel, rounds)
+            return self.time(kernel, Kernel(YARDSTICK, spec, None), rounds)
         except LiveError as exc:  # the campaign's verdicts stand; the report then prints the standalone figure
             self.progress(f"the yardstick pairing of {kernel.key} was not measured: {exc.line()}")
             return None

@@ -220,6 +220,8 @@ class LiveWorkbench:
     def dest(self, key: str) -> Path:
         if key == REFERENCE:
             return self.bundles / (f"reference-gpu{self.slot}.bundle" if self.slot else "reference.bundle")
+        if key == YARDSTICK:  # _capture_yardstick's bundle (a candidate key is a hex digest: never this name)
+            return self.bundles / f"{YARDSTICK}.bundle"
         return self.bundles / f"cand-{key}.bundle"
 
     def _reference_meta(self, **more) -> dict:
@@ -440,7 +442,7 @@ class LiveWorkbench:
                           language=yard.name, knobs={}, name=yard.call)
         try:
             return self.time(kernel, Kernel(YARDSTICK, spec, None), rounds)
-        except LiveError as exc:  # the campaign's verdicts stand; the report then prints the standalone figure
+        except MosaicError as exc:  # the campaign's verdicts stand; the report then prints the standalone figure
             self.progress(f"the yardstick pairing of {kernel.key} was not measured: {exc.line()}")
             return None
 

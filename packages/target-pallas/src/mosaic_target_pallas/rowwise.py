@@ -31,6 +31,11 @@ passes read them there, not from shared memory (or, direct, from global memory /
 Every pass reads the block from shared memory, so HBM sees each element once in and once out. ``copy="direct"``
 stages nothing: the warps load their rows from global memory with plain vector loads (the later passes hit
 L2), store the result directly, and a CTA walks its blocks in a loop (no shared memory, so many CTAs per SM).
+
+``build(..., block_body=...)`` keeps the pipeline and swaps what a step does to its block, for measuring the pipeline
+itself (``benchmarks/pallas_copy_ceiling.py``): ``"copy"`` writes each box out as it was loaded (y = x: the same
+loads and stores as the family's last pass, no arithmetic); ``"store"`` (in place, TMA only) stores the staged
+block as the TMA load left it (no pass through registers at all).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ from mosaic.records import GpuTarget, KernelSpec
 from mosaic_target_pallas.rowwise_knobs import LANES, ROWWISE_KNOBS, WARPS, RmsnormKnobs, RowwiseKnobs
 
 FAMILIES = tuple(ROWWISE_KNOBS)
+#: what ``build``'s step does to a block: the family's arithmetic, or none (the pipeline's own ceiling)
+BLOCK_BODIES = ("family", "copy", "store")
 EPS = 1e-6  # the rmsnorm oracle's and the torch yardstick's eps
 
 
@@ -83,13 +90,15 @@ def _layouts(knobs: RowwiseKnobs):
 
 
 def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_wait: bool = True,
-          into: bool = False):
+          into: bool = False, block_body: str = "family"):
     """A callable ``f(x, w) -> y`` (rmsnorm) or ``f(x) -> y`` (softmax) on (rows, cols) arrays of ``dtype``;
     ``into=True``: ``f(x, w, out)`` / ``f(x, out)``, the kernel writing ``y`` into ``out``'s buffer
     (``output_buffer.py``: what the capture's poisoned output needs). Knobs that do not fit the problem
     raise Unbuildable with one line. ``store_wait=False`` drops the wait that keeps an in-place store ahead
     of the pipeline's next load into its stage: a planted race, for the interpreter's race detector to find
-    (tests only)."""
+    (tests only). ``block_body`` (``BLOCK_BODIES``): ``"family"`` the family's arithmetic; ``"copy"`` y = x through registers
+    and ``"store"`` y = x straight from the TMA stage (``out_slots=0``, ``copy='tma'`` only), both with the
+    family's pipeline, arguments and (rmsnorm) weight-row copy unchanged."""
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -99,6 +108,11 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
     problems = knobs.problems(rows, cols)
     if problems:
         raise Unbuildable("; ".join(f"[{code}] {line}" for code, line in problems), family)
+    if block_body not in BLOCK_BODIES:
+        raise ValueError(f"unknown block_body {block_body!r}; known: {', '.join(BLOCK_BODIES)}")
+    if block_body == "store" and (knobs.out_slots or knobs.copy != "tma"):
+        raise Unbuildable(f"block_body='store' stores the staged block itself: needs out_slots=0 and copy='tma', got "
+                          f"out_slots={knobs.out_slots}, copy={knobs.copy!r}", family)
     br, tw, per_cta = knobs.block_rows, knobs.tma_cols, knobs.blocks_per_cta
     boxes = cols // tw
     ctas = rows // knobs.rows_per_cta()
@@ -163,7 +177,14 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
         for j in range(boxes):
             out[:, j, :] = (jnp.exp(get(j) - mb) * inv).astype(dtype)
 
-    compute = rmsnorm_block if rmsnorm else softmax_block
+    def copy_block(x_smem, out, _w):  # y = x: each box loaded and stored in the same layout, no arithmetic
+        for j in range(boxes):
+            out[:, j, :] = raw(x_smem, j)
+
+    def store_block(x_smem, out, _w):  # in place: the stage already holds y = x
+        pass
+
+    compute = {"family": rmsnorm_block if rmsnorm else softmax_block, "copy": copy_block, "store": store_block}[block_body]
 
     def body(x_gmem, *rest):
         w_gmem, o_gmem = rest if rmsnorm else (None, rest[0])

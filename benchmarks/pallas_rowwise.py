@@ -88,7 +88,11 @@ def one(family, shape, dtype, knobs, gpu, timer, flush, runs, blocks, workdir, i
         else:
             verdict = check(family, inputs, mine.output(), dtype, cache=cache)
             row.update({"oracle_pass": verdict.passed, "reason": verdict.reason, "oracle": "every element"})
-        pallas_us, torch_us = timed(timer, flush, [mine, torch], runs, blocks)
+        # jax's own stream vs torch's and the flush's: every timed run alone on the device
+        from mosaic.timing.device import Serialized
+
+        pallas_us, torch_us = timed(timer, flush, [Serialized(mine), Serialized(torch)], runs, blocks)
+        row["serialized"] = True  # sessions 9-10's sweeps were not: the L2 flush could overlap the Pallas kernel
         mine.close()
         row.update({"status": "ok", "pallas_us": pallas_us, "torch_us": torch_us,
                     "vs_torch": torch_us / pallas_us, "floor_fraction": row["floor_us"] / pallas_us})

@@ -143,7 +143,7 @@ def test_the_offline_workbench_reads_only_a_recorded_pairing(tmp_path):
     save_kernel_bundle(root / "reference.bundle", spec=ref_spec, key="reference", role="reference",
                        blocks=blocks(200.0), inputs={"a": z}, outputs={"c": z})
     session = {"against": "paired", "order": "ABAB", "incumbent_blocks": blocks(210.0),
-               "candidate_blocks": blocks(205.0)}
+               "candidate_blocks": blocks(205.0), "wall_s": 2.5}
     save_kernel_bundle(root / "cublas.bundle", spec=yard_spec, key=YARDSTICK, role="yardstick", blocks=blocks(180.0),
                        sessions=[session])
     save_kernel_bundle(root / "paired.bundle", spec=spec, key="paired", role="candidate", blocks=blocks(199.0),
@@ -154,6 +154,7 @@ def test_the_offline_workbench_reads_only_a_recorded_pairing(tmp_path):
     got = wb.pair_yardstick(Kernel("paired", spec), 10)
     assert got is not None and got.source == "same-session" and (got.key, got.against) == (YARDSTICK, "paired")
     assert got.t_candidate == Timed("x", "y", [], blocks(205.0)).t_candidate
+    assert got.cost_s == 2.5  # in no candidate bundle's cost: the re-decision's device minutes count it here
     # both kernels have standalone blocks, but no session between them: no pairing is made up from them
     assert wb.pair_yardstick(Kernel("alone", spec), 10) is None
     assert json.loads((root / "paired.bundle" / "manifest.json").read_text())["mosaic_run"]["key"] == "paired"

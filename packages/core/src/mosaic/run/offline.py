@@ -153,8 +153,9 @@ class OfflineWorkbench:
             return None
         for s in self._timings(self.yardstick_bundle).get("sessions") or []:
             if s.get("against") == kernel.key:
+                # its device time is in no candidate's bundle cost (which the build step counts): the session's own
                 return Timed(YARDSTICK, kernel.key, s["incumbent_blocks"], s["candidate_blocks"],
-                             s.get("order", "ABAB"), "same-session", 0.0, gpu=s.get("gpu"))
+                             s.get("order", "ABAB"), "same-session", float(s.get("wall_s") or 0.0), gpu=s.get("gpu"))
         return None
 
     def noise_by_gpu(self) -> dict:

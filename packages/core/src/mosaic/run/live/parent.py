@@ -42,6 +42,13 @@ CHILD_MODULE = "mosaic.run.live.child"  # python -m CHILD_MODULE REQUEST.json: o
 PREFETCH_LANGUAGES = frozenset({"cutlass", "cute"})  # their lower() compiles for an arch with no GPU
 
 
+def yardstick_spec(spec: KernelSpec):
+    """The family's first yardstick (cuBLAS, torch.matmul, for gemm) and its KernelSpec for ``spec``'s problem."""
+    yard = first_yardstick(spec.family)
+    return yard, KernelSpec(family=spec.family, shape=dict(spec.shape), dtype=spec.dtype, language=yard.name,
+                            knobs={}, name=yard.call)
+
+
 class LiveError(MosaicError):
     """A live measurement the loop cannot go on without (the reference capture, a timing session) failed."""
 
@@ -400,9 +407,7 @@ class LiveWorkbench:
         from mosaic.bundle import load_bundle
         from mosaic.capture import CaptureOptions
 
-        yard = first_yardstick(ref_spec.family)  # the family's first: cuBLAS (torch.matmul) for gemm
-        spec = KernelSpec(family=ref_spec.family, shape=dict(ref_spec.shape), dtype=ref_spec.dtype,
-                          language=yard.name, knobs={}, name=yard.call)
+        yard, spec = yardstick_spec(ref_spec)
         dest = self.bundles / f"{YARDSTICK}.bundle"
         opts = CaptureOptions(blocks=max(5, self.c.rounds), runs=self.c.runs_per_block,
                               timeout=self.timeouts.yardstick)
@@ -437,9 +442,7 @@ class LiveWorkbench:
         at its build). None when the yardstick was not measured."""
         if not self.yard_blocks:
             return None
-        yard = first_yardstick(kernel.spec.family)
-        spec = KernelSpec(family=kernel.spec.family, shape=dict(kernel.spec.shape), dtype=kernel.spec.dtype,
-                          language=yard.name, knobs={}, name=yard.call)
+        _, spec = yardstick_spec(kernel.spec)
         try:
             return self.time(kernel, Kernel(YARDSTICK, spec, None), rounds)
         except MosaicError as exc:  # the campaign's verdicts stand; the report then prints the standalone figure

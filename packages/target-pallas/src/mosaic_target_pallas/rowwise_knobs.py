@@ -39,7 +39,9 @@ knob                        meaning
 
 Knobs that constrain each other are tables of data (``DEPENDENCIES``, read by the ``knobs`` proposer):
 shared memory (steps + output slots of ``block_rows x cols`` elements, the weight row), the vector width
-that must tile the box, and the pipeline depth that cannot exceed the blocks a CTA walks through.
+that must tile the box, and the pipeline depth that cannot exceed the blocks a CTA walks through. ``PREDICTS``
+gives the dynamic shared memory and the grid any knob set will launch with, so the proposer knows which edits
+move those rows toward the reference's (``mosaic.proposers.predicted``).
 """
 
 from __future__ import annotations
@@ -210,6 +212,23 @@ def _dependencies():
 
 RmsnormKnobs.DEPENDENCIES = _dependencies()
 SoftmaxKnobs.DEPENDENCIES = RmsnormKnobs.DEPENDENCIES
+
+
+# -- predicted rows (data for the ``knobs`` proposer's direction and reach; mosaic.proposers.predicted) ----------
+
+def _predicted_smem(knobs: RowwiseKnobs, spec) -> int:
+    """The dynamic shared memory the lowering allocates (``smem_bytes``; the H200 lowerings of session 12 read the
+    same bytes for every knob set the campaign built)."""
+    return knobs.smem_bytes(spec.shape["cols"], ITEMSIZE.get(spec.dtype, 2), isinstance(knobs, RmsnormKnobs))
+
+
+def _predicted_grid(knobs: RowwiseKnobs, spec) -> list[int]:
+    """The launch grid: one CTA per ``block_rows x blocks_per_cta`` rows."""
+    return [spec.shape["rows"] // knobs.rows_per_cta(), 1, 1]
+
+
+RmsnormKnobs.PREDICTS = {"smem.dynamic": _predicted_smem, "grid": _predicted_grid}
+SoftmaxKnobs.PREDICTS = RmsnormKnobs.PREDICTS
 
 
 def table_configs(family: str, spec, gpu) -> list[tuple[str, object, dict | None]]:

@@ -47,11 +47,24 @@ the campaign's shape and the request's GPU record) and the table's known-partner
 unbuildable or known to need a partner becomes the smallest compound edit that passes (breadth first over
 the partners the violated rules name; the edit's own knob stays as set): still ONE edit aimed at ONE row,
 ``{"kind": "knob", "knob", "value", ..., "compound": true, "parts": [{knob, value, was[, rule, why]}]}``,
-its first part the edit itself. When none exists the single edit is kept (the build decides); one that would
+its first part the edit itself. When none exists the single edit is kept: one the predicate refuses comes
+last (below), one that only misses a partner that does not fit this shape keeps its place; one that would
 build and only wants a partner (every rule it violates is a known-partner rule) comes after every other edit,
 its ``violates`` listing the rules' codes (from the 4096^3 CUTLASS winner, 128x256 with a 2x1 cluster,
 ``cluster_m=1`` wants its multicast partner back: it comes after the tile and stage edits). A part is no revert
 (only the edit's own knob is); a rejected compound is a retry only on the same whole knob set.
+
+Predicted rows (:mod:`mosaic.proposers.predicted`): when the target's knob class carries ``PREDICTS`` (a row
+key -> what the lift will read for a knob set: the row-wise Pallas kernels' ``smem.dynamic`` and ``grid``), every
+knob whose listed values move a predicted row is a candidate for that row (also one no catalog concept of the row
+names), and each edit gets a predicted change over all predicted rows of the request (sum of ``|log(value /
+reference)|`` after minus before). Within a row, edits that bring the rows nearer the reference come first (the
+largest change first); edits that move them farther on balance are held back.
+
+The order of what is held back, after every other edit: the single edits that build but want a partner they
+cannot get (``violates``, above); the edits a prediction says move away from the reference (the least change
+first); last, the edits the CPU predicate refuses with no compound that mends them (``violates`` names the
+rules). None is dropped: the build, the gate and the timing still decide each.
 
 The output is a list, best first; the loop takes the first whose candidate it has not built.
 """
@@ -68,6 +81,7 @@ from mosaic.catalog import concepts_for_feature
 from mosaic.errors import MosaicError, RecordError
 from mosaic.proposers import Proposal, Request
 from mosaic.proposers.dependencies import complete, dependencies_of, violations
+from mosaic.proposers.predicted import Gauge, predict, predictions_of
 from mosaic.records import GpuTarget, KernelSpec
 
 #: diff row key -> catalog fingerprint features that reveal the concept behind it
@@ -365,6 +379,31 @@ class KnobsProposer:
                     out.setdefault(other, set()).add(field.name)
         return out
 
+    def _concept_naming(self, knob: str) -> str | None:
+        """The first catalog concept whose target construct names ``knob`` (None when none does)."""
+        for (concept, language), entry in (self.catalog.entries.items() if self.catalog is not None else ()):
+            if language == self.target and entry.construct is not None and entry.construct.analogue != "none" \
+                    and knob in (k for k, _ in construct_knobs(entry.construct.expression)):
+                return concept
+        return None
+
+    def _reach(self, row, predicts: dict, current: dict, spec, named: set) -> list[tuple[str, str, None, str]]:
+        """(concept, side, pinned, knob) for the knobs the row's prediction says move it and no concept of the row
+        names (``mosaic.proposers.predicted``: reach)."""
+        fn = predicts.get(row.key)
+        if fn is None or spec is None or self.knob_cls is None or not attrs.has(self.knob_cls):
+            return []
+        now = predict(fn, self.knob_cls, current, spec)
+        out = []
+        for field in attrs.fields(self.knob_cls):
+            knob = field.name
+            if knob in named or knob not in current:
+                continue
+            if any(predict(fn, self.knob_cls, {**current, knob: v}, spec) not in (None, now)
+                   for v in field.metadata.get("values", ()) if v != current[knob]):
+                out.append((self._concept_naming(knob) or f"predicted:{row.key}", "both", None, knob))
+        return out
+
     def edits(self, request: Request) -> Iterable[Proposal]:
         defaults = self._defaults(dict(request.knobs))
         current = {**defaults, **dict(request.knobs)}
@@ -378,72 +417,103 @@ class KnobsProposer:
             for concept, _ in found:
                 support[concept] = support.get(concept, 0) + 1
         seen: set = set()
-        deferred: list[Proposal] = []  # single edits that build but still want a partner (known-partner rules): last
+        # held back, in this order, after every other edit: single edits that build but still want a partner
+        # (known-partner rules); edits that move a predicted row away from the reference; edits the CPU predicate
+        # finds unbuildable with no compound that mends them (the build would refuse them: proposed last, not never)
+        deferred: list[tuple[tuple, Proposal]] = []
+        away: list[tuple[float, int, tuple, Proposal]] = []  # (predicted change, order, identity, proposal)
+        refused: list[tuple[tuple, Proposal]] = []
         deps = self.deps if self.knob_cls is not None else None
         dep_interacts = {k: interacts.get(k, set()) | v for k, v in deps.interacting().items()} if deps else {}
+        predicts = predictions_of(self.knob_cls)
+        gauge = Gauge(predicts, self.knob_cls, spec, rows, current)
         for row, found in mapped:
-            for concept, side in sorted(found, key=lambda item: -support[item[0]]):
-                for knob, pinned in self._knobs_of(concept):
-                    if knob not in current:
+            plan = [(concept, side, pinned, knob)
+                    for concept, side in sorted(found, key=lambda item: -support[item[0]])
+                    for knob, pinned in self._knobs_of(concept)]
+            plan += self._reach(row, predicts, current, spec, {knob for _, _, _, knob in plan})
+            ranked: list[tuple[float, int, tuple, Proposal]] = []  # (predicted change or 0, order, identity, proposal)
+            for concept, side, pinned, knob in plan:
+                if knob not in current:
+                    continue
+                meta = self._meta(knob)
+                values = candidate_values(current[knob], defaults.get(knob), row, pinned, side,
+                                          AXIS_SUFFIX.get(knob[-2:]))
+                if pinned is None:
+                    values += [v for v in meta.get("values", ()) if v != current[knob] and v not in values]
+                for value in values:
+                    implied = {k: v for k, v in (meta.get("implies") or {}).get(value, {}).items()
+                               if k in current and current[k] != v}
+                    new = {**current, knob: value, **implied}
+                    if not self._valid(new):
                         continue
-                    meta = self._meta(knob)
-                    values = candidate_values(current[knob], defaults.get(knob), row, pinned, side,
-                                              AXIS_SUFFIX.get(knob[-2:]))
-                    if pinned is None:
-                        values += [v for v in meta.get("values", ()) if v != current[knob] and v not in values]
-                    for value in values:
-                        implied = {k: v for k, v in (meta.get("implies") or {}).get(value, {}).items()
-                                   if k in current and current[k] != v}
-                        new = {**current, knob: value, **implied}
-                        if not self._valid(new):
-                            continue
-                        val = _hashable(value)
-                        if (knob, val) in reverts:
-                            continue
-                        parts, wants = None, None
-                        codes = violations(deps, self.knob_cls, new, spec, gpu) if deps is not None else None
-                        if codes:
-                            # unbuildable, or known to need a partner: the smallest buildable compound edit,
-                            # keeping the knob (and what its value implies) as this edit sets it
-                            fixed = {knob, *implied}
-                            parts = complete(deps, self.knob_cls, new, fixed, spec, gpu)
-                            if parts:
-                                new = {**new, **{p["knob"]: p["value"] for p in parts}}
-                            elif all(_unmovable(deps.rule(c), new, fixed) for c in codes):
-                                # it builds but is known to want a partner that no change can give it (the edit
-                                # undoes the partner itself): kept single, after every other edit; an unbuildable
-                                # one, or one whose partner exists but does not build here, stays (the build decides)
-                                wants = codes
-                        context = dep_interacts.get(knob, ()) if parts else interacts.get(knob, ())
-                        if (knob, val, _context(new, context)) in retries \
-                                or (knob, val, _context(new, [k for k in new if k != knob])) in retries:
-                            continue
-                        identity = _hashable(new)
-                        if identity in seen:
-                            continue
-                        seen.add(identity)
-                        edit = {"kind": "knob", "knob": knob, "value": list(value) if isinstance(value, tuple)
-                                else value, "was": list(current[knob]) if isinstance(current[knob], tuple)
-                                else current[knob], "concept": concept,
-                                "row": {"layer": row.layer, "key": row.key, "rank": row.rank, "edit": row.edit,
-                                        "reference": row.reference, "candidate": row.candidate}}
-                        if implied:
-                            edit["implies"] = implied
+                    val = _hashable(value)
+                    if (knob, val) in reverts:
+                        continue
+                    parts, wants, unbuildable = None, None, False
+                    codes = violations(deps, self.knob_cls, new, spec, gpu) if deps is not None else None
+                    if codes:
+                        # unbuildable, or known to need a partner: the smallest buildable compound edit,
+                        # keeping the knob (and what its value implies) as this edit sets it
+                        fixed = {knob, *implied}
+                        parts = complete(deps, self.knob_cls, new, fixed, spec, gpu)
                         if parts:
-                            edit["compound"] = True
-                            edit["parts"] = [{"knob": knob, "value": edit["value"], "was": edit["was"]}] + [
-                                {"knob": k, "value": _plain(v), "was": _plain(current[k])} for k, v in implied.items()] + [
-                                {"knob": p["knob"], "value": _plain(p["value"]), "was": _plain(p["was"]), "rule": p["code"],
-                                 "why": (deps.rule(p["code"]).why if deps.rule(p["code"]) else "")}
-                                for p in parts]
-                        proposal = Proposal(True, request.parent, edit,
-                                            {k: list(v) if isinstance(v, tuple) else v for k, v in new.items()})
-                        if wants:
-                            edit["violates"] = list(wants)
-                            deferred.append(proposal)
+                            new = {**new, **{p["knob"]: p["value"] for p in parts}}
+                        elif all(_unmovable(deps.rule(c), new, fixed) for c in codes):
+                            # it builds but is known to want a partner that no change can give it (the edit
+                            # undoes the partner itself): kept single, after every other edit
+                            wants = codes
                         else:
-                            yield proposal
-        yield from deferred
+                            # the predicate says it cannot build (a rule it reports, not a known partner it wants)
+                            # and no compound of the rules' partners mends it: kept single, proposed last (the
+                            # build decides); one that only misses a partner that does not fit here stays in place
+                            unbuildable = any(deps.rule(c) is None or deps.rule(c).needs is None for c in codes)
+                    context = dep_interacts.get(knob, ()) if parts else interacts.get(knob, ())
+                    if (knob, val, _context(new, context)) in retries \
+                            or (knob, val, _context(new, [k for k in new if k != knob])) in retries:
+                        continue
+                    identity = _hashable(new)
+                    if identity in seen or any(identity == i for _, _, i, _ in ranked):
+                        continue
+                    edit = {"kind": "knob", "knob": knob, "value": list(value) if isinstance(value, tuple)
+                            else value, "was": list(current[knob]) if isinstance(current[knob], tuple)
+                            else current[knob], "concept": concept,
+                            "row": {"layer": row.layer, "key": row.key, "rank": row.rank, "edit": row.edit,
+                                    "reference": row.reference, "candidate": row.candidate}}
+                    if implied:
+                        edit["implies"] = implied
+                    if parts:
+                        edit["compound"] = True
+                        edit["parts"] = [{"knob": knob, "value": edit["value"], "was": edit["was"]}] + [
+                            {"knob": k, "value": _plain(v), "was": _plain(current[k])} for k, v in implied.items()] + [
+                            {"knob": p["knob"], "value": _plain(p["value"]), "was": _plain(p["was"]), "rule": p["code"],
+                             "why": (deps.rule(p["code"]).why if deps.rule(p["code"]) else "")}
+                            for p in parts]
+                    proposal = Proposal(True, request.parent, edit,
+                                        {k: list(v) if isinstance(v, tuple) else v for k, v in new.items()})
+                    if wants:
+                        edit["violates"] = list(wants)
+                        deferred.append((identity, proposal))
+                        continue
+                    if unbuildable:
+                        edit["violates"] = list(codes)
+                        refused.append((identity, proposal))
+                        continue
+                    change = gauge.change(new)
+                    if change is not None:
+                        edit["predicted"] = gauge.record(new, change)
+                        if change > 0:
+                            away.append((change, len(away), identity, proposal))
+                            continue
+                    ranked.append((min(change or 0.0, 0.0), len(ranked), identity, proposal))
+            for _, _, identity, proposal in sorted(ranked, key=lambda item: item[:2]):
+                seen.add(identity)
+                yield proposal
+        held = deferred + [(identity, proposal) for _, _, identity, proposal in sorted(away, key=lambda a: a[:2])]
+        for identity, proposal in held + refused:
+            if identity not in seen:
+                seen.add(identity)
+                yield proposal
 
     def propose(self, request: Request) -> list[Proposal]:
         return list(self.edits(request))

@@ -23,4 +23,4 @@ def test_recorded_h200_campaign_redecides_identically(tmp_path):
     assert final["incumbent"] == "658d8bd7ae3ee513" and rep["stop"]["code"] == "converged"
     assert final["knobs"]["tile_mn"] == [128, 256] and final["within_noise_or_faster"]
     assert (final["t_incumbent_ns"], final["t_reference_ns"]) == (180544.0, 180416.0)
-    assert final["timed_candidates"] == 3 and 0.97 < final["fraction_of_cublas"] < 0.975
+    assert final["timed_candidates"] == 3 and 0.97 < final["fraction_of_yardstick"] < 0.975

@@ -99,7 +99,7 @@ def test_the_final_incumbent_is_paired_with_the_yardstick_and_the_report_prints_
     assert abs(stop["cost_s"] - loop.cost_s) < 1e-9 and loop.cost_s >= 2.5  # its device time is counted
     rep = build_report(events)
     f = rep["final"]
-    assert abs(f["fraction_of_cublas"] - 180.0 / 199.0) < 1e-3  # standalone capture vs the incumbent's pairing
+    assert abs(f["fraction_of_yardstick"] - 180.0 / 199.0) < 1e-3  # standalone capture vs the incumbent's pairing
     assert abs(f["yardstick_paired"]["fraction"] - 205.0 / 210.0) < 1e-3
     md = to_markdown(rep)
     assert "timed alone" in md and "97.6% paired" in md

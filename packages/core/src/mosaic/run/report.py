@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from mosaic.run.journal import read_campaign_journal
-from mosaic.run.workbench import YARDSTICK
+from mosaic.run.workbench import is_yardstick
 from mosaic.timing.throttle import capped_text
 
 FILES = ("report.json", "report.md", "report.html")
@@ -104,7 +104,7 @@ def build_report(events: list[dict]) -> dict:
     verdicts = {e["key"]: e for e in by("verdict")}
     numerics = {e["key"]: e for e in by("numerics")}
     timed = {e["key"]: e for e in by("timed")  # the comparison each verdict was taken on (its last; the final
-             if e["key"] != YARDSTICK}            # pairing of the yardstick is not a verdict's)
+             if not is_yardstick(e["key"])}            # pairing of the yardstick is not a verdict's)
     edits, series = [], []
     incumbent_t = None
     for inc in by("incumbent")[:1]:
@@ -151,7 +151,7 @@ def build_report(events: list[dict]) -> dict:
                  "timed_candidates": stop.get("timed"), "steps": stop.get("steps"),
                  "device_minutes": round(stop.get("cost_s", 0.0) / 60, 3)}
         if yard is not None and t_inc:
-            final["fraction_of_cublas"] = yard["time_ns"] / t_inc
+            final["fraction_of_yardstick"] = yard["time_ns"] / t_inc
         pair = stop.get("yardstick_paired")
         if pair:  # the same two kernels in one thermal/power state (see Loop.pair_yardstick)
             final["yardstick_paired"] = {**pair, "fraction": pair["t_yardstick_ns"] / pair["t_incumbent_ns"]}
@@ -234,7 +234,8 @@ def to_markdown(rep: dict) -> str:
     if f:
         lines.append(f"Final: {f['incumbent']} {_us(f['t_incumbent_ns'])} us vs reference {_us(f['t_reference_ns'])} "
                      f"us (interleaved) — {'within the noise or faster' if f['within_noise_or_faster'] else 'NOT within the noise'}"
-                     + (f"; {f['fraction_of_cublas']:.1%} of cuBLAS timed alone" if "fraction_of_cublas" in f else "")
+                     + (f"; {f['fraction_of_yardstick']:.1%} of {rep['yardstick']['name']} timed alone"
+                        if "fraction_of_yardstick" in f and rep["yardstick"] else "")
                      + (f", {f['yardstick_paired']['fraction']:.1%} paired" if f.get("yardstick_paired") else "")
                      + f". {f['timed_candidates']} timed candidates, {f['steps']} steps, "
                        f"{f['device_minutes']:.2f} device minutes.")

@@ -32,7 +32,16 @@ from mosaic.records import KernelSpec
 from mosaic.timing import measurement
 
 REFERENCE = "reference"
-YARDSTICK = "cublas"
+#: the journal key and bundle name (``yardstick.bundle``) of a campaign's yardstick, whatever the family's is
+#: (cuBLAS for GEMM, torch for rmsnorm); the report names it by the family's title
+YARDSTICK = "yardstick"
+#: the key campaigns recorded before it was renamed (``cublas``, for every family): still read
+LEGACY_YARDSTICK_KEYS = ("cublas",)
+
+
+def is_yardstick(key: str) -> bool:
+    """``key`` names a campaign's yardstick (the current key or a journal's older one), not a kernel."""
+    return key == YARDSTICK or key in LEGACY_YARDSTICK_KEYS
 #: manifest keys that are the bundle's own (everything else is an extra the loop or capture wrote)
 RESERVED = ("format", "schema_version", "created", "kernel", "language", "gpu", "toolchain", "files")
 

@@ -27,6 +27,7 @@ from mosaic.run.live.worker import Workers
 from mosaic.run.workbench import (
     REFERENCE,
     YARDSTICK,
+    is_yardstick,
     Built,
     Checked,
     Kernel,
@@ -227,8 +228,8 @@ class LiveWorkbench:
     def dest(self, key: str) -> Path:
         if key == REFERENCE:
             return self.bundles / (f"reference-gpu{self.slot}.bundle" if self.slot else "reference.bundle")
-        if key == YARDSTICK:  # _capture_yardstick's bundle (a candidate key is a hex digest: never this name)
-            return self.bundles / f"{YARDSTICK}.bundle"
+        if is_yardstick(key):  # _capture_yardstick's bundle (a candidate key is a hex digest: never this name)
+            return self.bundles / f"{key}.bundle"
         return self.bundles / f"cand-{key}.bundle"
 
     def _reference_meta(self, **more) -> dict:
@@ -255,7 +256,7 @@ class LiveWorkbench:
 
         total = 0.0
         for b in sorted(self.bundles.glob("*.bundle")) if self.bundles.is_dir() else ():
-            if b.name == f"{YARDSTICK}.bundle":
+            if is_yardstick(b.name.removesuffix(".bundle")):
                 continue
             try:
                 total += float((read_manifest(b).get("mosaic_run") or {}).get("cost_s", 0.0))
@@ -408,7 +409,7 @@ class LiveWorkbench:
         from mosaic.capture import CaptureOptions
 
         yard, spec = yardstick_spec(ref_spec)
-        dest = self.bundles / f"{YARDSTICK}.bundle"
+        dest = self.dest(YARDSTICK)
         opts = CaptureOptions(blocks=max(5, self.c.rounds), runs=self.c.runs_per_block,
                               timeout=self.timeouts.yardstick)
         self.progress(f"yardstick {yard.title} ({yard.call}): capture in its own process")
@@ -656,6 +657,17 @@ class LiveWorkbench:
         return checked
 
     # -- timing -----------------------------------------------------------------------------------------------
+    def _label(self, key: str) -> str:
+        """How progress lines name a kernel: its key, or the family's yardstick by its title."""
+        if not is_yardstick(key):
+            return key
+        from mosaic.families import first_yardstick
+
+        try:
+            return f"the yardstick {first_yardstick(self.c.family).title}"
+        except MosaicError:
+            return "the yardstick"
+
     def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:
         from mosaic.bundle import load_bundle
 
@@ -664,7 +676,8 @@ class LiveWorkbench:
             ref_bundle = load_bundle(self.dest(REFERENCE))
             ref_spec, ref_source = ref_bundle.kernel, captured_file_source(ref_bundle)
         where = "one process" if self.isolation == "step" else "the worker"
-        self.progress(f"time {kernel.key} against {incumbent.key}: {rounds} rounds x {self.c.runs_per_block} "
+        name = self._label(kernel.key)
+        self.progress(f"time {name} against {incumbent.key}: {rounds} rounds x {self.c.runs_per_block} "
                       f"runs, interleaved A B A B, {where}")
         from mosaic.run.executor import gpu_identity
 
@@ -675,16 +688,16 @@ class LiveWorkbench:
                          "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
                          "values": "normal", "flush": True, "timer": "cupti"}, limit,
                         lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or tail(r.output)}",
-                        f"time {kernel.key}", limit_why=limit_why,
-                        desc=f"timing {kernel.key} against {incumbent.key} ({rounds} rounds)")
+                        f"time {name}", limit_why=limit_why,
+                        desc=f"timing {name} against {incumbent.key} ({rounds} rounds)")
         self._observe("time", r)
         if r.status == "timeout":
             what = "budget" if by_budget else "hang"
-            raise LiveError(f"{what}: timing {kernel.key} against {incumbent.key} killed after {limit:.0f} s "
+            raise LiveError(f"{what}: timing {name} against {incumbent.key} killed after {limit:.0f} s "
                             f"({limit_why}); the journal holds every step before it (mosaic run --resume "
                             f"{self.dir} retries)", "mosaic run")
         if r.status != "ok":
-            raise LiveError(f"timing {kernel.key} against {incumbent.key} {r.status}: "
+            raise LiveError(f"timing {name} against {incumbent.key} {r.status}: "
                             f"{r.message or tail(r.output)}; the journal holds every step before it "
                             f"(mosaic run --resume {self.dir} retries)", "mosaic run")
         d = r.data
@@ -708,7 +721,7 @@ class LiveWorkbench:
             gpu_at_start = {**gpu_at_start, "power_rounds": d["power_rounds"]}
         t = Timed(kernel.key, incumbent.key, d["blocks"][0], d["blocks"][1], "ABAB", "same-session",
                   self.cost(kernel.key) - before, gpu=gpu_at_start)
-        self.progress(f"time {kernel.key}: {t.t_candidate / 1e3:.2f} us vs {incumbent.key} "
+        self.progress(f"time {name}: {t.t_candidate / 1e3:.2f} us vs {incumbent.key} "
                       f"{t.t_incumbent / 1e3:.2f} us ({d['timer']}, {r.wall_s:.1f} s, {self._iso_text(r)})")
         return t
 

@@ -96,7 +96,7 @@ _MMA_FORM_SASS = {"HMMA": "mma.sync", "IMMA": "mma.sync", "DMMA": "mma.sync", "B
                   "QMMA": "mma.sync", "OMMA": "mma.sync", "HGMMA": "wgmma", "QGMMA": "wgmma", "IGMMA": "wgmma",
                   "BGMMA": "wgmma"}
 _TRANSFER = {"tma.load": "tma", "bulk.copy": "bulk", "cp.async": "cp.async", "ld.global": "ld.global"}
-_STORE = {"tma.store": "tma", "st.global": "st.global", "atomic": "atomic"}
+_STORE = {"tma.store": "tma", "bulk.store": "bulk", "st.global": "st.global", "atomic": "atomic"}
 _BARRIERS = ("bar.sync", "mbar.init", "mbar.arrive", "mbar.arrive.tx", "mbar.wait", "cp.async.arrive",
              "cp.async.wait", "wgmma.sync", "cluster.bar", "fence")
 _SASS_WIDTH = {"128": 128, "64": 64, "U8": 8, "S8": 8, "U16": 16, "S16": 16}

@@ -21,9 +21,9 @@ from mosaic.lift.opclass import REPLICATED
 
 _REG_RE = re.compile(r"^-?!?\|?(U?R|U?P|B|SR_)[\dZT]*")
 _SPIN_OK = {"mbar.wait", "branch", "sync", "nop", "int", "uniform", "move", "shuffle"}
-_WORK = {"mma", "ld.global", "st.global", "ld.shared", "st.shared", "tma.load", "tma.store", "cp.async",
+_WORK = {"mma", "ld.global", "st.global", "ld.shared", "st.shared", "tma.load", "tma.store", "bulk.store", "cp.async",
          "fp32.fma", "fp32.add", "fp32.mul", "fp16", "fp64", "mufu", "ldsm", "stsm"}
-_ISSUED = {"tma.load", "tma.store", "bulk.copy", "mbar.arrive.tx", "mbar.arrive", "other.prefetch", "fence"}
+_ISSUED = {"tma.load", "tma.store", "bulk.copy", "bulk.store", "mbar.arrive.tx", "mbar.arrive", "other.prefetch", "fence"}
 
 
 def operand_shape(op: str) -> str:

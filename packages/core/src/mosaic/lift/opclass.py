@@ -78,6 +78,8 @@ def sass_class(opcode: str, mods: tuple) -> str | None:
             # arrive with a transaction count (expect_tx) vs a plain arrive (A1T0: 1 arrival, 0 bytes)
             return "mbar.arrive" if any(m.startswith("A1T0") or m == "RED" for m in mods) else "mbar.arrive.tx"
         return "mbar.other"
+    if opcode in ("UBLKCP", "UBLKRED") and mods[:1] == ("G",):
+        return "bulk.store"  # UBLKCP.G.S: a non-tensor bulk copy shared -> global (the destination first)
     return SASS_BASE.get(opcode)
 
 
@@ -117,6 +119,8 @@ def ptx_class(opcode: str, mods: tuple) -> str | None:
                 return "cp.async.wait"
             if "prefetch" in mods:
                 return "tma.other"
+            if len(mods) > 2 and mods[2].startswith("global"):
+                return "bulk.store"  # cp.async.bulk.global.shared::cta: shared -> global (the destination first)
             return "bulk.copy"
         if mods[:1] == ("async",):
             if "commit_group" in mods:
@@ -127,7 +131,7 @@ def ptx_class(opcode: str, mods: tuple) -> str | None:
                 return "cp.async.arrive"
             return "cp.async"
         if mods[:1] == ("reduce",):
-            return "bulk.copy"
+            return "bulk.store" if len(mods) > 3 and mods[3].startswith("global") else "bulk.copy"
         return None
     if opcode == "mbarrier":
         if "init" in mods:
@@ -178,10 +182,10 @@ def ptx_class(opcode: str, mods: tuple) -> str | None:
 
 
 # Classes whose order and count describe a loop body (sequence layer, per-loop counts).
-CRITICAL = ("mma", "tma.load", "tma.store", "bulk.copy", "cp.async", "cp.async.commit", "cp.async.wait",
+CRITICAL = ("mma", "tma.load", "tma.store", "bulk.copy", "bulk.store", "cp.async", "cp.async.commit", "cp.async.wait",
             "cp.async.arrive", "ld.global", "st.global", "ld.shared", "st.shared", "ldsm", "stsm", "atomic",
             "bar.sync", "mbar.arrive", "mbar.arrive.tx", "mbar.wait", "wgmma.sync", "cluster.bar", "tmem",
             "fp32.fma", "fp32.add", "fp32.mul", "fp16", "fp64", "mufu", "cvt")
 # Classes replicated by unrolling (the unroll estimate is the gcd of their counts in the loop body).
-REPLICATED = ("mma", "tma.load", "tma.store", "bulk.copy", "cp.async", "ld.global", "st.global", "ld.shared",
+REPLICATED = ("mma", "tma.load", "tma.store", "bulk.copy", "bulk.store", "cp.async", "ld.global", "st.global", "ld.shared",
               "st.shared", "ldsm", "stsm", "fp32.fma", "fp32.add", "fp32.mul", "fp16", "fp64", "mufu")

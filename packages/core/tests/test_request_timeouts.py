@@ -110,10 +110,14 @@ def test_a_gate_is_cut_at_the_device_budget(tmp_path):
         t0 = time.monotonic()
         checked = bench._gate(k, bench.dest(k.key))
         took = time.monotonic() - t0
+        # the yardstick's pairing at the stop is not cut by the budget: its own timeout, not what is left
+        timing_cut, pairing = bench._limit("time"), bench._limit("time", budgeted=False)
     finally:
         bench.close()
     assert not checked.passed and checked.reason.startswith("budget: killed after 4 s, what is left of the 0.1 "
                                                             "device-minute budget")
+    assert checked.judged is False  # no verdict on the kernel: the loop records it 'unjudged', not 'numerics'
+    assert timing_cut[2] is True and pairing[2] is False and pairing[0] > timing_cut[0]
     assert 3.5 <= took < 30
     meta = load_bundle(bench.dest(k.key)).manifest
     assert meta["capture"]["timeout"]["budget"] is True
@@ -222,5 +226,6 @@ def test_the_loop_stops_on_budget_when_a_gate_in_flight_is_cut_by_it(tmp_path):
     assert outcome.stop == "budget" and stop["stop"] == "budget" and stop["cost_s"] >= 45.0
     verdicts = [e for e in events if e["event"] == "verdict"]
     assert [v["step"] for v in verdicts] == [0, 1]
-    assert verdicts[1]["decision"] == "rejected" and verdicts[1]["reason_code"] == "numerics"
+    # no verdict on the kernel's numerics: not judged, and not a numerics failure (test_budget_cut.py)
+    assert verdicts[1]["decision"] == "unjudged" and verdicts[1]["reason_code"] == "budget"
     assert "budget: killed after 3 s, what is left of the 0.75 device-minute budget" in verdicts[1]["reason"]

@@ -413,6 +413,12 @@ class Loop:
         if not built.ok:
             return self.stop_reason()
         kernel = attrs.evolve(kernel, bundle=built.bundle)
+        if not checked.passed and not checked.judged:
+            # the budget ran out with the gate in flight: no verdict on the kernel (not a numerics failure: the
+            # proposer may offer it again if the campaign is resumed with more budget)
+            self.emit("verdict", key=key, step=step, decision="unjudged", reason_code="budget", reason=checked.reason)
+            self.progress(f"step {step}: {key} not judged: {checked.reason}")
+            return self.stop_reason()
         if not checked.passed:
             self.repair = {"key": key, "knobs": knobs, "edit": p.edit, "reason": checked.reason}
             self.emit("verdict", key=key, step=step, decision="rejected", reason_code="numerics",

@@ -123,6 +123,10 @@ class OfflineWorkbench:
         outputs = b.arrays("outputs")
         if not outputs or not self.inputs():
             cap = b.manifest.get("capture") if isinstance(b.manifest.get("capture"), Mapping) else {}
+            limit = cap.get("timeout") if isinstance(cap.get("timeout"), Mapping) else {}
+            if cap.get("status") == "timeout" and limit.get("budget"):  # the live gate was cut by the budget
+                return Checked(kernel.key, False, f"budget: the gate was killed after {limit.get('s', 0):.0f} s, when "
+                               "the device-minute budget ran out (no verdict on the kernel's numerics)", judged=False)
             summary = cap.get("summary") if isinstance(cap.get("summary"), Mapping) else {}
             if isinstance(summary.get("numerics_pass"), bool):  # outputs too large to keep: the capture's own verdict, said so
                 return Checked(kernel.key, bool(summary["numerics_pass"]),

@@ -57,7 +57,7 @@ class ReplayBench:
     def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked:
         e = self.rec.checks.get(kernel.key) if self.rec else None
         if e is not None:
-            return Checked(e["key"], e["passed"], e["reason"], e["cost_s"])
+            return Checked(e["key"], e["passed"], e["reason"], e["cost_s"], judged=e.get("judged", True))
         return self.inner.check(kernel, built, reference)
 
     def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:

@@ -91,6 +91,9 @@ class Checked:
     passed: bool
     reason: str = ""
     cost_s: float = 0.0
+    #: False when the gate never reached a verdict (killed because the device-minute budget ran out): the kernel
+    #: is neither passed nor failed, and the proposer may offer it again on a resumed campaign
+    judged: bool = True
 
     def to_json(self) -> dict:
         return attrs.asdict(self)

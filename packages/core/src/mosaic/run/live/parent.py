@@ -283,15 +283,15 @@ class LiveWorkbench:
             elif cap.get("gate") and cap.get("status") != "timeout" and isinstance(cap.get("wall_s"), (int, float)):
                 self.seen.setdefault("check", []).append(float(cap["wall_s"]))
 
-    def _limit(self, kind: str) -> tuple[float, str, bool]:
+    def _limit(self, kind: str, budgeted: bool = True) -> tuple[float, str, bool]:
         """(seconds, why, by_budget) for the next ``kind`` request: the scaled timeout, cut to what is left of
-        the device-minute budget when that is less (then a request still running at the limit is killed and the
-        loop, adding its seconds, stops on 'budget')."""
+        the device-minute budget when that is less and ``budgeted`` (then a request still running at the limit is
+        killed and the loop, adding its seconds, stops on 'budget')."""
         if not getattr(self, "_seeded", False):
             self._seed_seen()
         limit, why = self.timeouts.scaled(kind, self.seen)
         left = self.c.budget_min * 60 - self.spent_s()
-        if left < limit:
+        if budgeted and left < limit:
             return max(1.0, left), f"what is left of the {self.c.budget_min:g} device-minute budget", True
         return limit, why, False
 
@@ -640,15 +640,17 @@ class LiveWorkbench:
         self._gate_note = (f"{cost:.1f} s, {self._iso_text(r)}" + (f"; float64 reference {ref}" if ref else "")
                            + f"; limit {limit:.0f} s: {limit_why}")
         shutil.rmtree(tmp, ignore_errors=True)
-        return Checked(kernel.key, passed, reason, 0.0)
+        return Checked(kernel.key, passed, reason, 0.0, judged=not (status == "timeout" and by_budget))
 
     def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked:
         if kernel.key in self.checked:
             return self.checked[kernel.key]
         from mosaic.bundle import load_bundle
 
-        summary = (load_bundle(self.dest(kernel.key)).manifest.get("capture") or {}).get("summary") or {}
-        if "numerics_pass" in summary:  # resume: the gate ran before the stop
+        cap = load_bundle(self.dest(kernel.key)).manifest.get("capture") or {}
+        summary = cap.get("summary") or {}
+        cut = cap.get("status") == "timeout" and (cap.get("timeout") or {}).get("budget")
+        if "numerics_pass" in summary and not cut:  # resume: the gate ran before the stop (a budget cut: gate again)
             ok = bool(summary["numerics_pass"])
             return Checked(kernel.key, ok, "recorded verdict of the gate" + ("" if ok else ": failed"))
         before = self.cost(kernel.key)
@@ -682,7 +684,9 @@ class LiveWorkbench:
         from mosaic.run.executor import gpu_identity
 
         gpu_at_start = gpu_identity()  # which device makes this verdict: index, UUID, clocks now
-        limit, limit_why, by_budget = self._limit("time")
+        # the yardstick's pairing at the stop is no step of the search: the budget does not cut it (it runs once, up to
+        # its timeout, and its seconds are counted: a campaign stopped by its budget may end that much past it)
+        limit, limit_why, by_budget = self._limit("time", budgeted=not is_yardstick(kernel.key))
         r = self._serve({"mode": "time", "gpu": self.c.gpu, "specs": [ref_spec.to_json(), kernel.spec.to_json()],
                          "sources": [ref_source, kernel.source],
                          "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,

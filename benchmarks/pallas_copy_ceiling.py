@@ -42,9 +42,10 @@ from pallas_rowwise import parse_configs, row_sample_check, timed
 
 START = time.time()
 #: the best rmsnorm configurations of the session-10 sweep (results/2026-12-02/session10/2), plus the deepest
-#: in-place pipeline that fits 8192 columns and the direct (no shared memory) path
+#: in-place pipeline that fits 8192 columns, the direct (no shared memory) path and TMA loads with register stores
 DEFAULT_ONLY = ("defaults;max_concurrent_steps=3,out_slots=0;max_concurrent_steps=3,out_slots=0,blocks_per_cta=8;"
-                "block_rows=2,vector=4,out_slots=0;auto_barriers=true;copy=direct")
+                "block_rows=2,vector=4,out_slots=0;auto_barriers=true;copy=direct;copy=tma_in,block_rows=2,vector=4;"
+                "copy=tma_in,block_rows=2,vector=4,blocks_per_cta=8,max_concurrent_steps=3")
 FAMILY = "rmsnorm"  # the pipeline measured is the rmsnorm template's (its weight-row copy included)
 
 

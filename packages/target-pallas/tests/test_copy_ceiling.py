@@ -67,6 +67,7 @@ def _interpret(knobs, block_body, rows, cols, seed=0):
     ({"block_rows": 2, "vector": 4, "out_slots": 0}, "store"),
     ({"out_slots": 2, "block_rows": 8, "tma_cols": 64, "vector": 2}, "copy"),
     ({"copy": "direct"}, "copy"),
+    ({"copy": "tma_in", "block_rows": 2, "vector": 4}, "copy"),
 ], ids=lambda v: str(v))
 def test_the_copy_writes_x_bit_for_bit_without_races(edit, block_body):
     knobs = {**BASE, **edit}

@@ -1,8 +1,8 @@
 """The Pallas rmsnorm and softmax kernels on the GPU (marked ``gpu``; skipped without jax >= 0.11.2 with a CUDA
 backend): every value of the knob table passes the family's float64 oracle; every input distribution does,
 bf16 subnormals (which the CPU interpreter cannot check), ``approx_math``, in place and direct loads included; every distinct table
-configuration lowers at the issue's shape to PTX and SASS (TMA loads and stores in it, or plain global ones
-for copy='direct'); and a full capture
+configuration lowers at the issue's shape to PTX and SASS (TMA loads and bulk stores in it, TMA loads and
+plain global stores for copy='tma_in', plain global loads and stores for copy='direct'); and a full capture
 at 16384 x 8192 bf16 passes the oracle, is timed, and lifts.
 
     python3 -m pytest -q -m gpu -s packages/target-pallas/tests/test_rmsnorm_gpu.py
@@ -102,13 +102,15 @@ def test_every_table_value_passes_the_oracle(family, knobs, cols, h200, tmp_path
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("values", DISTRIBUTIONS)
-@pytest.mark.parametrize("config", ["default", "other", "in-place", "direct"])
+@pytest.mark.parametrize("config", ["default", "other", "in-place", "direct", "tma_in"])
 @pytest.mark.parametrize("family", ["rmsnorm", "softmax"])
 def test_distributions_pass_the_oracle(family, config, values, dtype, h200, tmp_path):
     if config == "default":
         knobs, cols = attrs.asdict(ROWWISE_KNOBS[family]()), 8192
     elif config == "direct":
         knobs, cols = {"copy": "direct", "block_rows": 8}, 8192
+    elif config == "tma_in":
+        knobs, cols = {"copy": "tma_in", "block_rows": 2, "vector": 4}, 8192
     elif config == "in-place":
         knobs, cols = {"out_slots": 0, "max_concurrent_steps": 3}, 8192
     else:
@@ -125,10 +127,13 @@ def test_lowering_gives_ptx_and_sass(family, knobs, cols, h200, tmp_path):
     assert low.ptx is not None and low.ptx.read_text().count(".entry") >= 1, low.notes
     assert low.sass is not None, low.notes  # jax's SASS, or ptxas + nvdisasm on the captured PTX (the notes say)
     sass = low.sass.read_text()
-    if knobs.get("copy", "tma") == "tma":  # TMA load, bulk store, the warp-local row reduction
+    copy = knobs.get("copy", "tma")
+    if copy == "tma":  # TMA load, bulk store, the warp-local row reduction
         # Mosaic GPU stores a whole contiguous block with the non-tensor bulk copy (cp.async.bulk.global.shared::cta
         # -> UBLKCP), not a TMA tensor store (UTMASTG): read off the H200's SASS in session 12
         expected, absent = ("UTMALDG", "UBLKCP", "SHFL.BFLY"), ("UTMASTG",)
+    elif copy == "tma_in":  # TMA loads, stores from registers
+        expected, absent = ("UTMALDG", "STG.E", "SHFL.BFLY"), ("UBLKCP", "UTMASTG")
     else:  # plain global loads and stores
         expected, absent = ("LDG.E", "STG.E", "SHFL.BFLY"), ("UTMALDG", "UTMASTG")
     for op in expected:

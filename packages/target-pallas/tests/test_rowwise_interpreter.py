@@ -94,15 +94,17 @@ def test_a_wrong_kernel_fails_the_oracle(family):
     assert not verdict.passed and "outside the guard band" in verdict.reason
 
 
+@pytest.mark.parametrize("config", [{"out_slots": 0}, {"copy": "tma_in"}], ids=["in-place", "tma_in"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_race_detector_finds_a_store_overtaken_by_the_next_load(family):
-    """In place (out_slots=0) the stage's TMA store must have read it before the pipeline loads into it again:
-    without that wait the race detector reports the race, with it none."""
+def test_the_race_detector_finds_a_stage_overtaken_by_the_next_load(family, config):
+    """A stage's last reader must be done before the pipeline loads into it again: in place (out_slots=0) the
+    stage's TMA store, with copy='tma_in' every warp's register loads (the barrier after them). Without that
+    ordering the race detector reports the race, with it none."""
     import jax.numpy as jnp
     from mosaic_target_pallas import interpret
     from mosaic_target_pallas.rowwise import arg_shapes, build
 
-    knobs = ROWWISE_KNOBS[family](out_slots=0, blocks_per_cta=8)
+    knobs = ROWWISE_KNOBS[family](**config, blocks_per_cta=8)
     spec = _spec(family, attrs.asdict(knobs), 32, 512)
     inputs = families.make_inputs(spec, 0, "normal")
     args = [jnp.asarray(inputs[k], jnp.bfloat16) for k, _ in arg_shapes(family, 32, 512)]

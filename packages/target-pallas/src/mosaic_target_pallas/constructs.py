@@ -57,7 +57,8 @@ CONSTRUCTS = (
     _p("epilogue-tma-store", "smem[...] = acc; plgpu.commit_smem(); plgpu.copy_smem_to_gmem per sub-tile; "
        "row-wise kernels: out_slots output buffers (0: in place over the input stage); "
        "knobs: epi_tile_m, epi_tile_n, out_slots"),
-    _p("epilogue-direct-store", "out_gmem[...] = acc.astype(dtype); row-wise kernels: knob: copy='direct'"),
+    _p("epilogue-direct-store", "out_gmem[...] = acc.astype(dtype); row-wise kernels: knobs: copy='tma_in', "
+       "copy='direct'"),
     _p("elect-one", "(automatic: TMA issue and barrier init are single-thread in the lowering)", "partial"),
     _p("split-k", "", "none", "no built-in split-K; would be a new kernel (grid over k + reduction)"),
     _p("approximate-exp", "jnp.exp2(x) (Mosaic GPU lowers to ex2.approx); CompilerParams(approx_math=True); "

@@ -5,7 +5,9 @@ One warpgroup per CTA. Each CTA walks ``blocks_per_cta`` blocks of ``block_rows`
 cols / tma_cols, tma_cols) so that no dimension of the copy exceeds jax's 256-element TMA box, with
 ``max_concurrent_steps`` copies in flight. The reduction runs in registers in a tiled layout that gives
 each warp ``block_rows / 4`` rows of a box and each lane ``vector``-wide slices of them, so a row's sum or
-max never leaves its warp (lane shuffles, no shared-memory scratch). The result is written to one of
+max never leaves its warp (lane shuffles, no shared-memory scratch). ``copy="tma_in"`` keeps the TMA loads
+and stores the result from registers with plain vector stores (as quack's rmsnorm does: no output buffer, no
+store pipeline). Otherwise the result is written to one of
 ``out_slots`` shared-memory buffers and stored with a TMA copy that overlaps the next block; ``out_slots=0``
 writes the result over the block's own input stage and stores it from there (no output buffer: room for one
 more stage), the pipeline releasing each stage one step late so that the store has read it.
@@ -94,9 +96,9 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
     """A callable ``f(x, w) -> y`` (rmsnorm) or ``f(x) -> y`` (softmax) on (rows, cols) arrays of ``dtype``;
     ``into=True``: ``f(x, w, out)`` / ``f(x, out)``, the kernel writing ``y`` into ``out``'s buffer
     (``output_buffer.py``: what the capture's poisoned output needs). Knobs that do not fit the problem
-    raise Unbuildable with one line. ``store_wait=False`` drops the wait that keeps an in-place store ahead
-    of the pipeline's next load into its stage: a planted race, for the interpreter's race detector to find
-    (tests only). ``block_body`` (``BLOCK_BODIES``): ``"family"`` the family's arithmetic; ``"copy"`` y = x through registers
+    raise Unbuildable with one line. ``store_wait=False`` drops what keeps a stage's last reader ahead of the
+    pipeline's next load into it (in place: the store's wait; copy='tma_in': the warpgroup barrier after the
+    reads): a planted race, for the interpreter's race detector to find (tests only). ``block_body`` (``BLOCK_BODIES``): ``"family"`` the family's arithmetic; ``"copy"`` y = x through registers
     and ``"store"`` y = x straight from the TMA stage (``out_slots=0``, ``copy='tma'`` only), both with the
     family's pipeline, arguments and (rmsnorm) weight-row copy unchanged."""
     import jax
@@ -122,6 +124,7 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
     in_place = knobs.out_slots == 0
 
     direct = knobs.copy == "direct"
+    tma_in = knobs.copy == "tma_in"  # TMA loads into the stages, plain vector stores from registers
 
     def raw(ref, j):  # shared memory: Mosaic GPU's optimized load; global memory (direct): plain vector loads
         return plgpu.load(ref.at[:, j, :], layout=layout, optimized=not direct)
@@ -201,7 +204,7 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
             return
 
         def scoped(*refs):
-            o_smem = refs[0] if knobs.out_slots else None
+            o_smem = refs[0] if knobs.out_slots and not tma_in else None
             w_smem, w_bar = refs[-2:] if rmsnorm else (None, None)
             if rmsnorm:
                 plgpu.copy_gmem_to_smem(w_gmem, w_smem, w_bar)
@@ -209,6 +212,14 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
 
             def step(idx, x_smem):
                 rows_out = o_gmem.at[pl.ds((cta * per_cta + idx[0]) * br, br)]
+                if tma_in:
+                    # the result goes straight from registers to global memory; the stage is refilled by the
+                    # pipeline's next TMA load right after this step, so every warp's reads of it must be done:
+                    # commit_smem's warpgroup barrier (and proxy fence) orders them before that async write
+                    compute(x_smem, rows_out, w_smem)
+                    if store_wait:
+                        plgpu.commit_smem()
+                    return
                 if in_place:
                     # each lane overwrites exactly the elements it read (one layout for loads and stores); the
                     # pipeline releases this stage one step late (delay_release=1), so the store of the previous
@@ -232,7 +243,7 @@ def build(family: str, knobs: RowwiseKnobs, rows: int, cols: int, dtype, store_w
                                 max_concurrent_steps=knobs.max_concurrent_steps)(x_gmem)
             plgpu.wait_smem_to_gmem(0)
 
-        scratch = [plgpu.SMEM((knobs.out_slots, br, boxes, tw), dtype)] if knobs.out_slots else []
+        scratch = [plgpu.SMEM((knobs.out_slots, br, boxes, tw), dtype)] if knobs.out_slots and not tma_in else []
         if rmsnorm:
             scratch += [plgpu.SMEM((boxes, tw), dtype), plgpu.Barrier()]
         pl.run_scoped(scoped, *scratch)

@@ -30,7 +30,10 @@ knob                        meaning
 ``hold``                    ``reload``: every pass loads the block again (shared memory, or direct: global
                             memory, then L2); ``registers``: the first pass keeps its boxes in registers in the
                             input format and the later passes read them there (more registers per thread)
-``copy``                    ``tma``: blocks staged in shared memory by TMA (the pipeline knobs apply);
+``copy``                    ``tma``: blocks staged in shared memory by TMA and the result stored from shared
+                            memory by TMA (the pipeline knobs apply); ``tma_in``: TMA loads into the stages,
+                            the result stored from registers with plain vector stores (the reference's
+                            ``st.global``: no output buffer, so ``out_slots`` stays at its default);
                             ``direct``: plain vector loads from global memory into registers and direct
                             stores, no shared memory (the pipeline knobs stay at their defaults)
 ``online`` (softmax only)   True: one pass keeps a running max and rescales the running sum (two passes
@@ -75,8 +78,10 @@ VALUES = {
     "approx_math": (False, True),
     "auto_barriers": (False, True),
     "hold": ("reload", "registers"),
-    "copy": ("tma", "direct"),
+    "copy": ("tma", "direct", "tma_in"),
 }
+#: out_slots of a kernel without shared-memory output buffers (copy='tma_in'): the field's default
+NO_OUTPUT_BUFFER = 1
 
 
 @attrs.frozen
@@ -117,7 +122,7 @@ class RowwiseKnobs:
             share = f"{self.warp_groups_per_row()} warps x " if self.warp_groups_per_row() > 1 else ""
             out.append(("vector-tiles-box", f"vector={self.vector}: {share}32 lanes x vector must divide "
                                             f"tma_cols={self.tma_cols}"))
-        if self.copy == "tma" and self.max_concurrent_steps > self.blocks_per_cta:
+        if self.copy != "direct" and self.max_concurrent_steps > self.blocks_per_cta:
             out.append(("steps-within-cta", f"max_concurrent_steps={self.max_concurrent_steps} exceeds "
                                             f"blocks_per_cta={self.blocks_per_cta}: a CTA cannot stage more "
                                             "blocks than it walks through"))
@@ -125,6 +130,9 @@ class RowwiseKnobs:
             out.append(("direct-has-no-pipeline", f"copy='direct' stages nothing: max_concurrent_steps and out_slots "
                                                   f"must stay at their defaults {PIPELINE_DEFAULTS}, got "
                                                   f"({self.max_concurrent_steps}, {self.out_slots})"))
+        if self.copy == "tma_in" and self.out_slots != NO_OUTPUT_BUFFER:
+            out.append(("tma-in-has-no-output-buffer", f"copy='tma_in' stores from registers: out_slots must stay at "
+                                                       f"its default {NO_OUTPUT_BUFFER}, got {self.out_slots}"))
         if self.out_slots == 0 and self.max_concurrent_steps < 2:
             out.append(("in-place-needs-two-stages", "out_slots=0 (in place) needs max_concurrent_steps >= 2: a "
                                                      "stage is released one step late, after its store"))
@@ -141,11 +149,12 @@ class RowwiseKnobs:
     def smem_bytes(self, cols: int, itemsize: int, weight: bool) -> int:
         """The shared memory the kernel allocates: input stages, output slots, the weight row, reduction scratch
         and an mbarrier per stage and for the weight row (the lowering's own count is checked against the GPU in ``lower``);
-        copy='direct': the reduction scratch only."""
+        copy='tma_in': no output slots; copy='direct': the reduction scratch only."""
         if self.copy == "direct":
             return REDUCTION_SCRATCH
         block = self.block_rows * cols * itemsize
-        return ((self.max_concurrent_steps + self.out_slots) * block + (cols * itemsize if weight else 0)
+        slots = 0 if self.copy == "tma_in" else self.out_slots
+        return ((self.max_concurrent_steps + slots) * block + (cols * itemsize if weight else 0)
                 + REDUCTION_SCRATCH + 8 * (self.max_concurrent_steps + (1 if weight else 0)))
 
 
@@ -204,6 +213,8 @@ def _dependencies():
         Dependency("direct-has-no-pipeline", ("copy", "max_concurrent_steps", "out_slots"),
                    {"max_concurrent_steps": (PIPELINE_DEFAULTS[0],), "out_slots": (PIPELINE_DEFAULTS[1],)},
                    "direct loads stage nothing: the pipeline knobs go back to their defaults"),
+        Dependency("tma-in-has-no-output-buffer", ("copy", "out_slots"), {"out_slots": (NO_OUTPUT_BUFFER,)},
+                   "storing from registers leaves no output buffer: out_slots goes back to its default"),
         Dependency("steps-within-cta", ("max_concurrent_steps", "blocks_per_cta"),
                    {"max_concurrent_steps": (2, 1), "blocks_per_cta": (2, 4, 8)},
                    "a CTA cannot stage more blocks ahead than it walks through"),

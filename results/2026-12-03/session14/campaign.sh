@@ -3,13 +3,16 @@
 set -u
 . /tmp/site/env.sh
 BUDGET=${BUDGET:-8}
-dir=/tmp/h200-quack-rmsnorm-to-pallas-16384
-rm -rf "$dir"; mkdir -p "$OUT/campaign"
-timeout 570 mosaic run --reference examples/kernels/cute/quack_rmsnorm.py --target pallas --family rmsnorm \
+TIMEOUT=${TIMEOUT:-570}
+FAMILY=${FAMILY:-rmsnorm}   # rmsnorm or softmax: quack's kernel file examples/kernels/cute/quack_$FAMILY.py
+C=${C:-campaign}
+dir=/tmp/h200-quack-$FAMILY-to-pallas-16384
+rm -rf "$dir"; mkdir -p "$OUT/$C"
+timeout "$TIMEOUT" mosaic run --reference examples/kernels/cute/quack_$FAMILY.py --target pallas --family $FAMILY \
   --shape 16384x8192 --dtype bf16 --gpu h200 --budget-min "$BUDGET" --max-candidates 40 --executor local \
-  --out "$dir" > "$OUT/campaign/run.stdout" 2> "$OUT/campaign/run.stderr"
-echo "run rc=$?" >> "$OUT/campaign/run.stdout"
-tail -30 "$OUT/campaign/run.stdout"; tail -5 "$OUT/campaign/run.stderr"
+  --out "$dir" > "$OUT/$C/run.stdout" 2> "$OUT/$C/run.stderr"
+echo "run rc=$?" >> "$OUT/$C/run.stdout"
+tail -30 "$OUT/$C/run.stdout"; tail -5 "$OUT/$C/run.stderr"
 du -sh "$dir"; ls "$dir"
-tar czf "$OUT/campaign/campaign.tgz" -C /tmp --exclude=.work --exclude=.mosaic-run.lock "$(basename "$dir")"
-ls -la "$OUT/campaign"
+tar czf "$OUT/$C/campaign.tgz" -C /tmp --exclude=.work --exclude=.mosaic-run.lock "$(basename "$dir")"
+ls -la "$OUT/$C"

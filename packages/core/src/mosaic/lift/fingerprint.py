@@ -95,8 +95,14 @@ _SCORE = {"mma": 16, "tma.load": 4, "bulk.copy": 4, "cp.async": 4, "ldsm": 4, "l
 _MMA_FORM_SASS = {"HMMA": "mma.sync", "IMMA": "mma.sync", "DMMA": "mma.sync", "BMMA": "mma.sync",
                   "QMMA": "mma.sync", "OMMA": "mma.sync", "HGMMA": "wgmma", "QGMMA": "wgmma", "IGMMA": "wgmma",
                   "BGMMA": "wgmma"}
-_TRANSFER = {"tma.load": "tma", "bulk.copy": "bulk", "cp.async": "cp.async", "ld.global": "ld.global"}
-_STORE = {"tma.store": "tma", "bulk.store": "bulk", "st.global": "st.global", "atomic": "atomic"}
+#: how tiles arrive and how results leave; ``.generic``: plain loads and stores through generic addresses (PTX ``ld`` /
+#: ``st`` with no state space, SASS ``LD.E`` / ``ST.E``: the space is resolved at run time), as Mosaic GPU emits for
+#: register loads and stores of a global ref
+_TRANSFER = {"tma.load": "tma", "bulk.copy": "bulk", "cp.async": "cp.async", "ld.global": "ld.global",
+             "ld.generic": "ld.generic"}
+_PLAIN_LOADS = ("ld.global", "ld.generic")
+_STORE = {"tma.store": "tma", "bulk.store": "bulk", "st.global": "st.global", "st.generic": "st.generic",
+          "atomic": "atomic"}
 _BARRIERS = ("bar.sync", "mbar.init", "mbar.arrive", "mbar.arrive.tx", "mbar.wait", "cp.async.arrive",
              "cp.async.wait", "wgmma.sync", "cluster.bar", "fence")
 _SASS_WIDTH = {"128": 128, "64": 64, "U8": 8, "S8": 8, "U16": 16, "S16": 16}
@@ -294,10 +300,11 @@ def _instruction(add, insns, hot) -> None:
     add("instruction", "mma.types", sorted(types), "set")
     classes = {i.opclass for i in insns}
     forms = {v for k, v in _TRANSFER.items() if k in classes}
-    if forms - {"ld.global"} and not any(i.opclass == "ld.global" for w in hot.values() if w for i in w.body):
-        # tiles arrive by TMA / bulk / cp.async; plain loads outside the hot loops fetch scalars (CUTLASS's
-        # epilogue reads alpha and beta through pointers), not tiles
-        forms.discard("ld.global")
+    for plain in _PLAIN_LOADS:
+        if forms - set(_PLAIN_LOADS) and not any(i.opclass == plain for w in hot.values() if w for i in w.body):
+            # tiles arrive by TMA / bulk / cp.async; plain loads outside the hot loops fetch scalars (CUTLASS's
+            # epilogue reads alpha and beta through pointers), not tiles
+            forms.discard(plain)
     add("instruction", "transfer.form", sorted(forms), "set")
     stores = {v for k, v in _STORE.items() if k in classes and k != "atomic"}
     if any(i.opclass == "atomic" and i.opcode != "ATOMS" and not any(m.startswith("shared") for m in i.mods)
@@ -305,7 +312,8 @@ def _instruction(add, insns, hot) -> None:
         stores.add("atomic")  # global atomics and reductions; shared-memory ones (ATOMS) are no result store
     add("instruction", "transfer.store_form", sorted(stores), "set")
     add("instruction", "barrier.ops", sorted(c for c in _BARRIERS if c in classes), "set")
-    for space, ld, st in (("global", "ld.global", "st.global"), ("shared", "ld.shared", "st.shared")):
+    for space, ld, st in (("global", "ld.global", "st.global"), ("generic", "ld.generic", "st.generic"),
+                          ("shared", "ld.shared", "st.shared")):
         add("instruction", f"access.{space}.load_width",
             sorted({access_width(i) for i in insns if i.opclass == ld or (space == "shared" and i.opclass == "ldsm")}),
             "set")

@@ -56,6 +56,8 @@ RULES: tuple[Rule, ...] = (
     Rule("I06", "instruction", "barrier.ops", "rewrite", "the synchronisation protocol (CTA barriers vs mbarriers, async fences) decides what can overlap"),
     Rule("I07", "instruction", "access.global.load_width", "knob", "wider global loads move the same bytes with fewer instructions and transactions"),
     Rule("I08", "instruction", "access.global.store_width", "knob", "wider global stores move the same bytes with fewer instructions and transactions"),
+    Rule("I08b", "instruction", "access.generic.load_width", "knob", "loads through generic addresses (the space resolved at run time): wider ones move the same bytes with fewer instructions"),
+    Rule("I08c", "instruction", "access.generic.store_width", "knob", "stores through generic addresses (the space resolved at run time): wider ones move the same bytes with fewer instructions"),
     Rule("I09", "instruction", "access.async_copy_width", "knob", "cp.async width sets copy instructions per tile"),
     Rule("I10", "instruction", "access.shared.load_width", "knob", "shared-memory access width sets instructions per fragment and bank-conflict exposure"),
     Rule("I11", "instruction", "access.shared.store_width", "knob", "shared-memory access width sets instructions per fragment and bank-conflict exposure"),

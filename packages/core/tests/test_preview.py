@@ -84,3 +84,20 @@ def test_a_tampered_shipped_reference_is_refused_not_used(tmp_path):
     langs = {**host().items("languages"), "pallas": tampered}
     with pytest.raises(BundleError, match="kernel.sass"):
         run_preview(campaign(), tmp_path / "out", "test", lambda line: None, languages=langs)
+
+
+def test_a_lowering_that_lacks_a_python_module_points_at_mosaic_doctor(tmp_path):
+    """Where the Pallas plugin is installed without jax (the Python 3.11 environment), the naive translation's
+    skip names the missing module and where to look; elsewhere the message is left as it is."""
+    from mosaic.run.preview import DOCTOR_HINT, with_doctor_hint
+
+    assert with_doctor_hint("lowering failed: no cutlass/cutlass.h under /x") == "lowering failed: no cutlass/cutlass.h under /x"
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("jax is installed here: the Pallas lowering does not lack it")
+    p = run_preview(campaign(source="cute", target="pallas"), tmp_path, "test: no device", lambda line: None)
+    why = dict(p.skipped)["naive translation"]
+    assert "No module named 'jax'" in why and why.endswith(f"({DOCTOR_HINT})") and "\n" not in why, why

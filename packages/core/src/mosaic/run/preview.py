@@ -183,7 +183,7 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
                                                 f"{res.get('registers', '?')} registers, "
                                                 f"{res.get('spill_stores', '?')} spill stores; budgets checked"))
         else:
-            p.skipped.append(("naive translation", f"lowering {r.status}: {r.message}"))
+            p.skipped.append(("naive translation", with_doctor_hint(f"lowering {r.status}: {r.message}")))
             naive_dest = None
 
     # 4. the diff and 5. the proposer's first edits
@@ -247,6 +247,15 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
     return p
 
 
+DOCTOR_HINT = "`mosaic doctor` says what this environment can build and what to install"
+
+
+def with_doctor_hint(message: str) -> str:
+    """A lowering that failed on a Python module this environment lacks (jax on Python 3.11, quack-kernels where
+    only the Pallas stack is installed) names it; the hint says where the whole picture is."""
+    return f"{message} ({DOCTOR_HINT})" if "No module named" in message else message
+
+
 def _lower_reference_file(c, spec: KernelSpec, gpu, dest: Path, p: Preview, progress) -> dict | None:
     """The campaign's reference kernel file, lowered here into ``dest`` (what the device run captures)."""
     from mosaic.capture import CaptureOptions
@@ -257,7 +266,8 @@ def _lower_reference_file(c, spec: KernelSpec, gpu, dest: Path, p: Preview, prog
     progress(f"reference: the kernel file {kfile.name} ({c.source}), lowering for {gpu.name} in its own process")
     r = capture_file(kfile, spec, gpu.name, dest, CaptureOptions(lower_only=True, timeout=LOWER_TIMEOUT_S))
     if r.status != "lowered" or r.bundle is None:
-        p.skipped.append(("reference", f"the kernel file {kfile.name} did not lower ({r.status}): {r.message}"))
+        p.skipped.append(("reference", with_doctor_hint(f"the kernel file {kfile.name} did not lower ({r.status}): "
+                                                         f"{r.message}")))
         return None
     p.done.append(("reference", f"kernel file {kfile.name} ({c.source}, sha256 {kfile.sha256[:12]}) lowered for "
                                 f"{gpu.name}; its time and noise are measured on the device"))

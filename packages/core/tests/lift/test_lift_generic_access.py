@@ -89,3 +89,11 @@ def test_plain_generic_loads_in_the_loop_are_the_tiles_way_in(tmp_path):
     assert rows[("instruction", "access.generic.load_width")] == [128]
     assert rows[("instruction", "access.generic.store_width")] == [128]
     assert rows[("instruction", "access.global.load_width")] == []
+
+
+def test_quacks_async_store_to_a_cluster_peer_is_the_same_class_in_both_dialects():
+    """quack's sm_90 GEMM stores to a cluster peer's shared memory with st.async (SASS ``STAS.128``), which the SASS
+    table did not know (class None, counted as ``other``); the PTX dialect reads it by its state space."""
+    ptx = ptx_class("st", ("async", "shared::cluster", "mbarrier::complete_tx::bytes", "v4", "s32"))
+    assert ptx == "st.shared"
+    assert sass_class("STAS", ("128",)) == ptx

@@ -23,7 +23,9 @@ SASS_BASE = {
     "ARRIVES": "cp.async.arrive",
     # memory
     "LDG": "ld.global", "STG": "st.global", "LDS": "ld.shared", "STS": "st.shared", "LDSM": "ldsm",
-    "STSM": "stsm", "LDL": "ld.local", "STL": "st.local", "LDC": "ld.const", "ULDC": "ld.const", "LDCU": "ld.const",
+    # STAS: st.async to a cluster peer's shared memory with mbarrier completion (quack's GEMM; PTX
+    # st.async.shared::cluster..., which ptx_class reads as st.shared by its state space)
+    "STSM": "stsm", "STAS": "st.shared", "LDL": "ld.local", "STL": "st.local", "LDC": "ld.const", "ULDC": "ld.const", "LDCU": "ld.const",
     "LD": "ld.generic", "ST": "st.generic", "ATOM": "atomic", "ATOMG": "atomic", "ATOMS": "atomic",
     "RED": "atomic", "REDG": "atomic", "REDUX": "shuffle", "CCTL": "fence", "CCTLL": "fence",
     "LDTM": "tmem", "STTM": "tmem", "UTCBAR": "mbar.arrive", "UTCCP": "tmem", "UTCSHIFT": "tmem",

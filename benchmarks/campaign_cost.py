@@ -56,18 +56,22 @@ def lower_wait_s(bundle: Path) -> float | None:
     if not (run.get("build") or {}).get("ok", True):
         return float(run.get("cost_s", 0.0))  # an unbuildable setting costs its lowering only
     gate = float((m.get("capture") or {}).get("wall_s") or 0.0)
-    t = bundle / "timings.json"
-    sessions = json.loads(t.read_text()).get("sessions", []) if t.is_file() else []
+    from mosaic.bundle import load_bundle
+
+    timings = load_bundle(bundle, verify=False).read_json("timings")  # read through its storage (maybe xz)
+    sessions = (timings or {}).get("sessions", [])
     return max(0.0, float(run.get("cost_s", 0.0)) - gate - sum(float(s.get("wall_s") or 0.0) for s in sessions))
 
 
 def compile_s(bundle: Path) -> float | None:
     """The lowering's own compile seconds (CuTe: ``compile_seconds=`` among ``lowering.json``'s notes): what
     the worker pays again when it compiles the candidate a second time inside the gate."""
-    p = bundle / "lowering.json"
-    if not p.is_file():
+    from mosaic.bundle import load_bundle
+
+    b = load_bundle(bundle, verify=False)
+    if "lowering.json" not in b.manifest["files"]:
         return None
-    for note in json.loads(p.read_text()).get("notes") or []:
+    for note in json.loads(b.read_bytes("lowering.json", "json_bytes")).get("notes") or []:
         if isinstance(note, str) and note.startswith("compile_seconds="):
             return float(note.split("=", 1)[1])
     return None

@@ -83,9 +83,11 @@ def compile_cuda(case: dict, cache: Path) -> Path:
 def artifact(case: dict, cache: Path) -> Path:
     if case["source"] == "cuda":
         return compile_cuda(case, cache)
+    from mosaic.bundle import member_path
+
     path = ROOT / case["artifact"]
     if path.suffix != ".xz":
-        return path
+        return member_path(path)  # a bundle's member, whatever its storage (plain, or packed as NAME.xz)
     out = cache / "xz" / path.with_suffix("").name  # an xz-compressed cubin or PTX, unpacked once
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)

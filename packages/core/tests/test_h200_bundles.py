@@ -3,13 +3,14 @@ machine with no GPU: integrity, the oracle re-decided from stored arrays, the no
 stored per-run times, and lift/diff of real CUTLASS GEMM pairs."""
 
 import json
+import lzma
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from mosaic.bundle import load_bundle, verify_bundle
+from mosaic.bundle import load_bundle, restore, verify_bundle
 from mosaic.oracle import check
 from mosaic.timing import measure_noise
 
@@ -51,7 +52,7 @@ def test_oracle_re_decides_the_small_cutlass_capture(tmp_path):
 
 @pytest.mark.parametrize("name", ["coop-128x256x64-c2x1-4096", "cublas-4096", "pallas-jax-128x128x64-s4"])
 def test_noise_re_derived_from_the_stored_runs(name):
-    timings = json.loads((DATA / f"{name}.bundle" / "timings.json").read_text())
+    timings = load_bundle(DATA / f"{name}.bundle").read_json("timings")
     assert timings["source"] == "cupti"
     blocks = [b["times_ns"] for b in timings["blocks"]]
     noise = measure_noise(blocks)
@@ -74,8 +75,21 @@ def test_cutlass_pair_diff_names_the_planted_knobs():
 def test_a_tampered_capture_is_refused(tmp_path):
     copy = tmp_path / "x.bundle"
     shutil.copytree(DATA / "cublas-4096.bundle", copy)
+    assert load_bundle(copy).file("timings.json").codec == "xz"  # stored compressed; tamper with the stored stream
+    t = load_bundle(copy).read_json("timings")
+    t["time_ns"] *= 0.9  # a "speed-up" edited into the record, recompressed as a careful forger would
+    (copy / "timings.json.xz").write_bytes(lzma.compress(json.dumps(t).encode(), format=lzma.FORMAT_XZ))
+    proc = mosaic("bundle", "verify", str(copy), check=1)
+    assert "timings.json.xz" in proc.stderr
+
+
+def test_a_tampered_plain_capture_is_refused(tmp_path):
+    copy = tmp_path / "x.bundle"
+    shutil.copytree(DATA / "cublas-4096.bundle", copy)
+    restore(copy, compress=False)  # every member plain, as bundles were stored before compression
+    assert (copy / "timings.json").is_file() and not (copy / "timings.json.xz").exists()
     t = json.loads((copy / "timings.json").read_text())
-    t["time_ns"] *= 0.9  # a "speed-up" edited into the record
+    t["time_ns"] *= 0.9
     (copy / "timings.json").write_text(json.dumps(t))
     proc = mosaic("bundle", "verify", str(copy), check=1)
     assert "timings.json" in proc.stderr
@@ -106,6 +120,6 @@ def test_pallas_to_cute_diff_of_real_captures():
 def test_diff_text_shows_each_bundles_measured_time():
     out = mosaic("diff", str(DATA / "coop-128x128x64-c1x2-4096.bundle"),
                  str(DATA / "coop-128x256x64-c2x1-4096.bundle"), check=0).stdout.splitlines()
-    t = json.loads((DATA / "coop-128x256x64-c2x1-4096.bundle" / "timings.json").read_text())
+    t = load_bundle(DATA / "coop-128x256x64-c2x1-4096.bundle").read_json("timings")
     assert out[0].startswith("reference ") and "204.82 us (noise 0.77 us, cupti)" in out[0]
     assert f"{t['time_ns'] / 1e3:.2f} us" in out[1] and out[1].startswith("candidate ")

@@ -13,7 +13,7 @@ import pytest
 from mosaic.run.offline import interruption, redecide
 
 ROOT = Path(__file__).resolve().parents[3]
-TARBALL = ROOT / "results" / "2026-12-01" / "session8" / "cutlass-8192" / "campaign.tar.gz"
+TARBALL = ROOT / "results" / "2026-12-01" / "session8" / "cutlass-8192" / "campaign.tar.xz"
 MOSAIC = [sys.executable, "-c", "from mosaic.cli import main; main()"]
 INTERRUPTED = "interrupted at step 5 (93aad744f83e8e9e: no verdict recorded); not re-decided"
 

@@ -1,5 +1,5 @@
 """Today's knobs proposer on the recorded Pallas -> CuTe 8192^3 bundles (H200, 2026-12-02, session 10;
-results/2026-12-02/session10/cute-8192/campaign.tar.gz), the journal left out: ``mosaic run --offline`` of the
+results/2026-12-02/session10/cute-8192/campaign.tar.xz), the journal left out: ``mosaic run --offline`` of the
 campaign file alone, the proposer asked at every step, each step's times the bundles' own recordings.
 
 The recorded run (not converged at its 270 s wall, 10 timed): persistent=true (rejected, slower), swizzle 2/4/8
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-RECORDED = ROOT / "results" / "2026-12-02" / "session10" / "cute-8192" / "campaign.tar.gz"
+RECORDED = ROOT / "results" / "2026-12-02" / "session10" / "cute-8192" / "campaign.tar.xz"
 MOSAIC = [sys.executable, "-c", "from mosaic.cli import main; main()"]
 FINAL = "ff7494c00e1f462c"  # the recorded run's final incumbent (step 5)
 

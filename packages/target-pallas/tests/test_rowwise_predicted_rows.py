@@ -2,7 +2,7 @@
 ``knobs`` proposer orders its edits by them (``mosaic.proposers.predicted``).
 
 The predictions are checked against the H200: every candidate the session-12 quack rmsnorm -> Pallas campaign built
-(``results/2026-12-02/session12/rmsnorm-campaign/campaign.tgz``) recorded its launch as CUPTI saw it, and the
+(``results/2026-12-02/session12/rmsnorm-campaign/campaign.tar.xz``) recorded its launch as CUPTI saw it, and the
 prediction from the candidate's knobs must read the same bytes and the same grid. The ordering is checked from two
 states of that campaign, with its real rows (quack: 16384 CTAs, 16400 B of dynamic shared memory)."""
 
@@ -23,7 +23,7 @@ from mosaic.run.campaign import Campaign
 from mosaic_target_pallas.rowwise_knobs import ROWWISE_KNOBS, RmsnormKnobs, can_implement
 
 CAMPAIGN = (Path(__file__).resolve().parents[3] / "results" / "2026-12-02" / "session12" / "rmsnorm-campaign" /
-            "campaign.tgz")
+            "campaign.tar.xz")
 SHAPE = {"rows": 16384, "cols": 8192}
 SPEC = KernelSpec(family="rmsnorm", shape=SHAPE, dtype="bf16", language="pallas", knobs={})
 

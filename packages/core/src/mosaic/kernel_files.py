@@ -780,7 +780,7 @@ def _keep_source(root: Path, kfile: KernelFile) -> None:
     b = load_bundle(root)
     if b.find("source"):
         return
-    files = {f.path: (f.role, b.root / f.path) for f in b.files}
+    files = {f.path: (f.role, b.member(f.path)) for f in b.files}
     files[f"source/{kfile.name}"] = ("source", kfile.source)
     save_bundle(root, kernel=b.kernel, language=b.language, files=files, gpu=b.gpu,
                 toolchain=b.manifest.get("toolchain") or {}, overwrite=True,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mosaic.bundle import member_path
 
 TRUTH = Path(__file__).resolve().parent / "corpus" / "truth"
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "benchmarks"))
@@ -33,7 +34,7 @@ def test_corpus_covers_every_source():
     for case in lift_accuracy.load_cases():
         assert case["labels"] and case["build"]
         if case["source"] != "cuda":
-            assert (lift_accuracy.ROOT / case["artifact"]).exists(), case["id"]
+            assert member_path(lift_accuracy.ROOT / case["artifact"]).exists(), case["id"]
 
 
 def test_label_matching_rules():

@@ -12,7 +12,7 @@ from mosaic.lift.inputs import lift_path
 from mosaic.lift.opclass import ptx_class, sass_class
 
 CAMPAIGN = (Path(__file__).resolve().parents[4] / "results" / "2026-12-02" / "session12" / "rmsnorm-campaign" /
-            "campaign.tgz")
+            "campaign.tar.xz")
 INCUMBENT = "h200-quack-rmsnorm-to-pallas/bundles/cand-5f9c7d8af6782f15.bundle"  # its last incumbent (139.04 us)
 
 

@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _corpus import ARTIFACTS  # noqa: E402
 from mosaic.lift.diff import diff_fingerprints  # noqa: E402
+from mosaic.bundle import member_path  # noqa: E402
 from mosaic.lift.inputs import lift_bundle, lift_path  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "h200"
@@ -178,7 +179,7 @@ def test_mbarrier_pairs_cross_check_and_refusal():
     from mosaic.lift.stages import mbarrier_pairs
 
     def pairs(name, file):
-        path = DATA / f"{name}.bundle" / file
+        path = member_path(DATA / f"{name}.bundle" / file)  # stored xz-compressed: read through the bundle
         prog = max(parse_text(path.read_text(), str(path)).values(), key=lambda p: len(p.instructions))
         return mbarrier_pairs(None, prog.instructions)
 

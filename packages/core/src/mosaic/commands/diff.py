@@ -22,7 +22,13 @@ def _measured(path: str) -> str:
     def number(v) -> bool:
         return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
+    from mosaic.bundle import member_path
+
     timings = Path(path) / "timings.json"
+    try:
+        timings = member_path(timings)  # plain, or stored compressed as timings.json.xz
+    except (BadInput, OSError):
+        return ""
     if timings.is_symlink() or not timings.is_file():
         return ""
     try:

@@ -57,11 +57,15 @@ def lift_cubin(path: Path, kernel: str | None, ctx: Context) -> Fingerprint:
 
 
 def lift_path(path: str | os.PathLike, *, kernel: str | None = None, gpu=None) -> Fingerprint:
-    """Lift a cubin, SASS listing, PTX module or bundle directory into a fingerprint."""
+    """Lift a cubin, SASS listing, PTX module or bundle directory into a fingerprint. A member of a bundle named
+    by its path (``X.bundle/kernel.sass``) is read whatever its storage (plain, or compressed as ``kernel.sass.xz``)."""
+    from mosaic.bundle import member_path
+
+    where = str(path)
     p = Path(path)
-    where = str(p)
     if p.is_dir():
         return lift_bundle(p, kernel=kernel, gpu=gpu)
+    p = member_path(p)
     data = limits.read_bytes(p, "text_bytes", where)  # a regular file within the limit; never /dev/zero
     ctx = Context(gpu=gpu, origin=where)
     if data[:4] == ELF_MAGIC:

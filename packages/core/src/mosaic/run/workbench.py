@@ -208,7 +208,7 @@ def update_bundle(root: str | os.PathLike, *, files: Mapping[str, tuple[str, Any
     from mosaic.bundle import load_bundle, save_bundle
 
     b = load_bundle(root)
-    keep = {f.path: (f.role, b.root / f.path) for f in b.files if f.path not in set(drop)}
+    keep = {f.path: (f.role, b.member(f.path)) for f in b.files if f.path not in set(drop)}
     keep.update(dict(files or {}))
     extras = {k: v for k, v in b.manifest.items() if k not in RESERVED}
     extras.update(dict(extra or {}))
@@ -233,7 +233,7 @@ def add_session(root: str | os.PathLike, session: Mapping[str, Any], cost_s: flo
     timings["sessions"] = [*sessions, dict(session)]
     meta = dict(b.manifest["mosaic_run"])
     meta["cost_s"] = round(float(meta.get("cost_s", 0.0)) + cost_s, 3)
-    old = b.one("timings")
-    drop = [old.relative_to(b.root).as_posix()] if old is not None else []
+    old = b.one_file("timings")
+    drop = [old.path] if old is not None else []
     return update_bundle(root, files={"timings.json": ("timings", json.dumps(timings, indent=1))}, drop=drop,
                          extra={"mosaic_run": meta})

@@ -621,7 +621,7 @@ class LiveWorkbench:
                 name = {"capture.log": "gate.log", "timings.json": "timings.json"}.get(f.path, f.path)
                 if f.role in ("outputs", "inputs", "launch", "timings", "log") or f.path in (
                         "oracle.json", "outputs-meta.json", "inputs-meta.json"):
-                    files[name] = (f.role, g.root / f.path)
+                    files[name] = (f.role, g.member(f.path))
         else:
             files["gate.log"] = ("log", f"gate {status}: {r.message}\n--- child output ---\n{r.output[-8000:]}")
         cost = r.wall_s
@@ -714,10 +714,11 @@ class LiveWorkbench:
                    "power_rounds": d.get("power_rounds"),
                    "outputs_sha256": d.get("outputs_sha256"), "wall_s": round(r.wall_s, 3),
                    "isolation": r.isolation}
-        gate_meta = load_bundle(self.dest(kernel.key)).root / "outputs-meta.json"
+        dest_b = load_bundle(self.dest(kernel.key))
         full = self.c.check_shape is None or dict(self.c.check_shape) == dict(kernel.spec.shape)
-        if full and gate_meta.is_file() and d.get("outputs_sha256"):  # the same bits as in the gate's process?
-            gate_sha = {k: v.get("sha256") for k, v in json.loads(gate_meta.read_text()).get("arrays", {}).items()}
+        if full and "outputs-meta.json" in dest_b.manifest["files"] and d.get("outputs_sha256"):  # same bits as the gate?
+            gate_meta = json.loads(dest_b.read_bytes("outputs-meta.json", "json_bytes"))
+            gate_sha = {k: v.get("sha256") for k, v in gate_meta.get("arrays", {}).items()}
             session["same_bits_as_gate"] = gate_sha == d["outputs_sha256"][1]
         before = self.cost(kernel.key)
         add_session(self.dest(kernel.key), session, r.wall_s)

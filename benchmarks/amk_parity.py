@@ -38,7 +38,7 @@ from _device import OneLineParser, add_json, checked, json_path, write_json
 T0 = time.time()
 SHAPE_ORDER = ("smollm2-135m", "llama-3.2-1b", "tinyllama-1.1b", "smollm2-360m")
 CONTROLS = ("static", "batch8", "sdpa8", "self")
-# HF eager generate on the H200, ms per layer per decode step (results/2026-11-30/amk-device-run.json: batch-8
+# HF eager generate on the H200, ms per layer per decode step (results/2026-11-30/amk-device-run.json.xz: batch-8
 # generate 1.2-1.4 incl. the first call's warm-up, time_eager 0.8-0.95)
 MS_PER_LAYER_STEP = 1.2
 

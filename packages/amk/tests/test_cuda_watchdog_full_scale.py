@@ -1,5 +1,5 @@
 """The watchdog and the launch gate at full scale on the GPU (marked ``gpu``; skipped without cupy and a CUDA device),
-the checks the first AMK device runs made (results/2026-11-30/amk-device-run.json, stages ``watchdog``,
+the checks the first AMK device runs made (results/2026-11-30/amk-device-run.json.xz, stages ``watchdog``,
 ``model:smollm2-135m`` ``planted_deadlock_in_model`` and ``cli_generate_check_hf``): the planted two-task deadlock on
 all 132 SMs is rejected by the validator, refused by the launcher without ``unsafe``, forced it trips the watchdog
 with its dump, the abort is sticky, and a valid launch and a torch matmul run right after; one attention wait of a

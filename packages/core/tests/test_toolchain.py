@@ -129,7 +129,10 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("MOSAIC_CACHE_DIR", str(tmp_path))
     assert N.cache_root() == tmp_path
     monkeypatch.delenv("MOSAIC_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     assert N.cache_root() == Path.home() / ".cache" / "mosaic"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert N.cache_root() == tmp_path / "xdg" / "mosaic"
 
 
 def test_build_cached_fills_a_directory_atomically(tmp_path):

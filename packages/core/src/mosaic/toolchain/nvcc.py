@@ -1,10 +1,11 @@
 """nvcc and the hash-keyed build cache its outputs live in.
 
-Builds are slow, so their outputs are kept under ``$MOSAIC_CACHE_DIR`` (default ``~/.cache/mosaic``), one
-directory per build named by :func:`cache_key` of everything that decides the output (sources, flags, the
-toolchain's versions). :func:`build_cached` fills such a directory atomically: the build writes into a
-temporary sibling that is renamed into place once complete, so a crashed or concurrent build never
-leaves a half-written entry.
+Builds are slow, so their outputs are kept in the user cache (:mod:`mosaic.user_cache`: ``$MOSAIC_CACHE_DIR``,
+default ``~/.cache/mosaic``), one directory per build named by :func:`cache_key` of everything that decides the
+output (sources, flags, the toolchain's versions). :func:`build_cached` fills such a directory atomically: the
+build writes into a temporary sibling that is renamed into place once complete, so a crashed or concurrent
+build never leaves a half-written entry. A hit marks the entry used; a new entry trims the cache to its cap
+(``MOSAIC_CACHE_MAX``), least recently used first.
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ from pathlib import Path
 
 import attrs
 
+from mosaic import user_cache
 from mosaic.errors import BadInput
 from mosaic.toolchain.tools import find_tool, require_tool, version_output
 
-CACHE_ENV = "MOSAIC_CACHE_DIR"
+CACHE_ENV = user_cache.ROOT_ENV
 _RELEASE_RE = re.compile(r"release ([\d.]+), V([\d.]+)")
 
 
 def cache_root() -> Path:
-    """``$MOSAIC_CACHE_DIR``, or ``~/.cache/mosaic``: the root every build cache lives under."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "mosaic")
+    """The user cache's root (:func:`mosaic.user_cache.cache_root`: ``$MOSAIC_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/mosaic``, else ``~/.cache/mosaic``): every build cache lives under it."""
+    return user_cache.cache_root()
 
 
 def cache_key(*parts: str | bytes) -> str:
@@ -106,10 +109,12 @@ def build_cached(out: str | os.PathLike, build: Callable[[Path], None], *,
 
     ``build(tmp)`` writes the entry's files into a fresh temporary directory beside ``out``; when it
     returns, the directory replaces ``out`` (unless another process completed ``out`` first). When it
-    raises, nothing is kept. ``force`` rebuilds a complete entry.
+    raises, nothing is kept. ``force`` rebuilds a complete entry. A hit marks ``out`` used; a new entry
+    trims the user cache to its cap, ``out`` kept (:func:`mosaic.user_cache.after_write`).
     """
     out = Path(out)
     if complete(out) and not force:
+        user_cache.touch(out)
         return True
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -120,4 +125,5 @@ def build_cached(out: str | os.PathLike, build: Callable[[Path], None], *,
             os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    user_cache.after_write(out)
     return False

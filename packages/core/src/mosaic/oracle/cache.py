@@ -12,6 +12,10 @@ same for all of them; for a 4096^3 GEMM it costs seconds of CPU per gate. ``Refe
   ``.npy`` per array. An entry is read only when its ``key.json`` equals the key computed now; a mismatch
   (other inputs, another oracle) or an unreadable entry recomputes and replaces it (written to a temporary
   directory, then renamed).
+* **in the user cache** (:mod:`mosaic.user_cache`; the live workbench's root is ``$MOSAIC_CACHE_DIR/oracle``):
+  a hit marks its entry used, and a new entry trims the user cache to its cap (``MOSAIC_CACHE_MAX``, least
+  recently used entry first; never the entry just written). These references are the cache's big entries:
+  2 GiB at 16384 x 8192.
 * **in memory**: the last reference, for a process that gates several kernels (the live workbench's
   persistent worker), under the same full key.
 
@@ -34,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mosaic import user_cache
 from mosaic.oracle.formats import Format, fmt
 from mosaic.oracle.verdict import Expectation
 
@@ -73,6 +78,8 @@ class ReferenceCache:
 
     def __init__(self, root: str | os.PathLike | None):
         self.root = Path(root) if root is not None else None
+        if self.root is not None:
+            user_cache.cache_cap()  # a bad MOSAIC_CACHE_MAX: one line now, not after a reference was computed
         self._memory: tuple[dict, dict[str, Expectation]] | None = None
         self.last: dict | None = None
 
@@ -92,6 +99,7 @@ class ReferenceCache:
         if where is not None:
             got, why = self._read(where, key)
             if got is not None:
+                user_cache.touch(where)
                 self._memory = (key, got)
                 self.last = {"source": "cache-file", **note, "seconds": round(time.monotonic() - t0, 3)}
                 return got
@@ -155,4 +163,8 @@ class ReferenceCache:
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             return f"not stored ({exc})"
+        pruned = user_cache.after_write(where)
+        if pruned is not None and pruned.removed:
+            return (f"stored; the user cache was trimmed to its cap: {len(pruned.removed)} least recently used "
+                    f"entries removed ({user_cache.human(pruned.freed)})")
         return "stored"

@@ -180,8 +180,9 @@ def summary_lines(d: Path) -> list[str]:
 
 
 def tar_campaign(d: Path, dest: Path, limit: int = TAR_LIMIT) -> str:
-    """The campaign directory as a tarball without its .work/ scratch; without PTX (SASS, cubin and logs stay) when it
-    would exceed ``limit`` bytes. Returns a note ('' or what was dropped)."""
+    """The campaign directory as a tarball without an older campaign's .work/ scratch (campaigns now keep it in
+    the user cache); without PTX (SASS, cubin and logs stay) when it would exceed ``limit`` bytes. Returns a note
+    ('' or what was dropped)."""
     def write(drop_ptx: bool) -> None:
         def keep(info):
             parts = Path(info.name).parts

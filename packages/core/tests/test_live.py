@@ -195,14 +195,24 @@ def test_unbuildable_candidate_is_recorded_and_read_back_offline(tmp_path):
     assert off.cost_s == built.cost_s  # one figure, the bundle's, for live and offline
 
 
-def test_prefetched_lowering_is_waited_for_and_moved_into_place(tmp_path):
-    bench = LiveWorkbench(campaign(), tmp_path, progress=lambda line: None)
+def test_prefetched_lowering_is_waited_for_and_moved_into_place(tmp_path, monkeypatch):
+    """The lowering runs in the user cache's scratch and its bundle is moved into the campaign directory, which
+    keeps no scratch; the scratch goes when the workbench closes."""
+    monkeypatch.setenv("MOSAIC_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "campaign"
+    bench = LiveWorkbench(campaign(), out, progress=lambda line: None)
     bad = _cutlass({"kernel_schedule": "pingpong", "epilogue_schedule": "tma-cooperative"})  # CUTLASS-EPILOGUE
     bench.prefetch([bad, Kernel("src", bad.spec, source="// edited")])  # a source edit is never prefetched
     assert list(bench.prefetching) == [bad.key]
+    scratch = bench.work
+    assert scratch.parent == tmp_path / "cache" / "scratch" and (scratch / "prefetch" / bad.key).is_dir()
     built = bench.build(bad)
     assert not built.ok and "CUTLASS-EPILOGUE" in built.reason and not bench.prefetching
-    assert not (tmp_path / ".work" / "prefetch" / bad.key).exists() and Path(built.bundle).is_dir()
+    assert not (scratch / "prefetch" / bad.key).exists() and Path(built.bundle).is_dir()
+    assert Path(built.bundle).parent == out / "bundles"
+    assert sorted(p.name for p in out.iterdir()) == ["bundles"]  # no .work/, no scratch, no cache
+    bench.close()
+    assert not scratch.exists() and list((tmp_path / "cache" / "scratch").iterdir()) == []
 
 
 def test_close_ends_background_lowerings(tmp_path):
@@ -307,7 +317,7 @@ def test_campaign_benchmark_parses_and_its_summary_reads_a_journal(tmp_path):
     (tmp_path / "d" / "report.md").write_text("r")
     assert gc.tar_campaign(tmp_path / "d", tmp_path / "d.tar.gz") == ""
     with tarfile.open(tmp_path / "d.tar.gz") as tar:
-        assert tar.getnames() == ["d", "d/report.md"]  # the .work/ scratch is excluded
+        assert tar.getnames() == ["d", "d/report.md"]  # an older campaign's .work/ scratch is excluded
     src = rf.build_campaign(tmp_path / "c")
     mosaic = str(Path(sys.executable).parent / "mosaic")
     subprocess.run([mosaic, "run", "--offline", str(src), "--out", str(tmp_path / "o"), "--quiet"], check=True,

@@ -190,8 +190,11 @@ def test_a_gate_failed_in_a_reused_worker_is_never_turned_into_a_pass_by_the_ret
 
 
 @pytest.mark.parametrize("isolation", ["worker", "step"])
-def test_gate_records_its_isolation_and_a_failed_gate_gets_a_new_worker(tmp_path, isolation):
-    """No GPU here: the gate fails for real (torch has no CUDA); recorded, and offline reads the verdict."""
+def test_gate_records_its_isolation_and_a_failed_gate_gets_a_new_worker(tmp_path, isolation, monkeypatch):
+    """No GPU here: the gate fails for real (torch has no CUDA); recorded, and offline reads the verdict. The gate's
+    scratch is in the user cache, removed at close: the campaign directory keeps bundles and worker logs only."""
+    cache = tmp_path.parent / f"{tmp_path.name}-cache"
+    monkeypatch.setenv("MOSAIC_CACHE_DIR", str(cache))
     bench = LiveWorkbench(campaign(isolation=isolation), tmp_path, progress=lambda line: None)
     pids = []
     try:
@@ -206,10 +209,15 @@ def test_gate_records_its_isolation_and_a_failed_gate_gets_a_new_worker(tmp_path
             assert iso["mode"] == isolation and iso["request"] == 1 and cap["summary"]["numerics_pass"] is False
             pids.append(iso["pid"])
             assert bench._gate_note.startswith(f"{cap['wall_s']:.1f} s, ")
+            assert bench.work.parent == cache / "scratch"
     finally:
         bench.close()
     assert pids[0] != pids[1] and all(_gone(p) for p in pids)
+    assert list((cache / "scratch").iterdir()) == []  # the scratch went with the workbench
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["bundles", "logs"] if isolation == "worker" else ["bundles"])
     if isolation == "worker":
+        logs = {p.name for p in (tmp_path / "logs").iterdir()}  # (a replacement worker starts before it is asked)
+        assert {"worker-1.log", "worker-2.log"} <= logs and all(n.startswith("worker-") for n in logs)
         assert [r["pid"] for r in bench.workers.retired[:2]] == pids
         assert all("the gate ended 'failed'" in r["why"] for r in bench.workers.retired[:2])
     from mosaic.bundle import save_bundle

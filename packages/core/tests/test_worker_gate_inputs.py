@@ -87,5 +87,8 @@ def test_the_campaigns_oracle_cache_is_under_the_cache_root(tmp_path, monkeypatc
     try:
         assert bench.oracle_cache == tmp_path / "cache" / "oracle"
         assert (tmp_path / "campaign") not in bench.oracle_cache.parents
+        scratch = bench.work  # and so is the scratch: lowerings in flight and gate bundles
+        assert scratch.parent == tmp_path / "cache" / "scratch" and (tmp_path / "campaign") not in scratch.parents
     finally:
         bench.close()
+    assert not scratch.exists() and not (tmp_path / "campaign" / ".work").exists()

@@ -10,7 +10,10 @@ Split by process:
 
 ``mosaic run`` asks a :class:`~mosaic.run.workbench.Workbench`; this one answers on the device and leaves, for
 every kernel it touched, a bundle in ``DIR/bundles`` in exactly the layout :class:`~mosaic.run.offline.
-OfflineWorkbench` reads, so ``mosaic run --offline DIR`` re-decides the campaign from them.
+OfflineWorkbench` reads, so ``mosaic run --offline DIR`` re-decides the campaign from them. Nothing else it
+writes stays in ``DIR`` but the worker's output (``DIR/logs/worker-N.log``): lowerings in flight and gate
+bundles go to a scratch directory in the user cache (``$MOSAIC_CACHE_DIR/scratch/<campaign>-<slot>-<pid>/``,
+:func:`mosaic.user_cache.make_scratch`), removed when the workbench closes.
 
 * **Reference** (``capture_reference``): :func:`mosaic.capture.capture` in its own process with a timeout;
   noise from ``noise_blocks / 2`` interleaved self-pairs of blocks (what capture records). When the

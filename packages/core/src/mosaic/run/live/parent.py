@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from mosaic import user_cache
 from mosaic.errors import BadInput, MosaicError
 from mosaic.families import first_yardstick  # a library call, no lowering
 from mosaic.kernel_files import captured_file_source
@@ -184,9 +185,12 @@ class LiveWorkbench:
         self.dir = Path(out)
         self.bundles = self.dir / "bundles"
         # slot: which GPU of a several-GPU campaign (the Ray executor); 0 is the primary. Another slot keeps its
-        # own work files and reference bundle (reference-gpu<slot>.bundle) and captures no yardstick
+        # own scratch, worker logs and reference bundle (reference-gpu<slot>.bundle) and captures no yardstick
         self.slot = int(slot)
-        self.work = self.dir / ".work" / (f"gpu-{self.slot}" if self.slot else "")
+        # scratch (lowerings in flight, gate bundles) lives in the user cache, never in the campaign directory
+        # (one reverse campaign left 1.6 GB of it there): made on first use, removed by close()
+        self._scratch: Path | None = None
+        user_cache.cache_cap()  # a bad MOSAIC_CACHE_MAX: one line before the campaign starts
         self.progress = progress or (lambda line: None)
         # the long waits (lowerings, gates, timing sessions) shown on stderr while they last (mosaic.progress.Wait;
         # wait_options: its display options); off with --quiet (no progress), and in a Ray actor (the driver shows them)
@@ -203,10 +207,10 @@ class LiveWorkbench:
         self.isolation = getattr(campaign, "isolation", "worker")
         # the float64 reference, computed once per problem: under the cache root, not the campaign directory (a
         # 16384 x 8192 one is 2 GiB); its key is verified on every read, so campaigns and --resume share it
-        from mosaic.toolchain.nvcc import cache_root
-
-        self.oracle_cache = cache_root() / "oracle"
-        self.workers = Workers(self.work / "workers", self.python, argv=worker_argv)
+        self.oracle_cache = user_cache.cache_root() / "oracle"
+        # the worker's output, the one thing of the run a user may want to read afterwards: DIR/logs/worker-N.log
+        self.workers = Workers(self.dir / "logs" / (f"gpu-{self.slot}" if self.slot else ""), self.python,
+                               argv=worker_argv)
         self.checked: dict[str, Checked] = {}
         self.yard_blocks: tuple | None = None
         self.prefetching: dict[str, tuple[subprocess.Popen, Path, Path, float]] = {}
@@ -217,6 +221,13 @@ class LiveWorkbench:
         atexit.register(self.close)
 
     # -- helpers --------------------------------------------------------------------------------------------
+    @property
+    def work(self) -> Path:
+        """This workbench's scratch directory under the user cache (:func:`mosaic.user_cache.make_scratch`)."""
+        if self._scratch is None or not self._scratch.is_dir():
+            self._scratch = user_cache.make_scratch(self.dir, f"gpu{self.slot}")
+        return self._scratch
+
     @property
     def gpu(self):
         if self._gpu is None:
@@ -306,6 +317,8 @@ class LiveWorkbench:
                 proc.wait()
         self.prefetching.clear()
         self.workers.close()
+        scratch, self._scratch = self._scratch, None
+        user_cache.remove_scratch(scratch)
 
     def _waiting(self, desc: str, limit_s: float | None = None, why: str = "", note: str = "",
                  since: float | None = None):
@@ -512,7 +525,7 @@ class LiveWorkbench:
                 if dest.exists():
                     shutil.rmtree(dest)
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(out, dest)
+                shutil.move(out, dest)  # the scratch and the campaign directory may be on different file systems
                 shutil.rmtree(out.parent, ignore_errors=True)
                 return data["status"], data.get("message", ""), load_bundle(dest).manifest.get("capture") or {}
             shutil.rmtree(out.parent, ignore_errors=True)  # the prefetch died: lower here instead

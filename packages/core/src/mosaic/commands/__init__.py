@@ -7,6 +7,7 @@ imported inside its function, so ``mosaic --help`` stays light.
 from __future__ import annotations
 
 from mosaic.commands.bundle import bundle
+from mosaic.commands.cache import cache
 from mosaic.commands.capture import capture
 from mosaic.commands.catalog import catalog_cmd
 from mosaic.commands.check import check
@@ -19,4 +20,4 @@ from mosaic.commands.mcp import mcp
 from mosaic.commands.plugins import plugins
 from mosaic.commands.run import run
 
-VERBS = (plugins, gpus, families, bundle, catalog_cmd, lift, diff, check, capture, run, doctor, mcp)
+VERBS = (plugins, gpus, families, bundle, catalog_cmd, lift, diff, check, capture, run, doctor, mcp, cache)

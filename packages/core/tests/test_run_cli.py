@@ -28,8 +28,11 @@ def test_live_run_without_a_gpu_runs_the_preview_and_says_what_it_skipped(tmp_pa
     done = mosaic("--source", "pallas", "--target", "cute", "--family", "gemm", "--shape", "4096x4096x4096",
                   "--dtype", "bf16", "--out", str(tmp_path / "d"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.splitlines()[0].startswith("no GPU here") and "Traceback" not in done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("no GPU here: running what needs none, gpu: h200 (default; no GPU visible: "), first
+    assert first.endswith("); a full campaign needs a CUDA device") and "Traceback" not in done.stderr
     data = json.loads((tmp_path / "d" / "preview.json").read_text())
+    assert data["gpu"] == "h200" and data["gpu_provenance"].startswith("default; no GPU visible: ")
     skipped = {s["step"]: s["why"] for s in data["skipped"]}
     for step in ("reference capture", "numerics gate", "timing", "acceptance", "yardstick"):
         assert skipped[step].endswith("needs a CUDA device")

@@ -25,7 +25,9 @@ def _is_bundle(path: Path) -> bool:
 @click.option("--shape", required=True, help="Problem shape: MxNxK for gemm (or m=..,n=..,k=..).")
 @click.option("--dtype", required=True, help="Input/output format, e.g. bf16.")
 @click.option("--knob", "knobs", multiple=True, help="A knob as name=value (repeatable).")
-@click.option("--gpu", default="h200", show_default=True, help="GPU record to lower for and run on.")
+@click.option("--gpu", default=None,
+              help="GPU record to lower for and run on (mosaic gpus); default: the detected device's record, h200 "
+                   "without a GPU. With --lower-only any record may be named; otherwise it must be the device's.")
 @click.option("--lower-only", is_flag=True, help="Lower only (no GPU needed): PTX, SASS, ptxas log.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(file_okay=False), help="X.bundle to write.")
 @click.option("--timeout", default=1800.0, show_default=True, help="Seconds before the capture process is killed.")
@@ -47,6 +49,7 @@ def capture(language, family, kernel_file, shape, dtype, knobs, gpu, lower_only,
     from mosaic.capture import CaptureOptions, parse_knobs, parse_shape
     from mosaic.capture import capture as run_capture
     from mosaic.errors import BadInput
+    from mosaic.gpus import resolve_gpu
     from mosaic.plugins import host
     from mosaic.records import KernelSpec
 
@@ -70,14 +73,15 @@ def capture(language, family, kernel_file, shape, dtype, knobs, gpu, lower_only,
         find_ncu()  # none: one line, before anything is built
     h = host()
     lang = h.get("languages", language)
-    h.get("gpus", gpu)
+    choice = resolve_gpu(gpu, on_device=not lower_only)  # a lowering only may target any record
+    gpu = choice.name
     if kernel_file is not None:
         opts = CaptureOptions(lower_only=lower_only, timeout=timeout, seed=seed, values=values, runs=runs,
                               blocks=blocks)
         result, kfile = _capture_file(kernel_file, language, family, shape, dtype, knobs, gpu, lower_only, out,
                                       name, values, opts)
         _profile(result, profile, gpu, opts, kfile)
-        _show(result, lower_only, as_json)
+        _show(result, lower_only, as_json, choice)
         return
     if family not in lang.families:
         raise BadInput(f"language '{language}' builds no family '{family}'; it builds: "
@@ -104,7 +108,7 @@ def capture(language, family, kernel_file, shape, dtype, knobs, gpu, lower_only,
     opts = CaptureOptions(lower_only=lower_only, timeout=timeout, seed=seed, values=values, runs=runs, blocks=blocks)
     result = run_capture(spec, gpu, out, opts)
     _profile(result, profile, gpu, opts, None)
-    _show(result, lower_only, as_json)
+    _show(result, lower_only, as_json, choice)
 
 
 def _profile(result, profile: bool, gpu: str, opts, kfile) -> None:
@@ -154,11 +158,14 @@ def _capture_file(path, language, family, shape, dtype, knobs, gpu, lower_only, 
     return result, kfile
 
 
-def _show(result, lower_only: bool, as_json: bool) -> None:
+def _show(result, lower_only: bool, as_json: bool, choice) -> None:
+    """The result; its first line (or its JSON) names the GPU record and why it is that one."""
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(json.dumps({**result.to_json(), "gpu": choice.name, "gpu_provenance": choice.provenance},
+                              indent=2))
     else:
-        click.echo(f"{result.status}: {result.bundle}" + (f" ({result.message})" if result.message else ""))
+        click.echo(f"{result.status}: {result.bundle} for gpu {choice.line()}"
+                   + (f" ({result.message})" if result.message else ""))
         s = result.summary
         if s.get("profile"):
             p = s["profile"]

@@ -25,6 +25,7 @@ from pathlib import Path
 import click
 
 from mosaic.errors import BadInput
+from mosaic.gpus import resolve_gpu
 
 
 def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer, command,
@@ -47,6 +48,18 @@ def _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget
         if value is not None:
             data[name] = str(Path(value).resolve())
     return Campaign.from_json(data, "mosaic run")
+
+
+def _gpu_of_file(campaign, path: Path, flag: str | None):
+    """The GPU record of a run from a campaign file: ``--gpu``, else the file's ``gpu``, else the detected device's
+    (:func:`mosaic.gpus.resolve_gpu`)."""
+    from mosaic.tomlfile import read_toml
+
+    if flag is not None:
+        return resolve_gpu(flag)
+    if "gpu" in read_toml(path):
+        return resolve_gpu(campaign.gpu, where=f"gpu in {path}")
+    return resolve_gpu(None)
 
 
 def _summary(out: Path, outcome, rep: dict | None = None) -> None:
@@ -176,14 +189,18 @@ def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_comm
     return 0
 
 
-def _preview(campaign, out: Path, why: str, quiet: bool) -> int:
+def _preview(campaign, out: Path, why: str, quiet: bool, choice) -> int:
     """No GPU: the steps that need none (mosaic.run.preview), and a plain list of those skipped."""
     from mosaic.run.loop import stderr_progress
     from mosaic.run.preview import run_preview
 
-    click.echo(f"no GPU here ({why}): running what needs none; a full campaign needs a CUDA device", err=True)
+    # a default record carries the reason in its provenance; a named one does not
+    head = "no GPU here" if choice.how == "default" else f"no GPU here ({why})"
+    click.echo(f"{head}: running what needs none, gpu: {choice.line()}; a full campaign needs a CUDA device",
+               err=True)
     out.mkdir(parents=True, exist_ok=True)
-    p = run_preview(campaign, out, why, (lambda line: None) if quiet else stderr_progress)
+    p = run_preview(campaign, out, why, (lambda line: None) if quiet else stderr_progress,
+                    gpu_provenance=choice.provenance)
     click.echo((out / "preview.md").read_text(), nl=False)
     click.echo(f"preview: {out / 'preview.md'}  {out / 'preview.json'}"
                f" ({len(p.done)} steps done, {len(p.skipped)} skipped)")
@@ -256,7 +273,9 @@ def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local
 @click.option("--family", help="Kernel family (gemm, ...).")
 @click.option("--shape", help="Problem shape, e.g. 4096x4096x4096 (m x n x k for gemm).")
 @click.option("--dtype", help="Input dtype (bf16, f16, ...).")
-@click.option("--gpu", default=None, help="GPU record (mosaic gpus); default h200.")
+@click.option("--gpu", default=None,
+              help="GPU record (mosaic gpus); default: the detected device's record, h200 without a GPU (the "
+                   "preview). A record that is not the device's is refused.")
 @click.option("--beam", type=int, default=None, help="Beam width (default 3).")
 @click.option("--budget-min", type=float, default=None, help="Device minutes (default 10).")
 @click.option("--max-candidates", type=int, default=None, help="Timed candidates (default 40).")
@@ -312,13 +331,19 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
                            "keys reference = ... and start = ...", "--reference" if reference_file else "--start")
 
         campaign = load_campaign(campaign_file)
+        choice = _gpu_of_file(campaign, campaign_file, gpu)
+        changes = {"gpu": choice.name} if choice.name != campaign.gpu else {}
         if isolation is not None:  # the flag overrides the file's setting
+            changes["isolation"] = isolation
+        if changes:
             from mosaic.run.campaign import Campaign
 
-            campaign = Campaign.from_json({**campaign.to_json(), "isolation": isolation}, "--isolation")
+            campaign = Campaign.from_json({**campaign.to_json(), **changes},
+                                          "--isolation" if isolation is not None else "--gpu")
     else:
-        campaign = _campaign_from_flags(source, target, family, shape, dtype, gpu, beam, budget_min, proposer,
-                                        command, max_candidates, isolation, reference_file, start_file)
+        choice = resolve_gpu(gpu)
+        campaign = _campaign_from_flags(source, target, family, shape, dtype, choice.name, beam, budget_min,
+                                        proposer, command, max_candidates, isolation, reference_file, start_file)
     _check_known(campaign, str(campaign_file) if campaign_file is not None else None)
     from mosaic.run.journal import Journal
 
@@ -329,10 +354,15 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
 
     with campaign_lock(out):
         Journal.create(out)  # refuses a directory that holds a journal: before the GPU is even asked
+        if choice.device is not None and not quiet:  # without one, the preview's first line says the record
+            from mosaic.run.loop import stderr_progress
+
+            stderr_progress(f"campaign {campaign.source} -> {campaign.target}, {campaign.family} {campaign.problem} "
+                            f"{campaign.dtype}; gpu: {choice.line()}")
         try:
             bench = _live_bench(campaign, out, quiet, executor, ray_address, gpus)
         except NoGpu as exc:
-            return _preview(campaign, out, getattr(exc, 'reason', exc.what), quiet)
+            return _preview(campaign, out, getattr(exc, 'reason', exc.what), quiet, choice)
         reports = foreign_reports(out)
         if reports and not force:
             bench.close()
@@ -342,6 +372,7 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
         (out / "campaign.json").write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
         from mosaic.run.loop import run_campaign
 
-        outcome = run_campaign(campaign, bench, journal, quiet=quiet, header={"executor": executor, "gpus": gpus})
+        outcome = run_campaign(campaign, bench, journal, quiet=quiet,
+                               header={"executor": executor, "gpus": gpus, "gpu_provenance": choice.provenance})
         _summary(out, outcome)
     return 0

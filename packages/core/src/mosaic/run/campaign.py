@@ -9,7 +9,7 @@ Built from the ``mosaic run`` flags or from a TOML file (``mosaic run campaign.t
     family = "gemm"
     shape = "4096x4096x4096"     # or a table: shape = {m = 4096, n = 4096, k = 4096}
     dtype = "bf16"
-    gpu = "h200"
+    gpu = "h200"                 # optional; left out, `mosaic run` uses the detected device's record (mosaic gpus)
     beam = 3
     budget_min = 10.0            # device minutes
     max_candidates = 40          # timed candidates
@@ -43,6 +43,7 @@ import attrs
 from mosaic.errors import BadInput, RecordError
 from mosaic.families import parse_shape
 from mosaic.fields import fail, name_field, one_of, positive
+from mosaic.gpus import DEFAULT_GPU
 from mosaic.records import DTYPES
 from mosaic.tomlfile import read_toml
 
@@ -92,7 +93,8 @@ class Campaign:
     family: str = attrs.field(validator=name_field)
     shape: Mapping = attrs.field(converter=dict)
     dtype: str = attrs.field(validator=one_of(*DTYPES))
-    gpu: str = attrs.field(default="h200", validator=name_field)
+    # a record built without one (tests, tools) gets DEFAULT_GPU; `mosaic run` always names the resolved record
+    gpu: str = attrs.field(default=DEFAULT_GPU, validator=name_field)
     beam: int = attrs.field(default=3, validator=_positive_int)
     budget_min: float = attrs.field(default=10.0, validator=_finite_positive)
     max_candidates: int = attrs.field(default=40, validator=_positive_int)

@@ -73,6 +73,7 @@ class Preview:
     campaign: Any
     gpu: Any
     why_no_gpu: str
+    gpu_provenance: str = ""              # why this record (mosaic.gpus.resolve_gpu): "default; no GPU visible: ..."
     done: list = attrs.Factory(list)      # (step, what)
     skipped: list = attrs.Factory(list)   # (step, why)
     reference: dict | None = None
@@ -83,7 +84,8 @@ class Preview:
 
     def to_json(self) -> dict:
         return {"format": FORMAT, "version": 1, "campaign": self.campaign.to_json(), "gpu": self.gpu.name,
-                "no_gpu": self.why_no_gpu, "done": [{"step": s, "what": w} for s, w in self.done],
+                "gpu_provenance": self.gpu_provenance, "no_gpu": self.why_no_gpu,
+                "done": [{"step": s, "what": w} for s, w in self.done],
                 "skipped": [{"step": s, "why": w} for s, w in self.skipped], "reference": self.reference,
                 "naive": self.naive, "layers": self.layers, "rows": self.rows, "edits": self.edits}
 
@@ -98,8 +100,9 @@ def _edit_label(edit: dict | None) -> str:
 
 
 def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], None],
-                languages: Mapping | None = None) -> Preview:
-    """``languages``: name -> Language (default: the installed plugins')."""
+                languages: Mapping | None = None, gpu_provenance: str = "") -> Preview:
+    """``languages``: name -> Language (default: the installed plugins'). ``gpu_provenance``: why the campaign's
+    GPU record is the one it is (:meth:`mosaic.gpus.GpuChoice.provenance`), shown with the record."""
     from mosaic.bundle import load_bundle
     from mosaic.capture import CaptureOptions, capture
     from mosaic.errors import BadInput
@@ -113,9 +116,10 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
 
     c = campaign
     gpu, knob_cls, catalog = campaign_tools(c)
-    p = Preview(c, gpu, why_no_gpu)
+    p = Preview(c, gpu, why_no_gpu, gpu_provenance)
+    how = f"; {gpu_provenance}" if gpu_provenance else ""
     p.done.append(("campaign", f"{c.source} -> {c.target}, {c.family} {c.problem} {c.dtype}, GPU record {gpu.name} "
-                               f"({gpu.arch}, {gpu.sm_count} SMs)"))
+                               f"({gpu.arch}, {gpu.sm_count} SMs{how})"))
     langs = dict(languages) if languages is not None else host().items("languages")
     bundles = out / "bundles"
     bundles.mkdir(parents=True, exist_ok=True)

@@ -158,6 +158,7 @@ def build_report(events: list[dict]) -> dict:
     return {
         "format": "mosaic-run-report", "version": 1,
         "campaign": head.get("campaign"), "gpu": (head.get("gpu") or {}).get("name"),
+        "gpu_provenance": head.get("gpu_provenance"),  # why that record (mosaic.gpus.resolve_gpu); None: older journals
         "workbench": head.get("workbench"), "proposer": head.get("proposer"),
         "executor": head.get("executor"), "gpus": _gpus_of(events),
         "reference": None if ref is None else {"time_ns": ref["time_ns"], "noise": noise, "floor_ns": ref["floor_ns"]},

@@ -759,7 +759,8 @@ def open_live_workbench(campaign, out: Path, progress: Callable[[str], None] | N
     matched = [d.target.name for d in detection.devices if d.target is not None]
     if campaign.gpu not in matched:
         seen = ", ".join(f"{d.name} (record {d.target.name if d.target else 'none'})" for d in detection.devices)
-        raise BadInput(f"the campaign names GPU record '{campaign.gpu}' but this machine has {seen}", "--gpu")
+        raise BadInput(f"the campaign names GPU record '{campaign.gpu}' but this machine has {seen}; a live run "
+                       "needs the device's own record (see mosaic gpus)", "--gpu")
     langs = host().items("languages")
     for flag, name in (("--source", campaign.source), ("--target", campaign.target)):
         if name not in langs or langs[name].backend is None:

@@ -36,7 +36,9 @@ def test_generate_text_prompt_is_encoded_and_the_output_decoded(smollm2_checkpoi
     assert out[2] == "hf eager: 7042,30,198,198" and out[3].startswith("check-hf: match")
     run_ok(["amk", "generate", "--model", str(smollm2_checkpoint), "--prompt-ids", "504,3575,282,4649,314",
           "--tokens", "4", "--json"])
-    assert json.loads(capsys.readouterr().out) == {"tokens": [7042, 30, 198, 198]}  # ids in, ids out
+    got = json.loads(capsys.readouterr().out)
+    assert got["tokens"] == [7042, 30, 198, 198]  # ids in, ids out: no text, only the record it lowered for
+    assert set(got) == {"tokens", "gpu", "gpu_provenance"}
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 
 import click
 
+from mosaic_amk import gpu_option
+
 
 @click.group("amk")
 def amk() -> None:
@@ -9,19 +11,15 @@ def amk() -> None:
 
 
 # ---- lower / generate (importer, lowering, ReferenceVM) -------------------------------------------------
-def _gpu_and_config(gpu_name: str, config_path: str | None):
-    from mosaic.plugins import host
-
-    from mosaic_amk.config import load_config
-
-    gpu = host().get("gpus", gpu_name)
-    return gpu, load_config(config_path).for_gpu(gpu)
+def _gpu_and_config(gpu_name: str | None, config_path: str | None):
+    """The record and config of a command that lowers or runs the ReferenceVM (CPU): any named record is taken."""
+    return gpu_option.gpu_config(gpu_name, config_path, on_device=False)
 
 
 @amk.command("lower")
 @click.option("--model", "model_dir", required=True, type=click.Path(path_type=str), help="HF checkpoint dir.")
 @click.option("--config", "config_path", type=click.Path(path_type=str), help="ScheduleConfig TOML.")
-@click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
+@gpu_option.option
 @click.option("--position", default=0, show_default=True, type=click.IntRange(min=0), help="Decode position.")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str), help="Schedule JSON to write.")
 def lower_cmd(model_dir: str, config_path: str | None, gpu_name: str, position: int, output: str) -> None:
@@ -32,12 +30,13 @@ def lower_cmd(model_dir: str, config_path: str | None, gpu_name: str, position: 
     from mosaic_amk.lowering import lower
     from mosaic_amk.validate import validate
 
-    gpu, config = _gpu_and_config(gpu_name, config_path)
+    gpu, config, choice = _gpu_and_config(gpu_name, config_path)
     schedule = lower(import_checkpoint(model_dir), config, gpu, position)
     result = validate(schedule)
     if result.diagnostics:
         raise CheckFailed(f"lowering produced an unsafe schedule; {output} not written", list(result.diagnostics))
     schedule.save(output)
+    gpu_option.announce(choice)
     click.echo(f"wrote {output}: {len(schedule.tasks)} tasks, {len(schedule.buffers)} buffers, "
                f"{schedule.num_counters} counters on {schedule.num_sms} SMs (validated: safe)")
 
@@ -51,7 +50,7 @@ def lower_cmd(model_dir: str, config_path: str | None, gpu_name: str, position: 
 @click.option("--vm", type=click.Choice(["reference", "cuda"]), default="reference", show_default=True)
 @click.option("--check-hf", is_flag=True, help="Compare with transformers' eager greedy generate (float32, CPU).")
 @click.option("--config", "config_path", type=click.Path(path_type=str), help="ScheduleConfig TOML.")
-@click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
+@gpu_option.option
 @click.option("--interleave", type=click.Choice(["list", "random", "priority", "pct"]), default="list",
               show_default=True, help="Task order: list order, or seeded legal interleavings of the SM queues.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of --interleave.")
@@ -87,7 +86,7 @@ def generate_cmd(model_dir: str, prompt: str | None, prompt_ids: str | None, cha
             click.echo(f"prompt ids: {','.join(map(str, ids))}", err=True)
         return generate_cuda(model_dir, ",".join(map(str, ids)), n_tokens, check_hf, config_path, gpu_name,
                              as_json, unsafe, tokenizer=tokenizer)
-    gpu, config = _gpu_and_config(gpu_name, config_path)
+    gpu, config, choice = _gpu_and_config(gpu_name, config_path)
     spec = import_checkpoint(model_dir)
     bad = [t for t in ids if not 0 <= t < spec.vocab_size]
     if bad:
@@ -103,9 +102,11 @@ def generate_cmd(model_dir: str, prompt: str | None, prompt_ids: str | None, cha
         from mosaic_amk.parity import compare, hf_greedy
 
         result = compare(tokens, logits, *hf_greedy(model_dir, ids, n_tokens))
+    gpu_option.announce(choice, as_json)
     if as_json:
         text = {"prompt_ids": ids, "text": decode(tokenizer, tokens)} if tokenizer is not None else {}
-        click.echo(json.dumps({"tokens": tokens, **text, **({"check_hf": result.to_json()} if result else {})}))
+        click.echo(json.dumps({"tokens": tokens, **text, **({"check_hf": result.to_json()} if result else {}),
+                               **gpu_option.json_fields(choice)}))
     else:
         click.echo(",".join(map(str, tokens)))
         if tokenizer is not None:
@@ -169,7 +170,7 @@ def quantize_cmd(model_dir: str, output: str, dequantized: str | None) -> None:
               help="reference: the ReferenceVM, checked against HF (criterion 3); hf: HF eager float32 only.")
 @click.option("--max-tokens", type=click.IntRange(min=2), help="Score only the text's first N tokens.")
 @click.option("--config", "config_path", type=click.Path(path_type=str), help="ScheduleConfig TOML.")
-@click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
+@gpu_option.option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--weights", "weights_path", type=click.Path(path_type=str),
               help="The ReferenceVM runs these weights instead (a .gguf file's own Q8_0/Q4_1 blocks, or an int8 "
@@ -199,10 +200,11 @@ def perplexity_cmd(model_dir: str, text_path: str | None, vm: str, max_tokens: i
         return
     from mosaic_amk.importer import import_checkpoint
 
-    gpu, config = _gpu_and_config(gpu_name, config_path)
+    gpu, config, choice = _gpu_and_config(gpu_name, config_path)
     check = PerplexityCheck(vm_perplexity(import_checkpoint(weights_path or model_dir), ids, config, gpu), hf)
+    gpu_option.announce(choice, as_json)
     if as_json:
-        click.echo(json.dumps(check.to_json()))
+        click.echo(json.dumps({**check.to_json(), **gpu_option.json_fields(choice)}))
     else:
         click.echo(f"hf eager float32:     perplexity {hf.ppl:.6f} over {hf.tokens} tokens ({hf.seconds:.1f} s)")
         click.echo(f"reference vm float32: perplexity {check.vm.ppl:.6f} over {check.vm.tokens} tokens "
@@ -226,7 +228,7 @@ def perplexity_cmd(model_dir: str, text_path: str | None, vm: str, max_tokens: i
               help="The first N of the 8 fixed parity prompts (parity.PARITY_PROMPTS).")
 @click.option("--tokens", "n_tokens", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--config", "config_path", type=click.Path(path_type=str), help="ScheduleConfig TOML.")
-@click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
+@gpu_option.option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--weights", "weights_path", type=click.Path(path_type=str),
               help="The VM runs these weights instead (a .gguf file's own Q8_0/Q4_1 blocks, or an int8 weight-only "
@@ -251,18 +253,20 @@ def parity_cmd(model_dir: str, criterion: str, vm: str, n_prompts: int, n_tokens
         from mosaic_amk.cuda.cuda_vm import CudaVM
         from mosaic_amk.cuda.launcher import _cupy
 
-        gpu, config = _gpu_config(gpu_name, config_path)
+        gpu, config, choice = _gpu_config(gpu_name, config_path)
         _cupy()
         cuda_vm = CudaVM(native or import_checkpoint(model_dir), config, gpu, mode="f32", max_positions=256 + n_tokens)
         vm_generate = cuda_vm.generate
     else:
-        gpu, config = _gpu_and_config(gpu_name, config_path)
+        gpu, config, choice = _gpu_and_config(gpu_name, config_path)
         if native is not None:
             from mosaic_amk.reference_vm import ReferenceVM
 
             vm_generate = ReferenceVM(native, config, gpu).generate
     result = float32_parity(model_dir, PARITY_PROMPTS[:n_prompts], n_tokens, config, gpu, vm_generate)
-    click.echo(json.dumps(result.to_json()) if as_json else result.table() + f"\nseconds: {result.seconds}")
+    gpu_option.announce(choice, as_json)
+    click.echo(json.dumps({**result.to_json(), **gpu_option.json_fields(choice)}) if as_json else
+               result.table() + f"\nseconds: {result.seconds}")
     if not result.ok:
         bad = [r for r in result.rows if not r.result.ok]
         raise CheckFailed("reference VM float32 greedy tokens differ from HF eager float32", [Diagnostic(
@@ -285,9 +289,9 @@ def _bf16_parity(model_dir: str, prompts, n_tokens: int, config_path: str | None
     from mosaic_amk.cuda.launcher import _cupy
     from mosaic_amk.text import encode, load_tokenizer
 
+    gpu, config, choice = _gpu_config(gpu_name, config_path)
     tokenizer = load_tokenizer(model_dir, hint="the parity prompts are text")
     ids = [encode(tokenizer, p) for p in prompts]
-    gpu, config = _gpu_config(gpu_name, config_path)
     _cupy()  # one clear line when there is no GPU, before loading anything
     model = hf_gpu.load_bf16(model_dir)
     spec = hf_gpu.spec_of(model)
@@ -298,7 +302,8 @@ def _bf16_parity(model_dir: str, prompts, n_tokens: int, config_path: str | None
     verdict = hf_variants.bf16_criterion(model, ids, n_tokens, vm.forced)
     if not verdict.positions:
         raise BadInput("bf16 parity compared no position")
-    click.echo(json.dumps(verdict.to_json()) if as_json else verdict.line())
+    gpu_option.announce(choice, as_json)
+    click.echo(json.dumps({**verdict.to_json(), **gpu_option.json_fields(choice)}) if as_json else verdict.line())
     if not verdict.ok:
         raise CheckFailed("CUDA VM bf16 disagrees decisively with HF eager bf16", [Diagnostic(
             "decisive", f"prompt {p} generated token {d.position}", f"gap <= {verdict.envelope_ulps} ulps",

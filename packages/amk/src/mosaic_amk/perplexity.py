@@ -106,10 +106,11 @@ def vm_perplexity(spec, ids: Sequence[int], config=None, gpu=None,
     from mosaic_amk.lowering import lower
     from mosaic_amk.reference_vm import ReferenceVM
 
-    if gpu is None:
+    if gpu is None:  # a library default (CPU-only): `mosaic amk perplexity` passes the --gpu record
+        from mosaic.gpus import DEFAULT_GPU
         from mosaic.plugins import host
 
-        gpu = host().get("gpus", "h200")
+        gpu = host().get("gpus", DEFAULT_GPU)
     config = config or ScheduleConfig()
     bad = [t for t in ids if not 0 <= int(t) < spec.vocab_size]
     if bad:

@@ -62,9 +62,10 @@ class ReferenceVM:
 
     def schedule(self, position: int) -> Schedule:
         if position not in self._schedules:
-            if self.gpu is None:
+            if self.gpu is None:  # a library default (CPU-only): the commands pass the --gpu record
+                from mosaic.gpus import DEFAULT_GPU
                 from mosaic.plugins import host
-                self.gpu = host().get("gpus", "h200")
+                self.gpu = host().get("gpus", DEFAULT_GPU)
             self._schedules[position] = lower(self.model, self.config, self.gpu, position)
         return self._schedules[position]
 

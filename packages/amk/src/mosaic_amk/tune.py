@@ -461,7 +461,8 @@ def run_loop(backend, spec, gpu, journal: Journal, state: State, knobs: Sequence
         journal.append({"kind": "noise", "why": why, "incumbent_ms": inc_ms, "noise_ms": noise.value,
                         "floor_ms": floor_ms, "noise": noise.to_json()})
         log(f"incumbent {inc_ms:.4f} ms/token, noise {noise.value:.4f} ms ({noise.relative:.2%}), "
-            f"weight-traffic floor {floor_ms:.4f} ms ({why})")
+            f"weight-traffic floor {floor_ms:.4f} ms ({gpu.name}: {gpu.hbm_bandwidth_gbs / 1000:g} TB/s datasheet; "
+            f"{why})")
 
     gate_incumbent()
     if backend.timed:
@@ -616,10 +617,13 @@ def config_toml(cfg: ScheduleConfig, defines: Sequence[str] = ()) -> str:
 # ------------------------------------------------------------------------------------------------ the command
 
 
-def tune(model_dir: str, gpu_name: str, out_dir: str, *, vm: str = "cuda", config_path: str | None = None,
+def tune(model_dir: str, gpu_name: str | None, out_dir: str, *, vm: str = "cuda", config_path: str | None = None,
          resume: bool = False, settings: Settings = Settings(), knobs: Sequence[Knob] = KNOBS,
          n_prompts: int = 8, n_tokens: int = 32, steps: int = 64, log=print) -> list[dict]:
-    """The loop end to end; returns the journal's records (report() makes the table)."""
+    """The loop end to end; returns the journal's records (report() makes the table). ``gpu_name`` None: the
+    journal's record on ``resume``, else the detected device's (:func:`mosaic.gpus.resolve_gpu`; h200 without one);
+    with ``vm="cuda"`` a named record must be the device's."""
+    from mosaic.gpus import resolve_gpu
     from mosaic.plugins import host
 
     from mosaic_amk.bench.gate import gate_prompts, measure_envelope
@@ -636,7 +640,11 @@ def tune(model_dir: str, gpu_name: str, out_dir: str, *, vm: str = "cuda", confi
         raise BadInput("a tune journal exists here; pass --resume to continue it, or choose another -o", str(out))
     if resume and not records:
         raise BadInput("--resume: no tune journal here", str(journal.path))
-    gpu = host().get("gpus", gpu_name)
+    recorded = records[0].get("gpu") if records and gpu_name is None else None
+    recorded = recorded if isinstance(recorded, str) else None  # else the journal check below names it
+    choice = resolve_gpu(gpu_name or recorded, on_device=vm == "cuda",
+                         where="--gpu" if recorded is None else f"gpu of {journal.path}")
+    gpu = host().get("gpus", choice.name)
     if records:
         head = records[0]
         if (head.get("model"), head.get("gpu"), head.get("vm")) != (str(Path(model_dir).resolve()), gpu.name, vm):
@@ -652,6 +660,7 @@ def tune(model_dir: str, gpu_name: str, out_dir: str, *, vm: str = "cuda", confi
         from mosaic_amk.cuda.launcher import _cupy
 
         _cupy()  # one clear line without a GPU, before loading anything
+    log(f"gpu: {choice.line()}")
     out.mkdir(parents=True, exist_ok=True)
     if vm == "cuda":
         from mosaic_amk.bench import hf_gpu
@@ -677,7 +686,8 @@ def tune(model_dir: str, gpu_name: str, out_dir: str, *, vm: str = "cuda", confi
     else:
         backend = ReferenceBackend(spec, gpu, envelope)
     if not records:
-        journal.append({"kind": "start", "model": str(Path(model_dir).resolve()), "gpu": gpu.name, "vm": vm,
+        journal.append({"kind": "start", "model": str(Path(model_dir).resolve()), "gpu": gpu.name,
+                        "gpu_provenance": choice.provenance, "vm": vm,
                         "config": state.start.to_json(), "knobs": [k.field for k in knobs],
                         "settings": {"budget_s": settings.budget_s, "max_trials": settings.max_trials,
                                      "rounds": settings.rounds, "stop_within": settings.stop_within,
@@ -692,7 +702,9 @@ def tune(model_dir: str, gpu_name: str, out_dir: str, *, vm: str = "cuda", confi
 
 @click.command("tune")
 @click.option("--model", "model_dir", required=True, type=click.Path(path_type=str), help="HF checkpoint dir.")
-@click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
+@click.option("--gpu", "gpu_name", default=None,
+              help="GPU record (mosaic gpus); default: the journal's on --resume, else the detected device's record, "
+                   "h200 without a GPU.")
 @click.option("-o", "--output", "out_dir", default="amk-tune", show_default=True, type=click.Path(path_type=str),
               help="Directory of the journal (journal.jsonl), report.md and best.toml.")
 @click.option("--vm", type=click.Choice(["cuda", "reference"]), default="cuda", show_default=True,

@@ -295,6 +295,7 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
     fb = result.get("floor_bytes")
     if fb:
         result["floor_ms_datasheet"] = fb / (gpu.hbm_bandwidth_gbs * 1e9) * 1e3
+        result["floor_gbs_datasheet"] = gpu.hbm_bandwidth_gbs  # the record's, so an H100 run shows the H100's
         try:
             gbs = measure_copy_gbs()
             result["copy_gbs"] = gbs
@@ -305,11 +306,14 @@ def run_bench(model, spec, gpu: GpuTarget, candidates: Sequence[tuple[str, Sched
 
 
 def format_table(result: dict) -> str:
+    how = f" ({result['gpu_provenance']})" if result.get("gpu_provenance") else ""
     lines = [f"bench: {result.get('model')} {result.get('layers')} layers, hidden {result.get('hidden')}, vocab "
-             f"{result.get('vocab')}, {result.get('params', 0) / 1e6:.0f}M params on {result.get('gpu')}"]
+             f"{result.get('vocab')}, {result.get('params', 0) / 1e6:.0f}M params on {result.get('gpu')}{how}"]
     fd, fm = result.get("floor_ms_datasheet"), result.get("floor_ms_measured_copy")
     if fd:
-        lines.append(f"  weight-bandwidth floor: {fd:.3f} ms/token at the GpuTarget's HBM bandwidth"
+        gbs = result.get("floor_gbs_datasheet")
+        basis = f"{result.get('gpu')}: {gbs / 1000:g} TB/s datasheet" if gbs else "the GpuTarget's HBM bandwidth"
+        lines.append(f"  weight-bandwidth floor: {fd:.3f} ms/token ({basis})"
                      + (f", {fm:.3f} ms at the measured copy bandwidth ({result['copy_gbs']:.0f} GB/s)" if fm else ""))
     lines.append(f"  {'contender':44s} {'ms/token':>10s} {'x floor':>8s}  samples")
     for c in result.get("contenders", []):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from mosaic_amk import gpu_option
+
 
 def _ids(prompt: str) -> list[int]:
     from mosaic.errors import BadInput
@@ -21,13 +23,11 @@ def _ids(prompt: str) -> list[int]:
     return ids
 
 
-def _gpu_config(gpu_name: str, config_path: str | None):
-    from mosaic.plugins import host
+def _gpu_config(gpu_name: str | None, config_path: str | None):
+    """The record and config of a command that runs the CUDA VM: a named record must be the device's."""
+    from mosaic_amk.config import CUDA_DEFAULT
 
-    from mosaic_amk.config import CUDA_DEFAULT, load_config
-
-    gpu = host().get("gpus", gpu_name)
-    return gpu, load_config(config_path, CUDA_DEFAULT).for_gpu(gpu)
+    return gpu_option.gpu_config(gpu_name, config_path, on_device=True, default=CUDA_DEFAULT)
 
 
 def quantized_weights(model: str) -> bool:
@@ -57,7 +57,7 @@ def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, co
     from mosaic_amk.text import decode
 
     ids = _ids(prompt)
-    gpu, config = _gpu_config(gpu_name, config_path)
+    gpu, config, choice = _gpu_config(gpu_name, config_path)
     native = quantized_weights(model_dir)  # a .gguf file's blocks or an int8 weight-only directory
     if native and check_hf:
         raise BadInput("--check-hf runs HF on an unquantized checkpoint directory: for quantized weights use "
@@ -82,6 +82,7 @@ def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, co
     if vm.note:
         click.echo(f"note: {vm.note}", err=True)
     tokens, logits = vm.generate(ids, n_tokens)
+    gpu_option.announce(choice, as_json)
     result = at = None
     if check_hf:
         hf_tokens, hf_logits = hf_gpu.greedy(model, [ids], n_tokens)
@@ -91,7 +92,7 @@ def generate_cuda(model_dir: str, prompt: str, n_tokens: int, check_hf: bool, co
         check = {"check_hf": {**result.to_json(), "at_mismatch": at.to_json() if at else None}} if result else {}
         text = {"prompt_ids": ids, "text": decode(tokenizer, tokens)} if tokenizer is not None else {}
         click.echo(json.dumps({"tokens": tokens, **text, "vm": "cuda", "rope_order": vm.config.rope_order,
-                               **check}))
+                               **check, **gpu_option.json_fields(choice)}))
     else:
         click.echo(",".join(map(str, tokens)))
         if tokenizer is not None:
@@ -141,7 +142,7 @@ def check_hf_line(result, at) -> str:
               help="Instead of --model: a seeded random-init model of this shape, built on the GPU.")
 @click.option("--config", "config_path", type=click.Path(path_type=str),
               help="ScheduleConfig TOML (default: bench.default_candidates, config.CUDA_DEFAULT among them).")
-@click.option("--gpu", "gpu_name", default="h200", show_default=True, help="GPU record name (mosaic gpus).")
+@gpu_option.option
 @click.option("--rounds", default=5, show_default=True, type=click.IntRange(min=1), help="Interleaved rounds.")
 @click.option("--steps", default=64, show_default=True, type=click.IntRange(min=1), help="Decode steps per sample.")
 @click.option("--no-graph", is_flag=True, help="Skip the HF static cache + CUDA graph contender.")
@@ -163,14 +164,16 @@ def bench_cmd(model_dir: str | None, shape: str | None, config_path: str | None,
         raise BadInput("give exactly one of --model DIR or --shape NAME")
     if model_dir and not Path(model_dir).is_dir():
         raise BadInput("not a checkpoint directory", model_dir)
-    gpu, _ = _gpu_config(gpu_name, config_path)
+    gpu, _, choice = _gpu_config(gpu_name, config_path)
     candidates = [("config", load_config(config_path).for_gpu(gpu))] if config_path else None
     _cupy()
+    gpu_option.announce(choice)  # before the progress lines, JSON or not (they go to stderr either way)
     model = hf_gpu.load_bf16(model_dir) if model_dir else hf_gpu.random_model(shape)
     spec = hf_gpu.spec_of(model)
     result = run_bench(model, spec, gpu, candidates, rounds=rounds, steps=steps, graph=not no_graph,
                        log=lambda m: click.echo(m, err=True), time_best=time_best)
     result["source"] = model_dir or f"random-init {shape}"
+    result["gpu_provenance"] = choice.provenance
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(json.dumps(result, indent=1) + "\n")

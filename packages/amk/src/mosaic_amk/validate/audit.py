@@ -37,13 +37,15 @@ KV_READERS = ("attention", "attention_partial")
 
 def real_lowerings(families: tuple[str, ...] | None = None, quick: bool = False) -> list[tuple[str, Schedule]]:
     """Real lowerings of tiny random-init checkpoints (mosaic_amk.tiny_models), several configs each."""
+    from mosaic.gpus import DEFAULT_GPU
     from mosaic.plugins import host
 
     from mosaic_amk.config import load_candidates
     from mosaic_amk.lowering import lower
     from mosaic_amk.tiny_models import TINY_FAMILIES, tiny_model
 
-    gpu = host().get("gpus", "h200")
+    # one fixed record on every machine (CPU-only lowerings), so an audit's counts are the same wherever it runs
+    gpu = host().get("gpus", DEFAULT_GPU)
     configs = load_candidates("audit", file="audit")  # configs/audit.toml
     positions = (0, 7) if quick else (0, 5, 16, 40)
     out = []

@@ -41,7 +41,7 @@ demo: $(STAMP) $(STAMP312)
 	@echo "==> mosaic run --source pallas --target cute: a full campaign on a GPU; without one, what needs none"
 	rm -rf $(DEMO_DIR)
 	$(VENV312)/bin/mosaic run --source pallas --target cute --family gemm --shape 4096x4096x4096 --dtype bf16 \
-	  --gpu h200 --out $(DEMO_DIR)
+	  --out $(DEMO_DIR)
 	@echo "==> the recorded H200 campaign (examples/h200-pallas-to-cute-gemm-4096) re-decided from its bundles"
 	$(BIN)/mosaic run --offline examples/h200-pallas-to-cute-gemm-4096 --out $(DEMO_DIR)/redecided --quiet
 	@sed -n '/^## Edits/,/^## Null/p' $(DEMO_DIR)/redecided/report.md | grep '^|'

@@ -52,7 +52,7 @@ TAR_LIMIT = 16_000_000
 def campaign_command(target: str, shape: str, budget_min: float, max_candidates: int, isolation: str,
                      out: Path) -> list[str]:
     return [*MOSAIC, "run", "--source", "pallas", "--target", target, "--family", "gemm", "--shape", shape,
-            "--dtype", "bf16", "--gpu", "h200", "--budget-min", str(budget_min), "--max-candidates",
+            "--dtype", "bf16", "--budget-min", str(budget_min), "--max-candidates",  # the detected GPU's record
             str(max_candidates), "--isolation", isolation, "--out", str(out)]
 
 

@@ -6,12 +6,12 @@ rmsnorm -> Pallas campaign of session 12 recorded its last candidate as 'failed 
 from types import SimpleNamespace
 
 from mosaic.plugins import host
+from mosaic.proposers import Proposal
 from mosaic.run.campaign import Campaign
 from mosaic.run.journal import Journal, read_campaign_journal
 from mosaic.run.loop import Loop, proposer_history
 from mosaic.run.report import build_report, to_markdown
 from mosaic.run.workbench import Built, Checked, Kernel, ReferenceCapture, Timed
-from mosaic.proposers import Proposal
 
 US = {"ref": 200.0, "naive": 230.0, "a": 215.0, "b": 205.0}  # none within the reference's noise
 

@@ -12,8 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mosaic.bundle import (COMPRESS_MIN, load_bundle, member_path, restore, save_bundle, sha256_file,
-                           verify_bundle)
+from mosaic.bundle import (
+    COMPRESS_MIN,
+    load_bundle,
+    member_path,
+    restore,
+    save_bundle,
+    sha256_file,
+    verify_bundle,
+)
 from mosaic.errors import BundleError
 from mosaic.records import KernelSpec
 

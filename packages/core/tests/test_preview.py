@@ -8,6 +8,7 @@ import json
 import shutil
 
 import pytest
+from mosaic.bundle import restore
 from mosaic.errors import BundleError
 from mosaic.plugins import host
 from mosaic.records import KernelSpec
@@ -76,6 +77,7 @@ def test_a_tampered_shipped_reference_is_refused_not_used(tmp_path):
     src = pallas().references[0]
     bad = tmp_path / "refs" / "gemm-4096x4096x4096-bf16-h200.bundle"
     shutil.copytree(src, bad)
+    restore(bad, compress=False)  # the shipped bundle stores its SASS xz-compressed; edit its plain text
     sass = bad / "kernel.sass"
     sass.write_text(sass.read_text().replace("HMMA", "HMMX", 1) + "\n// edited\n")
     import attrs

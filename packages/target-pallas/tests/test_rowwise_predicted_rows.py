@@ -83,7 +83,7 @@ def test_from_the_defaults_edits_that_bring_the_rows_nearer_come_first_and_refus
     assert all(refused[last_ok + 1:]) and all(out[i].edit.get("violates") for i in range(last_ok + 1, len(out)))
     assert not any(refused[:last_ok + 1])
     # among the buildable ones, none that moves the predicted rows farther comes before one that brings them nearer
-    kept = [c for c, r in zip(changes, refused) if not r]
+    kept = [c for c, r in zip(changes, refused, strict=True) if not r]
     first_away = next(i for i, c in enumerate(kept) if c > 0)
     assert all(c <= 0 for c in kept[:first_away]) and all(c > 0 for c in kept[first_away:])
     # the journal keeps what was predicted

@@ -15,8 +15,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _corpus import ARTIFACTS  # noqa: E402
-from mosaic.lift.diff import diff_fingerprints  # noqa: E402
 from mosaic.bundle import member_path  # noqa: E402
+from mosaic.lift.diff import diff_fingerprints  # noqa: E402
 from mosaic.lift.inputs import lift_bundle, lift_path  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "h200"

@@ -32,7 +32,6 @@ import attrs
 
 from mosaic.errors import MosaicError, RecordError
 
-
 #: a predicted change smaller than this (5% of a size, in log units) is no change
 SAME = math.log(1.05)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from mosaic.proposers import Proposal, Request
 from mosaic.records import KernelSpec
 from mosaic.run.workbench import (
-    REFERENCE,
     LEGACY_YARDSTICK_KEYS,
+    REFERENCE,
     YARDSTICK,
     Built,
     Checked,

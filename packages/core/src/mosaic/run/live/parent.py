@@ -28,7 +28,6 @@ from mosaic.run.live.worker import Workers
 from mosaic.run.workbench import (
     REFERENCE,
     YARDSTICK,
-    is_yardstick,
     Built,
     Checked,
     Kernel,
@@ -36,6 +35,7 @@ from mosaic.run.workbench import (
     Timed,
     add_session,
     blocks_of,
+    is_yardstick,
     run_meta,
     update_bundle,
 )

@@ -23,7 +23,7 @@ at S seconds from its start: the campaign's wall becomes at most S - 30 (SIGINT 
 Writes next to the JSON (in $OUT by default), at most 7 files (the device tool returns 8):
   run.log, run.stdout  progress lines and the campaign's stdout, written as the campaign runs
   journal.jsonl        the campaign's journal, copied every 10 s while it runs (what is left if the call is cut)
-  campaign.tar.gz      the campaign directory: report.md/.html/.json, journal.jsonl, campaign.json, offline.txt,
+  campaign.tar.xz      the campaign directory: report.md/.html/.json, journal.jsonl, campaign.json, offline.txt,
                        bundles/*.bundle (4096^3 outputs kept by SHA-256), offline/ (the re-decision); without PTX
                        when it would exceed 16 MB
   report.md, summary.txt, gemm_campaign.json (args, exit codes, the summary, seconds)
@@ -188,14 +188,14 @@ def tar_campaign(d: Path, dest: Path, limit: int = TAR_LIMIT) -> str:
             parts = Path(info.name).parts
             return None if ".work" in parts or (drop_ptx and info.name.endswith(".ptx")) else info
 
-        with tarfile.open(dest, "w:gz") as tar:
+        with tarfile.open(dest, "w:xz") as tar:
             tar.add(d, arcname=d.name, filter=keep)
 
     write(False)
     size = dest.stat().st_size
     if size > limit:
         write(True)
-        return f"campaign.tar.gz without PTX (was {size} bytes)"
+        return f"campaign.tar.xz without PTX (was {size} bytes)"
     return ""
 
 
@@ -261,12 +261,12 @@ def main(argv=None) -> int:
     report["summary"] = summary_lines(a.dir)
     (out / "summary.txt").write_text("\n".join(report["summary"]) + "\n")
     print("\n".join(report["summary"]))
-    note = tar_campaign(a.dir, out / "campaign.tar.gz")
+    note = tar_campaign(a.dir, out / "campaign.tar.xz")
     if note:
         print(note)
     report["seconds"] = round(time.time() - t0, 1)
     write_json(path, report, indent=1)
-    print(f"wrote {out / 'campaign.tar.gz'} ({(out / 'campaign.tar.gz').stat().st_size} bytes) and {path}; "
+    print(f"wrote {out / 'campaign.tar.xz'} ({(out / 'campaign.tar.xz').stat().st_size} bytes) and {path}; "
           f"total {report['seconds']:.0f} s")
     return 0
 

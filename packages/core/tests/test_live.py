@@ -315,8 +315,8 @@ def test_campaign_benchmark_parses_and_its_summary_reads_a_journal(tmp_path):
     (tmp_path / "d" / ".work").mkdir(parents=True)
     (tmp_path / "d" / ".work" / "scratch").write_text("x")
     (tmp_path / "d" / "report.md").write_text("r")
-    assert gc.tar_campaign(tmp_path / "d", tmp_path / "d.tar.gz") == ""
-    with tarfile.open(tmp_path / "d.tar.gz") as tar:
+    assert gc.tar_campaign(tmp_path / "d", tmp_path / "d.tar.xz") == ""
+    with tarfile.open(tmp_path / "d.tar.xz") as tar:
         assert tar.getnames() == ["d", "d/report.md"]  # an older campaign's .work/ scratch is excluded
     src = rf.build_campaign(tmp_path / "c")
     mosaic = str(Path(sys.executable).parent / "mosaic")

@@ -16,7 +16,7 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
-    from mosaic.records import Construct, Family, GpuTarget, Language, Oracle, Proposer
+    from mosaic.records import Construct, Family, GpuTarget, Language, Oracle, Proposer, Rewrite
 
 PROJECT = "mosaic"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -73,6 +73,15 @@ def register_proposers(register: Callable[[Proposer], None]) -> None:
     """Register edit proposers for the convergence loop (``knobs``, ``command``, ...).
 
     :param register: call once per :class:`~mosaic.records.Proposer`.
+    """
+
+
+@hookspec
+def register_rewrites(register: Callable[[Rewrite], None]) -> None:
+    """Contribute mechanical source rewrites of catalog concepts (exact <-> approximate ``exp``, an unroll
+    bound, ...) for a language's kernel files; the ``rewrites`` proposer applies them without an agent.
+
+    :param register: call once per :class:`~mosaic.records.Rewrite`; keyed by ``rewrite@language``.
     """
 
 

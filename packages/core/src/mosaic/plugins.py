@@ -20,7 +20,7 @@ import pluggy
 
 from mosaic import hookspecs
 from mosaic.errors import PluginError
-from mosaic.records import Construct, Family, GpuTarget, Language, Oracle, Proposer
+from mosaic.records import Construct, Family, GpuTarget, Language, Oracle, Proposer, Rewrite
 
 GROUP = hookspecs.PROJECT
 ALLOW_ENV = "MOSAIC_LOAD_PLUGINS"
@@ -34,6 +34,7 @@ REGISTRIES: dict[str, tuple[str, type]] = {
     "oracles": ("register_oracles", Oracle),
     "families": ("register_families", Family),
     "proposers": ("register_proposers", Proposer),
+    "rewrites": ("register_rewrites", Rewrite),
 }
 SINGULAR = {"families": "family"}  # a registry kind's one-item name where dropping the "s" is wrong
 

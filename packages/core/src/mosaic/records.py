@@ -232,6 +232,40 @@ class Construct:
         return f"{self.concept}@{self.language}"
 
 
+#: which way a source rewrite moves a concept: ``gain`` makes the candidate show a concept the reference shows
+#: (exact ``expf`` -> ``__expf`` when the reference's exp is approximate), ``lose`` removes one only the candidate shows
+REWRITE_SIDES = ("gain", "lose")
+
+
+@attrs.frozen
+class Rewrite:
+    """A mechanical source rewrite of one catalog concept in one language (``register_rewrites``).
+
+    ``apply(text) -> text`` edits a kernel file's source (Python through :mod:`ast`, C++ through a
+    comment- and string-safe edit of the named construct) and raises :class:`mosaic.rewrites.NotApplicable`
+    when the file has nothing it edits. ``rows`` are the diff row keys whose difference it targets; ``side``
+    says whether it gives the candidate the reference's form of the concept or takes the candidate's away.
+    """
+
+    rewrite: str = attrs.field(validator=name_field)
+    language: str = attrs.field(validator=name_field)
+    concept: str = attrs.field(validator=name_field)
+    rows: tuple = attrs.field(converter=tuple)
+    side: str = attrs.field(validator=one_of(*REWRITE_SIDES))
+    summary: str = attrs.field(validator=attrs.validators.instance_of(str))
+    apply: Any = attrs.field(eq=False, repr=False)
+    #: the form tokens of the row's value this rewrite produces / removes (``exp.form``: ``approx``)
+    forms: tuple = attrs.field(default=(), converter=tuple)
+
+    @property
+    def name(self) -> str:
+        return f"{self.rewrite}@{self.language}"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "rewrite": self.rewrite, "language": self.language, "concept": self.concept,
+                "rows": list(self.rows), "side": self.side, "forms": list(self.forms), "summary": self.summary}
+
+
 @attrs.frozen
 class Oracle:
     """A float64 reference for one kernel family (``register_oracles``)."""

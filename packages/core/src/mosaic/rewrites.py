@@ -1,0 +1,103 @@
+"""Mechanical source rewrites of catalog concepts, and what applying one to a kernel file gives.
+
+A language plugin registers :class:`~mosaic.records.Rewrite` records through ``register_rewrites``: one
+concept (``approximate-exp``), one language, the diff row keys it targets (``exp.form``), the side it moves
+(``gain``: the candidate takes the reference's form; ``lose``: the candidate drops a form only it shows) and
+``apply(text) -> text``. Core holds no language's edits. :func:`apply_rewrite` runs one on a source text and
+checks what it returned: a changed text, parseable where the language is Python; a rewrite with nothing
+to edit raises :class:`NotApplicable` with the reason, and that is recorded, never an error of the campaign.
+
+:func:`rewrites_for` selects, for one diff row, the rewrites of the target language that target its key and
+move it the row's way: a ``*.form`` row's reference tokens the candidate lacks want a ``gain`` rewrite
+producing them; the candidate's extra tokens a ``lose`` rewrite removing them; a row that is not a form
+(``loop.unroll``, a load width) takes every rewrite of its key.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from mosaic.errors import MosaicError
+from mosaic.records import Rewrite
+
+
+class NotApplicable(MosaicError):
+    """The rewrite finds nothing to edit in this source (no exact ``expf`` to make approximate ...)."""
+
+
+@attrs.frozen
+class Applied:
+    """A rewrite's result on one source: the new text and its SHA-256."""
+
+    rewrite: Rewrite
+    text: str
+    sha256: str
+
+    def to_json(self) -> dict:
+        return {**self.rewrite.to_json(), "sha256": self.sha256}
+
+
+PYTHON_LANGUAGES = frozenset({"pallas", "cute"})
+
+
+def apply_rewrite(rewrite: Rewrite, source: str) -> Applied:
+    """``rewrite.apply(source)``, checked: NotApplicable when it changes nothing or breaks a Python file's syntax."""
+    try:
+        text = rewrite.apply(source)
+    except NotApplicable:
+        raise
+    except (SyntaxError, ValueError, TypeError, KeyError, IndexError) as exc:
+        raise NotApplicable(f"{rewrite.name}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(text, str) or text == source:
+        raise NotApplicable(f"{rewrite.name}: nothing to rewrite in this source")
+    if rewrite.language in PYTHON_LANGUAGES:
+        try:
+            ast.parse(text)
+        except SyntaxError as exc:
+            raise NotApplicable(f"{rewrite.name}: the rewritten file does not parse ({exc.msg}, line {exc.lineno})") \
+                from exc
+    return Applied(rewrite, text, hashlib.sha256(text.encode()).hexdigest())
+
+
+def registered(host=None) -> dict[str, Rewrite]:
+    """Every installed rewrite by name (``rewrite@language``)."""
+    if host is None:
+        from mosaic.plugins import host as _host
+
+        host = _host()
+    return host.items("rewrites")
+
+
+def _tokens(value: Any) -> set[str]:
+    if isinstance(value, list | tuple | set):
+        return {str(v) for v in value}
+    return {str(value)} if value is not None else set()
+
+
+def wanted_sides(row) -> dict[str, set[str]]:
+    """For a ``*.form`` row: {"gain": tokens the reference shows and the candidate lacks, "lose": the reverse}."""
+    ref, cand = _tokens(row.reference), _tokens(row.candidate)
+    return {"gain": ref - cand, "lose": cand - ref}
+
+
+def rewrites_for(row, language: str, available: Iterable[Rewrite] | Mapping[str, Rewrite]) -> list[Rewrite]:
+    """The rewrites of ``language`` aimed at ``row``, in registration order (those moving the row's way)."""
+    items = available.values() if isinstance(available, Mapping) else available
+    out = []
+    for rw in items:
+        if rw.language != language or row.key not in rw.rows:
+            continue
+        if rw.forms and row.key.endswith((".form", "_form")):
+            sides = wanted_sides(row)
+            if not set(rw.forms) & sides[rw.side]:
+                continue
+        out.append(rw)
+    return out
+
+
+__all__ = ["Applied", "NotApplicable", "apply_rewrite", "registered", "rewrites_for", "wanted_sides"]

@@ -45,7 +45,13 @@ KNOB_TYPES = ("int", "float", "bool", "str")
 _CXX_TYPES = {"int": "int", "unsigned": "int", "long": "int", "size_t": "int", "int32_t": "int",
               "int64_t": "int", "uint32_t": "int", "bool": "bool", "float": "float", "double": "float"}
 _OPERAND_RE = re.compile(r"^([A-Za-z_]\w*)\[([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\]$")
-_DIRECTIVE_RE = re.compile(r"^\s*//\s*mosaic:(\w+)\s*(.*?)\s*$", re.M)
+_DIRECTIVE_RE = re.compile(r"^\s*//\s*mosaic:([\w-]+)[ \t]*(.*?)\s*$", re.M)
+#: the nvcc flags a ``.cu`` file may ask for on its ``// mosaic:nvcc-flags`` line (each at most once), and
+#: nothing else: numerics switches only, never paths, defines, tools or host-compiler options
+NVCC_FLAGS = {"-use_fast_math": re.compile(r"-use_fast_math"), "-fmad": re.compile(r"-fmad=(?:true|false)"),
+              "-ftz": re.compile(r"-ftz=(?:true|false)"), "-prec-div": re.compile(r"-prec-div=(?:true|false)"),
+              "-prec-sqrt": re.compile(r"-prec-sqrt=(?:true|false)")}
+NVCC_FLAGS_DIRECTIVE = "nvcc-flags"
 _IDENT = attrs.validators.matches_re(r"[A-Za-z_]\w{0,127}")
 
 
@@ -325,15 +331,42 @@ def substitute_cxx_knobs(kfile: KernelFile, values: Mapping[str, Any]) -> str:
     return text
 
 
+def parse_nvcc_flags(value: str, where: str = "") -> tuple[str, ...]:
+    """The flags of a ``// mosaic:nvcc-flags`` line, checked against :data:`NVCC_FLAGS` (the whitelist): any
+    other word, or one option given twice, is one BadInput line. Nothing of the line is ever run."""
+    flags, seen = [], {}
+    for word in value.split():
+        option = next((name for name, pattern in NVCC_FLAGS.items() if pattern.fullmatch(word)), None)
+        if option is None:
+            allowed = "-use_fast_math, -fmad=true|false, -ftz=true|false, -prec-div=true|false, -prec-sqrt=true|false"
+            raise BadInput(f"mosaic:{NVCC_FLAGS_DIRECTIVE} flag '{word[:60]}' is not allowed; allowed: {allowed}",
+                           where)
+        if option in seen:
+            raise BadInput(f"mosaic:{NVCC_FLAGS_DIRECTIVE} gives {option} twice ({seen[option]}, {word})", where)
+        seen[option] = word
+        flags.append(word)
+    return tuple(flags)
+
+
+def cxx_nvcc_flags(text: str, where: str = "") -> tuple[str, ...]:
+    """The nvcc flags a C++ kernel file asks for (its ``// mosaic:nvcc-flags`` line; none without one)."""
+    lines = [m.group(2) for m in _DIRECTIVE_RE.finditer(text) if m.group(1) == NVCC_FLAGS_DIRECTIVE]
+    if len(lines) > 1:
+        raise BadInput(f"contract line 'mosaic:{NVCC_FLAGS_DIRECTIVE}' appears twice", where)
+    return parse_nvcc_flags(lines[0], where) if lines else ()
+
+
 def _read_cxx(text: str, where: str):
     found: dict[str, str] = {}
     for m in _DIRECTIVE_RE.finditer(text):
         key, value = m.group(1), m.group(2)
-        if key not in ("entry", "inputs", "outputs", "knobs"):
-            raise BadInput(f"unknown contract line 'mosaic:{key}'; known: entry, inputs, outputs, knobs", where)
+        if key not in ("entry", "inputs", "outputs", "knobs", NVCC_FLAGS_DIRECTIVE):
+            raise BadInput(f"unknown contract line 'mosaic:{key}'; known: entry, inputs, outputs, knobs, "
+                           f"{NVCC_FLAGS_DIRECTIVE}", where)
         if key in found:
             raise BadInput(f"contract line 'mosaic:{key}' appears twice", where)
         found[key] = value
+    parse_nvcc_flags(found.get(NVCC_FLAGS_DIRECTIVE, ""), where)
     for key in ("entry", "inputs", "outputs"):
         if key not in found:
             raise BadInput(f"no '// mosaic:{key} ...' line (the contract names entry, inputs and outputs)", where)

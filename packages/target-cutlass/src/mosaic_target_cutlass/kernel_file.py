@@ -10,6 +10,10 @@ a ``.cu`` file follows three runtime rules (docs/kernel-files.md):
 * a host function ``void mosaic_geometry(const int* dims, unsigned grid[3], unsigned block[3], unsigned*
   smem_bytes)`` gives the launch (it may read ``Knobs``).
 
+An optional ``// mosaic:nvcc-flags`` line adds numerics switches to the nvcc call (the whitelist of
+:data:`mosaic.kernel_files.NVCC_FLAGS`: ``-use_fast_math``, ``-fmad=``, ``-ftz=``, ``-prec-div=``,
+``-prec-sqrt=``); they are part of the build's cache key.
+
 One nvcc call builds a host shim (generated here; it ``#include``-s the file with the chosen knob values
 substituted for the struct's literals, so line numbers stay the user's) into a shared library with cudart
 linked statically, keeping the PTX and the sm_90a cubin and ``ptxas -v``'s log. The shim's compile checks
@@ -31,7 +35,7 @@ import numpy as np
 from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, ToolMissing
-from mosaic.kernel_files import FileBackend, KernelFile, substitute_cxx_knobs
+from mosaic.kernel_files import FileBackend, KernelFile, cxx_nvcc_flags, substitute_cxx_knobs
 from mosaic.records import GpuTarget, KernelSpec, LaunchRecord, ResourceUsage
 from mosaic.toolchain import nvcc as _nvcc
 from mosaic.toolchain.cubin import read_cubin
@@ -131,7 +135,8 @@ def build_file(kfile: KernelFile, values: dict[str, Any], dtype: str, family: st
     dims = family_dims(family)
     text = substitute_cxx_knobs(kfile, values)
     shim = shim_source(kfile, dims)
-    flags = (*FLAGS, f"-gencode=arch=compute_{arch[3:]},code={arch}", f"-DMOSAIC_T={ELEMENT[dtype][0]}")
+    own = cxx_nvcc_flags(kfile.source, kfile.name)  # the file's `// mosaic:nvcc-flags` line: whitelisted flags
+    flags = (*FLAGS, f"-gencode=arch=compute_{arch[3:]},code={arch}", f"-DMOSAIC_T={ELEMENT[dtype][0]}", *own)
     toolchain = {"nvcc": _nvcc.nvcc_version(exe)}
     try:  # CUTLASS/CuTe headers when installed, so a file may use them
         from mosaic_target_cutlass.build import cutlass_include, cutlass_version

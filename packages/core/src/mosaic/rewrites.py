@@ -3,7 +3,8 @@
 A language plugin registers :class:`~mosaic.records.Rewrite` records through ``register_rewrites``: one
 concept (``approximate-exp``), one language, the diff row keys it targets (``exp.form``), the side it moves
 (``gain``: the candidate takes the reference's form; ``lose``: the candidate drops a form only it shows) and
-``apply(text) -> text``. Core holds no language's edits. :func:`apply_rewrite` runs one on a source text and
+``apply(text) -> text`` (or ``apply(text, row=None)``: :func:`apply_rewrite` passes the diff row to an ``apply``
+that takes a second argument). Core holds no language's edits. :func:`apply_rewrite` runs one on a source text and
 checks what it returned: a changed text, parseable where the language is Python; a rewrite with nothing
 to edit raises :class:`NotApplicable` with the reason, and that is recorded, never an error of the campaign.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -45,10 +47,22 @@ class Applied:
 PYTHON_LANGUAGES = frozenset({"pallas", "cute"})
 
 
-def apply_rewrite(rewrite: Rewrite, source: str) -> Applied:
-    """``rewrite.apply(source)``, checked: NotApplicable when it changes nothing or breaks a Python file's syntax."""
+def takes_row(apply: Any) -> bool:
+    """True when ``apply`` takes a second positional argument: ``apply(text, row)`` (a diff row), read by the
+    rewrites whose edit depends on the row's values (an unroll toward the reference's)."""
     try:
-        text = rewrite.apply(source)
+        params = list(inspect.signature(apply).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def apply_rewrite(rewrite: Rewrite, source: str, row: Any = None) -> Applied:
+    """``rewrite.apply(source)`` -- ``rewrite.apply(source, row)`` when a diff row is given and ``apply`` takes
+    one -- checked: NotApplicable when it changes nothing or breaks a Python file's syntax."""
+    try:
+        text = rewrite.apply(source, row) if row is not None and takes_row(rewrite.apply) else rewrite.apply(source)
     except NotApplicable:
         raise
     except (SyntaxError, ValueError, TypeError, KeyError, IndexError) as exc:
@@ -100,4 +114,4 @@ def rewrites_for(row, language: str, available: Iterable[Rewrite] | Mapping[str,
     return out
 
 
-__all__ = ["Applied", "NotApplicable", "apply_rewrite", "registered", "rewrites_for", "wanted_sides"]
+__all__ = ["Applied", "NotApplicable", "apply_rewrite", "registered", "rewrites_for", "takes_row", "wanted_sides"]

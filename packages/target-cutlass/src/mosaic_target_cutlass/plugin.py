@@ -1,4 +1,5 @@
-"""Entry point `cutlass`: registers the cutlass kernel language and its construct-catalog entries.
+"""Entry point `cutlass`: registers the cutlass kernel language, its construct-catalog entries and the
+mechanical source rewrites of its ``.cu`` kernel files (:mod:`mosaic_target_cutlass.rewrites`).
 
 Families and capabilities are listed only as they are implemented: ``gemm`` (bf16/fp16 in, fp32
 accumulate, Hopper sm_90a through CUTLASS 3.x's CollectiveBuilder). ``cpu-lowering``: nvcc builds and
@@ -10,6 +11,7 @@ from mosaic.records import Language
 
 from mosaic_target_cutlass.constructs import CONSTRUCTS
 from mosaic_target_cutlass.kernel_file import CutlassFiles
+from mosaic_target_cutlass.rewrites import REWRITES
 
 LANGUAGE = Language(
     name="cutlass",
@@ -29,3 +31,9 @@ def register_languages(register):
 def register_constructs(register):
     for construct in CONSTRUCTS:
         register(construct)
+
+
+@hookimpl
+def register_rewrites(register):
+    for rewrite in REWRITES:
+        register(rewrite)

@@ -73,7 +73,10 @@ def test_the_naive_translation_reaches_the_reference_tile_within_five_proposals(
     first = edits(out)
     assert ("tile_mn", [128, 256]) in first[:5], first[:10]
     tile = next(p for p in out if p.edit["knob"] == "tile_mn")
-    assert tile.edit["concept"] == "cta-tile" and tile.edit["row"]["key"] in ("smem.dynamic", "hot_loop.mix")
+    # reached through a row whose concept is the CTA tile (its shared memory per stage, its MMAs per k-step, its
+    # k-loop unroll: the causes-first ranking may put any of them first)
+    assert tile.edit["concept"] == "cta-tile" and tile.edit["row"]["key"] in ("smem.dynamic", "hot_loop.mix",
+                                                                             "loop.unroll")
     assert len({json.dumps(p.knobs, sort_keys=True) for p in out}) == len(out)  # no knob set listed twice
 
 

@@ -195,6 +195,10 @@ class Discrepancy(JsonRecord):
     edit: str = attrs.field(validator=one_of(*EDIT_CLASSES))
     where: str = attrs.field(default="kernel", validator=attrs.validators.instance_of(str))
     why: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    #: the key of the cause row this row is a consequence of (``mosaic.lift.causes``); "" for a cause
+    cause: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    #: expected share of the candidate's time gap the row explains (a cause's includes its symptoms')
+    cost: float = attrs.field(default=0.0, converter=float)
 
 
 @attrs.frozen

@@ -11,7 +11,8 @@ to edit raises :class:`NotApplicable` with the reason, and that is recorded, nev
 :func:`rewrites_for` selects, for one diff row, the rewrites of the target language that target its key and
 move it the row's way: a ``*.form`` row's reference tokens the candidate lacks want a ``gain`` rewrite
 producing them; the candidate's extra tokens a ``lose`` rewrite removing them; a row that is not a form
-(``loop.unroll``, a load width) takes every rewrite of its key.
+(``loop.unroll``, ``fma.contraction``) takes every rewrite of its key except those producing the value the
+candidate already has.
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ def rewrites_for(row, language: str, available: Iterable[Rewrite] | Mapping[str,
             sides = wanted_sides(row)
             if not set(rw.forms) & sides[rw.side]:
                 continue
+        elif rw.forms and str(row.candidate) in set(rw.forms):
+            continue  # a categorical row (fma.contraction): the candidate already has what the rewrite produces
         out.append(rw)
     return out
 

@@ -11,7 +11,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _corpus import ARTIFACTS, CORPUS, SPEC, diff_variants, lifted  # noqa: E402
-from mosaic.records import LAYERS  # noqa: E402
 
 PAIRS = SPEC["pairs"]
 
@@ -26,10 +25,14 @@ def test_planted_difference_is_a_top3_row_of_its_layer(name):
     assert key in top3, f"{name}: {layer}/{key} not in the top 3 of its layer: {top3}"
     row = next(r for r in in_layer if r.key == key)
     assert row.reference != row.candidate
-    # ranks are 1..n, sorted, layer order first
+    # ranks are 1..n; causes by expected cost, highest first, each followed by the rows it explains
     assert [r.rank for r in result.rows] == list(range(1, len(result.rows) + 1))
-    layer_idx = [LAYERS.index(r.layer) for r in result.rows]
-    assert layer_idx == sorted(layer_idx)
+    heads = [r for r in result.rows if not r.cause]
+    assert [h.cost for h in heads] == sorted((h.cost for h in heads), reverse=True)
+    current = None
+    for r in result.rows:
+        current = r.key if not r.cause else current
+        assert not r.cause or r.cause == current, f"{name}: {r.key} is grouped under {r.cause}, not {current}"
     assert dict(result.layers)[layer] > 0
 
 

@@ -34,16 +34,20 @@ def test_diff_json_contract(capsys):
     assert all(isinstance(layer["distance"], float) for layer in data["layers"])
     assert data["rows"], "stages differ"
     for n, row in enumerate(data["rows"], 1):
-        assert list(row) == ["rank", "layer", "key", "reference", "candidate", "edit", "where", "why"]
+        assert list(row) == ["rank", "layer", "key", "reference", "candidate", "edit", "where", "why", "cause", "cost"]
+        assert isinstance(row["cost"], float) and row["cost"] >= 0 and isinstance(row["cause"], str)
         assert row["rank"] == n and row["edit"] in ("knob", "rewrite") and row["why"]
     assert any(r["key"] == "pipeline.stages" and r["reference"] == 2 and r["candidate"] == 4 for r in data["rows"])
 
 
-def test_diff_text_groups_by_layer_and_lift_prints_layers(capsys):
+def test_diff_text_puts_the_cause_first_and_lift_prints_layers(capsys):
     code, out, _ = run(capsys, "diff", ARTIFACTS / "cpasync.cubin", ARTIFACTS / "tma.cubin")
     assert code == 0
-    assert "[instruction]" in out and "transfer.form" in out and "[cp.async]" in out and "[tma]" in out
-    assert out.index("[launch]") < out.index("[instruction]")
+    assert "transfer.form" in out and "[cp.async]" in out and "[tma]" in out and "instruction" in out
+    lines = out.splitlines()
+    first = next(n for n, line in enumerate(lines) if line.lstrip().startswith("1 "))
+    assert "transfer.form" in lines[first]  # the copy path is the cause; its symptoms follow it
+    assert "<- barrier.ops" in out and out.index("transfer.form") < out.index("<- barrier.ops")
     code, out, _ = run(capsys, "lift", "--json", ARTIFACTS / "ws_on.cubin")
     assert code == 0
     fp = json.loads(out)

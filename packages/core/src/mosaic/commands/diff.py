@@ -51,12 +51,13 @@ def _measured(path: str) -> str:
 @click.option("--gpu", "gpu_name", help=f"GPU record for occupancy (default {GPU_DEFAULT} when registered).")
 @click.option("--json", "as_json", is_flag=True,
               help='Write {"layers": [{"name", "distance"}], "rows": [{"rank", "layer", "key", "reference", '
-                   '"candidate", "edit", "where", "why"}]}.')
+                   '"candidate", "edit", "where", "why", "cause", "cost"}]}: "cause" names the row a row is a '
+                   'consequence of ("" for a cause), "cost" the expected share of the time gap.')
 def diff(reference: str, candidate: str, kernel: str | None, gpu_name: str | None, as_json: bool) -> None:
-    """Ranked structural differences between two kernels (.cubin, SASS, PTX or bundle), by layer."""
+    """Ranked structural differences between two kernels (.cubin, SASS, PTX or bundle): causes first, by expected
+    cost, each followed by the rows it explains."""
     from mosaic.lift.diff import diff_fingerprints
     from mosaic.lift.inputs import lift_pair
-    from mosaic.records import LAYERS
 
     gpu = gpu_record(gpu_name)
     check_bundle(reference)
@@ -73,13 +74,12 @@ def diff(reference: str, candidate: str, kernel: str | None, gpu_name: str | Non
     click.echo("")
     if not result.rows:
         click.echo("no differences in the compared features")
-    for layer in LAYERS:
-        rows = [r for r in result.rows if r.layer == layer]
-        if not rows:
-            continue
-        click.echo(f"[{layer}]")
-        click.echo(table([[str(r.rank), r.key, value_text(r.reference), value_text(r.candidate), r.edit, r.where, r.why]
-                           for r in rows], ["rank", "key", "reference", "candidate", "edit", "where", "why"]))
+    else:
+        click.echo("causes first, by expected cost (share of the time gap, estimated); the rows a cause explains "
+                   "follow it, marked '<-'")
+        click.echo(table([[str(r.rank), r.key if not r.cause else f"  <- {r.key}", r.layer, value_text(r.reference),
+                           value_text(r.candidate), r.edit, f"{r.cost:.2f}", r.where, r.why] for r in result.rows],
+                         ["rank", "key", "layer", "reference", "candidate", "edit", "cost", "where", "why"]))
         click.echo("")
     click.echo(table([[n, f"{d:.3f}", str(result.compared[n]), ", ".join(result.unknown[n]) or "-"]
                        for n, d in result.layers], ["layer", "distance", "compared", "unknown (not compared)"]))

@@ -6,7 +6,8 @@ names differ, so a kernel without warp roles (``all``) is compared with the othe
 ``where`` says so. A feature either side cannot tell (``None``)
 is not compared. A numeric (or map) feature whose difference is below its rule's ``tolerance`` is the same
 on both sides (distance 0, no row). Each differing feature gives one :class:`~mosaic.records.Discrepancy`
-whose edit class and sentence come from ``rules``; rows are ranked by ``rank_key``. A layer's distance is the
+whose edit class and sentence come from ``rules``; rows are ranked causes first by expected cost, each
+cause followed by the rows it explains (:mod:`mosaic.lift.causes`), with ``rank_key`` (layer order) the tie-break. A layer's distance is the
 mean of its compared features' distances (each in [0, 1]); it is a tiebreaker for search, not a score.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 import attrs
 
 from mosaic.lift.align import alignment_cost
+from mosaic.lift.causes import rank_rows
 from mosaic.lift.fingerprint import Feature, Fingerprint
 from mosaic.lift.rules import BY_KEY, ORDER
 from mosaic.records import LAYERS, Discrepancy
@@ -33,7 +35,8 @@ class DiffResult:
         """The public ``mosaic diff --json`` shape."""
         return {"layers": [{"name": n, "distance": round(d, 4)} for n, d in self.layers],
                 "rows": [{"rank": r.rank, "layer": r.layer, "key": r.key, "reference": r.reference,
-                          "candidate": r.candidate, "edit": r.edit, "where": r.where, "why": r.why}
+                          "candidate": r.candidate, "edit": r.edit, "where": r.where, "why": r.why,
+                          "cause": r.cause, "cost": r.cost}
                          for r in self.rows]}
 
 
@@ -102,7 +105,8 @@ def _pair_note(ref_role: str, cand_role: str) -> str:
 
 
 def rank_key(row: Discrepancy, distance: float) -> tuple:
-    """Layer order first, then the rule's importance within its layer, then the size of the difference."""
+    """The tie-break between rows of equal expected cost: layer order, then the rule's importance within its
+    layer, then the size of the difference."""
     return (LAYERS.index(row.layer), ORDER.get(row.key, len(ORDER)), -distance, row.where, row.key)
 
 
@@ -119,7 +123,7 @@ def diff_fingerprints(ref: Fingerprint, cand: Fingerprint) -> DiffResult:
     sums = dict.fromkeys(LAYERS, 0.0)
     counts = dict.fromkeys(LAYERS, 0)
     unknown: dict[str, list[str]] = {n: [] for n in LAYERS}
-    scored: list[tuple[tuple, Discrepancy, float]] = []
+    scored: list[tuple[Discrepancy, float]] = []
     for a, b in pairs:
         if a.value is None or b.value is None:
             unknown[a.layer].append(a.key)
@@ -136,9 +140,8 @@ def diff_fingerprints(ref: Fingerprint, cand: Fingerprint) -> DiffResult:
         where = b.where if b.role == a.role else f"{b.where} ({_pair_note(a.role, b.role)})"
         row = Discrepancy(layer=a.layer, key=a.key, reference=_json(_show(a)), candidate=_json(_show(b)), rank=1,
                           edit=edit, where=where, why=why)
-        scored.append((rank_key(row, d), row, d))
-    scored.sort(key=lambda t: t[0])
-    rows = tuple(attrs.evolve(row, rank=n) for n, (_, row, _) in enumerate(scored, 1))
+        scored.append((row, d))
+    rows = rank_rows(scored, rank_key)
     layers = tuple((n, sums[n] / counts[n] if counts[n] else 0.0) for n in LAYERS)
     return DiffResult(layers=layers, rows=rows, compared=counts, unknown={k: sorted(set(v)) for k, v in unknown.items()})
 

@@ -1,7 +1,14 @@
 """The ``knobs`` proposer: deterministic, one knob value changed per edit, knobs before rewrites.
 
-For each ranked row (rows whose edit class is ``knob`` first, then ``rewrite`` rows, each group in rank
-order) the row is mapped to catalog concepts: the row's key names a fingerprint feature
+Rows come ranked causes first (:mod:`mosaic.lift.causes`: by expected cost, each cause followed by the rows it
+explains, re-ranked by what the campaign measured). The proposer works **one cause at a time, round robin**
+(:func:`round_robin`): each cause's best edit before any cause's second edit; a cause's edits are its own
+row's knob edits, then those of the rows it explains, then the catalog's source rewrites aimed at them (for a
+parent that is a source: a kernel file or an accepted source edit; :mod:`mosaic.rewrites`). Causes whose rule's
+edit class is ``knob`` come before ``rewrite``-class causes, each class in rank order. A cause whose edits were
+judged null or slower has measured cost 0 and so comes last.
+
+For each row the row is mapped to catalog concepts: the row's key names a fingerprint feature
 (:data:`ROW_FEATURES`), and for ``*.form`` rows each form token in the reference's and the candidate's value
 names one (:data:`FORM_FEATURES`); :func:`mosaic.catalog.concepts_for_feature` turns the feature into
 concepts. Within a row, concepts that more of the request's rows point to come first (a concept several
@@ -71,8 +78,9 @@ The output is a list, best first; the loop takes the first whose candidate it ha
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -304,6 +312,34 @@ def _unmovable(rule, state: dict, fixed: set) -> bool:
                    for knob, values in rule.partners.items())
 
 
+def _source_name(campaign) -> str:
+    start = getattr(campaign, "start", None)
+    return os.path.basename(str(start)) if start else "kernel"
+
+
+def round_robin(per_row: list, rewrites: Mapping[int, list] | None = None) -> list[tuple[tuple, Proposal]]:
+    """The edits of ranked rows, one cause at a time: every cause's best edit before any cause's second.
+
+    ``per_row`` is ``[(row, [(identity, proposal), ...])]`` in rank order; a row whose ``cause`` is set joins
+    the group of the cause row before it. A group's edits are its knob edits (the cause's own first, then its
+    symptoms'), then the catalog's source rewrites aimed at its rows (``rewrites``: row index -> edits)."""
+    rewrites = rewrites or {}
+    groups: list[tuple[object, list, list]] = []  # (cause row, its knob edits, its source rewrites)
+    for n, (row, edits) in enumerate(per_row):
+        if not getattr(row, "cause", "") or not groups:
+            groups.append((row, [], []))
+        groups[-1][1].extend(edits)
+        groups[-1][2].extend(rewrites.get(n, ()))
+    # knobs before rewrites: causes whose rule's edit class is a knob first (stable: by rank within each class)
+    groups.sort(key=lambda g: getattr(g[0], "edit", "knob") != "knob")
+    flat = [knobs + sources for _, knobs, sources in groups]
+    out: list[tuple[tuple, Proposal]] = []
+    depth = max((len(g) for g in flat), default=0)
+    for i in range(depth):
+        out += [g[i] for g in flat if i < len(g)]
+    return out
+
+
 class KnobsProposer:
     name = "knobs"
     pure = True  # a function of the request: the loop may ask it early (its first edits lowered ahead)
@@ -409,7 +445,7 @@ class KnobsProposer:
         current = {**defaults, **dict(request.knobs)}
         interacts = self.interactions()
         reverts, retries = blocked(request.history, interacts)
-        rows = sorted(request.rows, key=lambda r: (r.edit != "knob", r.rank))
+        rows = list(request.rows)  # ranked: causes by expected cost, each followed by the rows it explains
         spec, gpu = self._spec_gpu(request)
         mapped = [(row, row_concepts(row, gpu)) for row in rows]
         support: dict[str, int] = {}
@@ -427,6 +463,7 @@ class KnobsProposer:
         dep_interacts = {k: interacts.get(k, set()) | v for k, v in deps.interacting().items()} if deps else {}
         predicts = predictions_of(self.knob_cls)
         gauge = Gauge(predicts, self.knob_cls, spec, rows, current)
+        per_row: list[tuple[object, list[tuple[tuple, Proposal]]]] = []
         for row, found in mapped:
             plan = [(concept, side, pinned, knob)
                     for concept, side in sorted(found, key=lambda item: -support[item[0]])
@@ -473,7 +510,7 @@ class KnobsProposer:
                             or (knob, val, _context(new, [k for k in new if k != knob])) in retries:
                         continue
                     identity = _hashable(new)
-                    if identity in seen or any(identity == i for _, _, i, _ in ranked):
+                    if any(identity == i for _, _, i, _ in ranked):
                         continue
                     edit = {"kind": "knob", "knob": knob, "value": list(value) if isinstance(value, tuple)
                             else value, "was": list(current[knob]) if isinstance(current[knob], tuple)
@@ -506,7 +543,12 @@ class KnobsProposer:
                             away.append((change, len(away), identity, proposal))
                             continue
                     ranked.append((min(change or 0.0, 0.0), len(ranked), identity, proposal))
-            for _, _, identity, proposal in sorted(ranked, key=lambda item: item[:2]):
+            per_row.append((row, [(identity, proposal) for _, _, identity, proposal
+                                  in sorted(ranked, key=lambda item: item[:2])]))
+        per_row += [(row, []) for row in rows[len(per_row):]]
+        rewrites = self._rewrites(request, rows, current)
+        for identity, proposal in round_robin(per_row, rewrites):
+            if identity not in seen:
                 seen.add(identity)
                 yield proposal
         held = deferred + [(identity, proposal) for _, _, identity, proposal in sorted(away, key=lambda a: a[:2])]
@@ -514,6 +556,35 @@ class KnobsProposer:
             if identity not in seen:
                 seen.add(identity)
                 yield proposal
+
+    def _rewrites(self, request: Request, rows: list, current: dict) -> dict[int, list[tuple[tuple, Proposal]]]:
+        """Row index -> the catalog's source rewrites aimed at that row, applied to the parent's source (only a
+        parent that is a source: a kernel file or an accepted source edit). A rewrite with nothing to edit in
+        the source is stepped over; the build decides whether one that applies compiles."""
+        if request.source is None:
+            return {}
+        from mosaic.rewrites import NotApplicable, apply_rewrite, registered, rewrites_for
+
+        try:
+            available = registered()
+        except MosaicError:
+            return {}
+        name = _source_name(self.campaign)
+        out: dict[int, list[tuple[tuple, Proposal]]] = {}
+        for n, row in enumerate(rows):
+            for rw in rewrites_for(row, self.target, available):
+                try:
+                    applied = apply_rewrite(rw, request.source, row)
+                except NotApplicable:
+                    continue
+                edit = {"kind": "source", "origin": "rewrite", "rewrite": rw.name, "concept": rw.concept,
+                        "name": name, "sha256": applied.sha256, "knobs": {}, "why": rw.summary,
+                        "row": {"layer": row.layer, "key": row.key, "rank": row.rank, "edit": row.edit,
+                                "reference": row.reference, "candidate": row.candidate}}
+                knobs = {k: list(v) if isinstance(v, tuple) else v for k, v in current.items()}
+                out.setdefault(n, []).append(
+                    (("source", applied.sha256), Proposal(True, request.parent, edit, knobs, applied.text)))
+        return out
 
     def propose(self, request: Request) -> list[Proposal]:
         return list(self.edits(request))

@@ -35,6 +35,7 @@ import attrs
 
 from mosaic.errors import BadInput
 from mosaic.families import physical_floor_ns
+from mosaic.lift.causes import measured_costs, rerank
 from mosaic.proposers import EditProposer, Proposal, Request
 from mosaic.records import GpuTarget, KernelSpec
 from mosaic.run.campaign import Campaign
@@ -81,10 +82,11 @@ def proposer_history(events: Iterable[Mapping]) -> list[dict]:
     """The campaign's history as the proposer sees it (``Request.history``), folded from its journal events.
 
     One entry per edit that was built (step 1 on; the naive translation is not an edit), in step order:
-    ``{step, key, parent, edit, knobs, outcome, accepted, reason}``. ``outcome`` is the verdict's reason code
-    (``faster``, ``closer-within-noise``, ``slower``, ``null``, ``below-floor``, ``numerics``) or the build's
+    ``{step, key, parent, edit, knobs, outcome, accepted, reason, gain_ns}``. ``outcome`` is the verdict's reason
+    code (``faster``, ``closer-within-noise``, ``slower``, ``null``, ``below-floor``, ``numerics``) or the build's
     (``unbuildable``); ``accepted`` says whether the candidate became the incumbent; ``reason`` is what the
-    verdict or the failed build said (None before either)."""
+    verdict or the failed build said (None before either); ``gain_ns`` the incumbent's time minus the
+    candidate's in the verdict's paired timing (None when it was not timed)."""
     entries: dict[int, dict] = {}
     for e in events:
         step = e.get("step")
@@ -92,13 +94,16 @@ def proposer_history(events: Iterable[Mapping]) -> list[dict]:
             continue
         if e["event"] == "proposal" and e.get("ok") and e.get("key"):
             entries[step] = {"step": step, "key": e["key"], "parent": e.get("parent"), "edit": e.get("edit"),
-                             "knobs": e.get("knobs"), "outcome": None, "accepted": False, "reason": None}
+                             "knobs": e.get("knobs"), "outcome": None, "accepted": False, "reason": None,
+                             "gain_ns": None}
         elif step in entries and e["event"] == "build" and not e.get("ok"):
             entries[step].update(outcome=e.get("reason_code") or "unbuildable", accepted=False,
                                  reason=e.get("reason"))
         elif step in entries and e["event"] == "verdict":
+            t_c, t_i = e.get("t_candidate"), e.get("t_incumbent")
+            gain = t_i - t_c if isinstance(t_c, int | float) and isinstance(t_i, int | float) else None
             entries[step].update(outcome=e.get("reason_code"), accepted=e.get("decision") == "accepted",
-                                 reason=e.get("reason"))
+                                 reason=e.get("reason"), gain_ns=gain)
     return [entries[s] for s in sorted(entries)]
 
 
@@ -318,11 +323,14 @@ class Loop:
         if self.knob_cls is not None and attrs.has(self.knob_cls):
             fields = {f.name: (list(f.default) if isinstance(f.default, tuple) else f.default)
                       for f in attrs.fields(self.knob_cls) if f.default is not attrs.NOTHING}
+        history = tuple(proposer_history(self.events))
+        gap = (self.t_inc_vs_ref[0] - self.t_inc_vs_ref[1]) if self.incumbent is not None else None
+        rows = rerank(member.rows, measured_costs(history, gap))  # causes the campaign measured: their cost
         return Request(campaign=self.c.to_json(), parent=member.kernel.key, knobs=dict(member.kernel.spec.knobs),
-                       rows=member.rows, layers=member.layers, incumbent=(self.incumbent or member).summary(),
+                       rows=rows, layers=member.layers, incumbent=(self.incumbent or member).summary(),
                        reference={"key": REFERENCE, "language": self.c.source, "knobs": dict(self.c.reference_knobs),
                                   "time_ns": self.noise.reference_time, "noise_ns": self.noise.value},
-                       tried=frozenset(self.tried), repair=self.repair, history=tuple(proposer_history(self.events)),
+                       tried=frozenset(self.tried), repair=self.repair, history=history,
                        knob_fields=fields, gpu=self.gpu.to_json(), source=member.kernel.source)
 
     def prefetch_first(self, kernel: Kernel, d) -> None:

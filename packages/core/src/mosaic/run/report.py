@@ -93,6 +93,40 @@ def _chain(key, proposal_of: dict, verdict_of: dict) -> list[dict]:
     return chain[::-1]
 
 
+#: a built edit's outcome -> why the row it was aimed at is still there (the first that applies, in this order)
+UNFIXED = (("accepted", "edit accepted, the row remains"), ("faster", "edit accepted, the row remains"),
+           ("slower", "edit slower"), ("null", "edit null (within the noise)"),
+           ("numerics", "edit failed the numerics gate"), ("below-floor", "edit timed below the physical floor"),
+           ("unbuildable", "edit unbuildable"), ("proposal", "edit refused before the build"),
+           ("unfinished", "edit not judged before the stop"))
+
+
+def why_unfixed(row: dict, edits: list[dict]) -> dict:
+    """Why a remaining row was not fixed: the edits aimed at its key (or, for a symptom, at its cause) and what
+    each came to; ``no edit`` when the campaign proposed none (no knob or catalog rewrite of the target reaches
+    it, or the budget ended first) -- the next step for a user or an agent."""
+    key = row.get("key")
+    cause = row.get("cause") or ""
+    aimed = [e for e in edits if ((e.get("edit") or {}).get("row") or {}).get("key") == key]
+    via = ""
+    if not aimed and cause:
+        aimed = [e for e in edits if ((e.get("edit") or {}).get("row") or {}).get("key") == cause]
+        via = cause
+    if not aimed:
+        text = "no edit: no knob or catalog rewrite of the target was proposed for it"
+        if cause:
+            text = f"a consequence of {cause}, which no edit was proposed for"
+        return {"code": "no-edit", "text": text, "steps": []}
+    codes = [e.get("reason_code") if e.get("outcome") != "accepted" else "accepted" for e in aimed]
+    for code, text in UNFIXED:
+        if code in codes:
+            steps = [e["step"] for e, c in zip(aimed, codes, strict=True) if c == code]
+            prefix = f"a consequence of {via}: " if via else ""
+            return {"code": code, "text": prefix + text + f" (step{'s' if len(steps) > 1 else ''} "
+                    + ", ".join(map(str, steps)) + ")", "steps": [e["step"] for e in aimed]}
+    return {"code": codes[0] or "other", "text": f"edit {codes[0]}", "steps": [e["step"] for e in aimed]}
+
+
 def build_report(events: list[dict]) -> dict:
     head = events[0]
     by = lambda kind: [e for e in events if e["event"] == kind]  # noqa: E731
@@ -170,7 +204,7 @@ def build_report(events: list[dict]) -> dict:
         "accepted": [e for e in edits if e["outcome"] == "accepted"],
         "null_results": [e for e in edits if e.get("reason_code") == "null"],
         "closer_but_slower": [e for e in edits if e.get("closer_but_slower")],
-        "remaining_differences": (stop or {}).get("remaining", []),
+        "remaining_differences": [{**r, "unfixed": why_unfixed(r, edits)} for r in (stop or {}).get("remaining", [])],
         "series": series,
         "beams": beam_lineage(events),
     }
@@ -266,8 +300,10 @@ def to_markdown(rep: dict) -> str:
     if not beams:
         lines.append("- none")
     lines += ["", "## Remaining differences", ""]
-    lines += [f"- {r['layer']}:{r['key']} ({r['edit']}) reference {json.dumps(r['reference'])[:80]}, candidate "
-              f"{json.dumps(r['candidate'])[:80]} — {r['why']}" for r in rep["remaining_differences"]] or ["- none"]
+    lines += [f"- {'  <- ' if r.get('cause') else ''}{r['layer']}:{r['key']} ({r['edit']}) reference "
+              f"{json.dumps(r['reference'])[:80]}, candidate {json.dumps(r['candidate'])[:80]} — {r['why']}"
+              + (f". Not fixed: {r['unfixed']['text']}" if r.get("unfixed") else "")
+              for r in rep["remaining_differences"]] or ["- none"]
     return "\n".join(lines) + "\n"
 
 

@@ -53,3 +53,11 @@ def register_languages(register):
 def register_constructs(register):
     for construct in CONSTRUCTS:
         register(construct)
+
+
+@hookimpl
+def register_rewrites(register):
+    from mosaic_target_pallas.rewrites import REWRITES  # ast edits only: no DSL import
+
+    for rewrite in REWRITES:
+        register(rewrite)

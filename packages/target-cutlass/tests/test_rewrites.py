@@ -62,8 +62,12 @@ def test_rewrites_for_picks_the_rewrites_that_move_a_form_row_the_reference_way(
     assert {r.rewrite for r in rewrites_for(back, "cutlass", REWRITES)} == {"exp-precise", "fast-math-off"}
     div = row("div.form", [], ["ieee"])  # the reference has no IEEE divide: only removing it helps
     assert {r.rewrite for r in rewrites_for(div, "cutlass", REWRITES)} == {"rsqrt-approx"}
-    assert {r.rewrite for r in rewrites_for(row("loop.unroll", 8, 4), "cutlass", REWRITES)} == \
-        {"unroll-more", "unroll-less"}
+    # a numeric row: raised toward a larger reference value, lowered toward a smaller one
+    assert {r.rewrite for r in rewrites_for(row("loop.unroll", 8, 4), "cutlass", REWRITES)} == {"unroll-more"}
+    assert {r.rewrite for r in rewrites_for(row("loop.unroll", 1, 4), "cutlass", REWRITES)} == {"unroll-less"}
+    # a categorical row: not the rewrite producing what the candidate already has
+    assert {r.rewrite for r in rewrites_for(row("fma.contraction", "unfused", "fused"), "cutlass", REWRITES)} == \
+        {"fmad-off"}
     assert rewrites_for(exp, "pallas", REWRITES) == []
 
 

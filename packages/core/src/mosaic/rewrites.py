@@ -11,8 +11,9 @@ to edit raises :class:`NotApplicable` with the reason, and that is recorded, nev
 :func:`rewrites_for` selects, for one diff row, the rewrites of the target language that target its key and
 move it the row's way: a ``*.form`` row's reference tokens the candidate lacks want a ``gain`` rewrite
 producing them; the candidate's extra tokens a ``lose`` rewrite removing them; a row that is not a form
-(``loop.unroll``, ``fma.contraction``) takes every rewrite of its key except those producing the value the
-candidate already has.
+takes the rewrites of its key that move it the reference's way: a categorical one (``fma.contraction``)
+those not producing the value the candidate already has, a numeric one (``loop.unroll``, a width) the ``gain``
+rewrites (they raise it) when the reference's value is above the candidate's, the ``lose`` ones below.
 """
 
 from __future__ import annotations
@@ -100,6 +101,26 @@ def wanted_sides(row) -> dict[str, set[str]]:
     return {"gain": ref - cand, "lose": cand - ref}
 
 
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, list | tuple) and value and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                                         for v in value):
+        return float(max(value))
+    return None
+
+
+def numeric_side(row) -> str | None:
+    """``gain`` when a numeric row's reference value is above the candidate's (raise it), ``lose`` when below;
+    None for a row that is not numeric on both sides (a list of widths compares by its widest)."""
+    ref, cand = _number(row.reference), _number(row.candidate)
+    if ref is None or cand is None or ref == cand:
+        return None
+    return "gain" if ref > cand else "lose"
+
+
 def rewrites_for(row, language: str, available: Iterable[Rewrite] | Mapping[str, Rewrite]) -> list[Rewrite]:
     """The rewrites of ``language`` aimed at ``row``, in registration order (those moving the row's way)."""
     items = available.values() if isinstance(available, Mapping) else available
@@ -113,8 +134,11 @@ def rewrites_for(row, language: str, available: Iterable[Rewrite] | Mapping[str,
                 continue
         elif rw.forms and str(row.candidate) in set(rw.forms):
             continue  # a categorical row (fma.contraction): the candidate already has what the rewrite produces
+        elif not rw.forms and (way := numeric_side(row)) is not None and way != rw.side:
+            continue  # a numeric row (loop.unroll, a width): gain raises it, lose lowers it
         out.append(rw)
     return out
 
 
-__all__ = ["Applied", "NotApplicable", "apply_rewrite", "registered", "rewrites_for", "takes_row", "wanted_sides"]
+__all__ = ["Applied", "NotApplicable", "apply_rewrite", "numeric_side", "registered", "rewrites_for", "takes_row",
+           "wanted_sides"]

@@ -10,9 +10,10 @@ the flag rewrites edit (or add) the ``// mosaic:nvcc-flags`` line only.
 
 Sides, one convention for every ``*.form`` rewrite: ``gain`` when the edit *produces* a form token in the row
 (``forms`` is that token: ``exp-approx`` gains ``approx`` in ``exp.form``), ``lose`` when it only removes one
-(``rsqrt-approx`` removes the IEEE divide of ``1.0f / sqrtf``: ``div.form`` loses ``ieee``). Rows that are not
-forms (``fma.contraction``, ``loop.unroll``) are moved toward the reference's value: ``gain``; their ``forms``
-(``fused``/``unfused``) are for the reader (core selects every rewrite of such a row).
+(``rsqrt-approx`` removes the IEEE divide of ``1.0f / sqrtf``: ``div.form`` loses ``ieee``). A categorical row
+(``fma.contraction``) is moved to the value in ``forms`` (core skips the rewrite when the candidate has it); a
+numeric row (``loop.unroll``) is raised by a ``gain`` rewrite and lowered by a ``lose`` one (core picks by
+whether the reference's value is above or below the candidate's).
 
 ``apply(text, row=None)``: ``row`` (a diff row: ``reference``/``candidate``) is read by the unroll rewrites,
 which take the reference's numeric unroll as their target; every other rewrite ignores it.
@@ -809,7 +810,7 @@ RULES: tuple[Rule, ...] = (
     Rule("unroll-more", "cta-tile", ("loop.unroll",), "gain", (),
          "sets #pragma unroll N (1, 2, 4, 8) on the hot loop (innermost runtime-trip for loop, largest body): the "
          "row's reference unroll when larger, else twice the current one", unroll, {"more": True}),
-    Rule("unroll-less", "cta-tile", ("loop.unroll",), "gain", (),
+    Rule("unroll-less", "cta-tile", ("loop.unroll",), "lose", (),
          "sets #pragma unroll N (1, 2, 4, 8) on the hot loop: the row's reference unroll when smaller, else half "
          "the current one", unroll, {"more": False}),
 )

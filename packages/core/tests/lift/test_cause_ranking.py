@@ -81,6 +81,18 @@ def test_corpus_covers_every_rewrite():
         assert len(changed) + (a.get("flags", []) != b.get("flags", [])) == 1, f"{name}: exactly one difference"
 
 
+def test_every_installed_rewrite_targets_a_row_the_corpus_plants():
+    """Each catalog rewrite of the installed languages aims at a row some planted pair ranks first (the C++, CuTe
+    and Pallas rewrites alike); a new rewrite of an unplanted row fails here until a pair plants it."""
+    from mosaic.rewrites import registered
+
+    installed = registered()
+    assert installed, "no rewrite is registered (the language plugins are not installed?)"
+    planted = {p["planted"][1] for p in PAIRS.values()}
+    missing = {name: rw.rows for name, rw in installed.items() if not set(rw.rows) & planted}
+    assert not missing, f"rewrites whose rows no planted pair covers: {missing}"
+
+
 @pytest.mark.parametrize("name", sorted(PAIRS))
 def test_planted_row_and_its_values(name):
     key, ref, cand = EXPECTED_VALUES[name]

@@ -892,9 +892,10 @@ def figures(out: Path) -> dict:
     return f
 
 
+
 def main(argv=None) -> int:
     sys.path.insert(0, str(HERE.parent))
-    from _device import OneLineParser
+    from _device import OneLineParser, gpu_record
 
     p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="Output directory (JSON per step, logs, summary.json).")
@@ -910,7 +911,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="Interleaved timing rounds (quant, bench).")
     p.add_argument("--steps", type=int, default=64, help="Decode steps per timing sample.")
     p.add_argument("--gen-tokens", type=int, default=32, help="Tokens of the quant step's decoded text.")
-    p.add_argument("--gpu", default="h200", help="GPU record name.")
+    p.add_argument("--gpu", default=None, help="GPU record name (default: the detected device's record)")
     p.add_argument("--check-lowering", action="store_true",
                    help="prepare also lowers, validates and encodes every planned VM (always with --vm reference).")
     p.add_argument("--work", help="Work dir for the int8 copies (default: a new temporary directory).")
@@ -918,6 +919,7 @@ def main(argv=None) -> int:
     p.add_argument("--step-budget", type=float, default=60.0, help=argparse.SUPPRESS)
     p.add_argument("--planned", default="", help=argparse.SUPPRESS)  # the steps of this run (prepare builds for them)
     a = p.parse_args(argv)
+    a.gpu = gpu_record(a.gpu, on_device=True)
     if a.prompts < 1 or a.prompts > 8 or a.tokens < 1 or a.rounds < 1 or a.steps < 1 or a.budget <= 0:
         p.error("--prompts 1..8, --tokens/--rounds/--steps >= 1, --budget > 0")
     for opt in (a.only, a.skip):

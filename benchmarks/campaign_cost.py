@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _device import gpu_record
+
 
 def _bundle_of(directory: Path, key: str) -> Path | None:
     p = directory / "bundles" / f"cand-{key}.bundle"
@@ -238,7 +240,7 @@ def main(argv=None) -> int:
     lo.add_argument("--lowerings", type=int, default=4)
     lo.add_argument("--cores", default="1,2")
     lo.add_argument("--python", default=sys.executable, help="the interpreter whose env has the language's plugin")
-    lo.add_argument("--gpu", default="h200")
+    lo.add_argument("--gpu", default=None, help="GPU record name (default: the detected device's record)")
     lo.add_argument("--shape", default="4096x4096x4096")
     lo.add_argument("--timeout", type=float, default=600.0)
     co = sub.add_parser("compile-once", help="CuTe: the worker's compile vs loading the lowering's artifact (CPU)")
@@ -246,10 +248,12 @@ def main(argv=None) -> int:
     co.add_argument("--rounds", type=int, default=5)
     co.add_argument("--shape", default="4096x4096x4096")
     co.add_argument("--knob", action="append", default=[], metavar="K=V", help="a knob as JSON value, e.g. stages=3")
-    co.add_argument("--gpu", default="h200")
+    co.add_argument("--gpu", default=None, help="GPU record name (default: the detected device's record)")
     for p in (j, lo, co):
         p.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
+    if hasattr(a, "gpu"):  # the lowering parts run on the CPU: a named record is taken as asked
+        a.gpu = gpu_record(a.gpu, on_device=False)
     if a.part == "journal":
         rows = []
         for d in a.dirs:

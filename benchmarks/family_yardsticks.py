@@ -17,7 +17,7 @@ import statistics
 import time
 import traceback
 
-from _device import OneLineParser, add_json, json_path, log, plain, write_json
+from _device import OneLineParser, add_json, gpu_record, json_path, log, plain, write_json
 
 CASES = [
     ("rmsnorm", {"rows": 16384, "cols": 8192}, "torch"),
@@ -73,13 +73,15 @@ def line(r: dict) -> str:
             f"{r['median_us']:9.2f} us  floor {r['floor_us']:8.2f} us  ({100 * r['floor_fraction']:.1f}% of floor speed)")
 
 
+
 def main() -> int:
     p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--blocks", type=int, default=5)
-    p.add_argument("--gpu", default="h200")
+    p.add_argument("--gpu", default=None, help="GPU record name (default: the detected device's record)")
     add_json(p, "family_yardsticks")
     a = p.parse_args()
+    a.gpu = gpu_record(a.gpu, on_device=True)
     from mosaic.plugins import host
     from mosaic.timing.device import L2Flush
     from mosaic.timing.timer import make_timer

@@ -37,7 +37,7 @@ import time
 import traceback
 from pathlib import Path
 
-from _device import OneLineParser, add_json, json_path, log, plain, write_json
+from _device import OneLineParser, add_json, gpu_record, json_path, log, plain, write_json
 from pallas_rowwise import parse_configs, row_sample_check, timed
 
 START = time.time()
@@ -270,12 +270,13 @@ def memcpy_line(torch_kernel, torch_memcpy, flush, runs, blocks) -> dict:
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:400]}
 
 
+
 def main() -> int:
     p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="16384x8192")
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--blocks", type=int, default=3)
-    p.add_argument("--gpu", default="h200")
+    p.add_argument("--gpu", default=None, help="GPU record name (default: the detected device's record)")
     p.add_argument("--only", default=DEFAULT_ONLY, help="configurations 'knob=value,...;...' over RmsnormKnobs")
     p.add_argument("--quack", choices=("auto", "off"), default="auto",
                    help="time quack-kernels' rmsnorm too when it imports (auto)")
@@ -285,6 +286,7 @@ def main() -> int:
     p.add_argument("--time-budget", type=float, default=80.0, help="start no configuration after S seconds")
     add_json(p, "pallas_copy_ceiling")
     a = p.parse_args()
+    a.gpu = gpu_record(a.gpu, on_device=True)
     import tempfile
 
     import attrs

@@ -29,7 +29,7 @@ import time
 import traceback
 from pathlib import Path
 
-from _device import OneLineParser, add_json, json_path, log, plain, write_json
+from _device import OneLineParser, add_json, gpu_record, json_path, log, plain, write_json
 
 
 def timed(timer, flush, pair, runs, blocks) -> list[float]:
@@ -149,6 +149,7 @@ def parse_configs(text: str, cls, rows: int, cols: int, gpu, dtype: str) -> list
     return out
 
 
+
 def main() -> int:
     p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="16384x8192")
@@ -156,7 +157,7 @@ def main() -> int:
     p.add_argument("--families", default="rmsnorm,softmax")
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--blocks", type=int, default=3)
-    p.add_argument("--gpu", default="h200")
+    p.add_argument("--gpu", default=None, help="GPU record name (default: the detected device's record)")
     p.add_argument("--only", default=None, help="configurations 'knob=value,...;...' (instead of the whole table)")
     p.add_argument("--configs", type=Path, default=None, help="a file of configurations, one a line")
     p.add_argument("--check", choices=("rows", "full"), default=None,
@@ -164,6 +165,7 @@ def main() -> int:
     p.add_argument("--time-budget", type=float, default=0.0, help="start no configuration after S seconds")
     add_json(p, "pallas_rowwise")
     a = p.parse_args()
+    a.gpu = gpu_record(a.gpu, on_device=True)
     import tempfile
 
     import attrs

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -55,12 +56,21 @@ def sweep(configs, gpu, m=4096, n=4096, k=4096, dtype="bf16") -> list[dict]:
 
 
 def main(argv=None) -> None:
+    from mosaic.errors import MosaicError
+    from mosaic.gpus import resolve_gpu
     from mosaic.plugins import host
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--gpu", default="h200")
+    p.add_argument("--gpu", default=None, help="GPU record name (default: the detected device's record)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
+    try:  # the sweep lowers on the CPU: a named record is taken as asked, else the detected device's
+        choice = resolve_gpu(args.gpu, on_device=False)
+    except MosaicError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    print(f"gpu: {choice.line()}", file=sys.stderr)
+    args.gpu = choice.name
     rows = sweep(configurations(SMALL_GRID), host().get("gpus", args.gpu))
     for r in rows:
         k = r["knobs"]

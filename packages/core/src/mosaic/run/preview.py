@@ -96,6 +96,8 @@ def _edit_label(edit: dict | None) -> str:
     if edit.get("kind") == "knob":
         more = "".join(f", {k}={v}" for k, v in (edit.get("implies") or {}).items())
         return f"{edit['knob']}={json.dumps(edit['value'])}{more} (was {json.dumps(edit.get('was'))})"
+    if edit.get("kind") == "source" and edit.get("rewrite"):
+        return f"catalog rewrite {edit['rewrite']} of {edit.get('name')} ({edit.get('why', '')})"
     return str(edit.get("kind"))
 
 

@@ -228,6 +228,8 @@ def _edit_text(e: dict) -> str:
         return "compound: " + " + ".join(f"{p['knob']}={json.dumps(p.get('value'))}" for p in ed["parts"])
     if ed.get("kind") == "knob" and "knob" in ed:
         return f"{ed['knob']}={json.dumps(ed.get('value'))}"
+    if ed.get("kind") == "source" and ed.get("rewrite"):
+        return f"catalog rewrite {ed['rewrite']} of {ed.get('name')} ({str(ed.get('sha256', ''))[:12]})"
     if ed.get("kind") == "source":
         return f"source {ed.get('name')} ({str(ed.get('sha256', ''))[:12]})"
     if ed.get("kind") == "naive":

@@ -94,7 +94,7 @@ def test_hopper_to_blackwell_diff_names_the_generation():
     assert (rows["mma.form"].reference, rows["mma.form"].candidate) == (["wgmma"], ["tcgen05"])
     assert (rows["mma.accumulator"].reference, rows["mma.accumulator"].candidate) == (["registers"], ["tmem"])
     assert rows["tmem.ops"].reference == [] and "alloc" in rows["tmem.ops"].candidate
-    for key in ("mma.accumulator", "tmem.ops", "mma.types"):
+    for key in ("mma.accumulator", "tmem.ops", "mma.types", "roles.registers"):
         assert rows[key].cause == "mma.form", key  # consequences of the MMA generation, grouped under it
     assert "roles" in rows and "epilogue" in rows["roles"].candidate
     # one CTA per MMA on both sides: no cta_group row for the 1-CTA Blackwell kernel

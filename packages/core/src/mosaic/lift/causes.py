@@ -58,7 +58,8 @@ IMPLIES: Mapping[str, tuple[str, ...]] = {
     "access.shared.store_width": _LOOP,
     "access.async_copy_width": _LOOP,
     "mma.form": _LOOP + ("mma.shape", "mma.types", "barrier.ops", "pipeline.wait_depth", "tensor_pipe",
-                         "access.shared.load_width", "mma.accumulator", "mma.cta_group", "tmem.ops"),
+                         "access.shared.load_width", "mma.accumulator", "mma.cta_group", "tmem.ops",
+                         "warpgroups", "roles.registers"),
     # sm_100: a CTA pair per MMA halves each CTA's B slots and commits to the pair's barriers
     "mma.cta_group": _LOOP + ("smem.static", "smem.dynamic", "barrier.ops", "tmem.ops", "tensor_pipe"),
     "mma.shape": _LOOP + ("tensor_pipe",),

@@ -33,16 +33,6 @@ CONSTRUCTS = (
        "tile_k"),
     _x("wgmma-fence-commit-wait", "warpgroup_arrive / warpgroup_commit_batch / warpgroup_wait<N> in the "
        "collective mainloop; knob: kernel_schedule"),
-    _x("tcgen05-mma", "SM100_MMA_F16BF16_SS / _2x1SM_SS atoms (CollectiveBuilder<arch::Sm100, ...>)", "none",
-       "the template builds sm90 GMMA only; CUTLASS's sm100 collective issues it"),
-    _x("tmem-alloc", "cute::TMEM::Allocator1Sm / Allocator2Sm in the sm100 kernel schedule", "none",
-       "the template builds sm90 GMMA only"),
-    _x("tmem-load-store", "SM100_TMEM_LOAD_32dp32b* copy atoms in the sm100 epilogue", "none",
-       "the template builds sm90 GMMA only"),
-    _x("tcgen05-commit", "cutlass::arch::umma_arrive / umma_arrive_multicast_2x1SM", "none",
-       "the template builds sm90 GMMA only"),
-    _x("cta-pair-mma", "KernelTmaWarpSpecialized2SmSm100 schedule with a cluster M of 2", "none",
-       "the template builds sm90 GMMA only"),
     _x("mma-sync", "SM80 MMA atoms", "none", "the template builds sm90 GMMA only"),
     _x("fma-simt", "UniversalFMA MMA atom", "none", "the template builds sm90 GMMA only"),
     _x("cta-tile", "TileShape Shape<_M,_N,_K> template argument of the CollectiveBuilder (GMMA atom, smem stages "

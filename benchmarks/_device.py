@@ -124,8 +124,7 @@ def time_launch(lz, n: int = 10, steps: int = 1, **kw) -> float:
 
 
 def gpu_record(name: str | None, on_device: bool = True) -> str:
-    """``--gpu`` or, when none is named, the detected device's record (``mosaic.gpus.resolve_gpu``), said on stderr
-    as ``gpu: h100-sxm (detected: NVIDIA H100 80GB HBM3)``; a record that contradicts the device is one error line."""
+    """``--gpu`` or, when none is named, the detected device's record (``mosaic.gpus.resolve_gpu``), a record that contradicts the device is one error line."""
     from mosaic.errors import MosaicError
     from mosaic.gpus import resolve_gpu
 
@@ -134,5 +133,4 @@ def gpu_record(name: str | None, on_device: bool = True) -> str:
     except MosaicError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    print(f"gpu: {choice.line()}", file=sys.stderr)
     return choice.name

@@ -69,7 +69,6 @@ def main(argv=None) -> None:
     except MosaicError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    print(f"gpu: {choice.line()}", file=sys.stderr)
     args.gpu = choice.name
     rows = sweep(configurations(SMALL_GRID), host().get("gpus", args.gpu))
     for r in rows:

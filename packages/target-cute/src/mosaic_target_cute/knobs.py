@@ -10,6 +10,12 @@
   write one sub-tile together); its width is a multiple of 16 (the stmatrix copy's width).
 * ``naive`` — the deliberately naive first translation (``kernels/naive_gemm.py``): one thread per output
   element, plain global loads, fp32 FMA, no shared memory, no pipelining, no TMA, no tensor cores.
+
+``attention`` (:class:`AttentionKnobs`, problem :class:`AttentionShape`) has the same two: ``hopper``
+(``kernels/hopper_attention.py``, FlashAttention-3 style: producer warpgroup, TMA, wgmma for both products,
+online softmax in registers) and ``naive`` (``kernels/naive_attention.py``, one thread per query row). Its budget
+rules are in :mod:`mosaic_target_cute.budget` (``attention_diagnose``); :data:`AttentionKnobs.DEPENDENCIES` ties
+the knobs those rules name.
 """
 
 from __future__ import annotations
@@ -106,7 +112,140 @@ class GemmKnobs:
             fail(self, f.tile_k, self.tile_k, f"a divisor of k={k}")
 
 
-FAMILY_KNOBS = {"gemm": GemmKnobs}
+ATTENTION_DIMS = ("batch", "seq", "heads", "head_dim")
+
+
+@attrs.frozen
+class AttentionShape:
+    """One attention problem as the kernels see it (mosaic.families.attention's shape, defaults filled):
+    ``seq`` queries and ``seq`` keys per (batch, head), ``kv_heads`` key/value heads shared by ``heads // kv_heads``
+    query heads each, ``causal`` bottom-right aligned (with equal query and key lengths: key j <= query i)."""
+
+    batch: int
+    seq: int
+    heads: int
+    head_dim: int
+    kv_heads: int
+    causal: bool
+
+    @classmethod
+    def from_shape(cls, shape) -> AttentionShape:
+        missing = [d for d in ATTENTION_DIMS if d not in shape]
+        if missing:
+            raise KeyError(", ".join(missing))
+        heads = shape["heads"]
+        return cls(batch=shape["batch"], seq=shape["seq"], heads=heads, head_dim=shape["head_dim"],
+                   kv_heads=shape.get("kv_heads", heads), causal=bool(shape.get("causal", 0)))
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head (1: multi-head attention)."""
+        return self.heads // self.kv_heads
+
+
+def _multiple_of_8(lo: int, hi: int):
+    def check(inst, attribute, value):
+        if isinstance(value, bool) or not isinstance(value, int) or value % 8 or not lo <= value <= hi:
+            fail(inst, attribute, value, f"a multiple of 8 in [{lo}, {hi}] (setmaxnreg)")
+
+    return check
+
+
+def _int_text(value):
+    """``--knob stages=3`` gives the string '3': an integer's text becomes the integer (anything else is left for the
+    validator to refuse)."""
+    return int(value) if isinstance(value, str) and value.strip().lstrip("-").isdigit() else value
+
+
+def _bool_text(value):
+    """'true'/'false' (also 1/0, yes/no) from the command line become the bool."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
+        return value.strip().lower() in ("true", "1", "yes")
+    return value
+
+
+BLOCK_N = tuple(range(64, 257, 16))
+HEAD_DIMS = (64, 96, 128, 192, 256)
+
+
+@attrs.frozen
+class AttentionKnobs:
+    """Knobs of the CuTe attention forward (``kernel``: ``hopper`` -- kernels/hopper_attention.py, the project's
+    FlashAttention-3-style sm_90a kernel; ``naive`` -- kernels/naive_attention.py, one thread per query row).
+
+    hopper: a CTA computes ``block_m`` query rows of one (batch, head) against ``block_n``-key blocks; warpgroup 0
+    produces (TMA: Q once, K and V blocks into ``stages``-deep mbarrier rings, its registers cut to
+    ``producer_regs`` by setmaxnreg), ``consumer_warpgroups`` warpgroups consume (``block_m //
+    consumer_warpgroups`` rows each, 64 or 128; registers raised to ``consumer_regs``): S = Q K^T by wgmma,
+    online softmax in registers, O += P V by a second wgmma whose A operand P is read from registers
+    (``p_in='registers'``) or staged through shared memory (``p_in='smem'``). ``pingpong`` (two consumer
+    warpgroups) takes turns at the tensor cores through named barriers, so one warpgroup's softmax runs under the
+    other's GEMMs. ``causal_skip`` (causal problems): visit only the key blocks at or below the diagonal
+    (False: visit every block and mask). ``persistent``: ``sm_count`` CTAs loop over the (m block, head, batch)
+    tiles of a static scheduler instead of one CTA per tile.
+    naive: ``rows_per_block`` threads per CTA, one query row each.
+    """
+
+    kernel: str = attrs.field(default="hopper", validator=one_of(*KERNELS))
+    block_m: int = attrs.field(default=128, converter=_int_text, validator=_in(64, 128, 192, 256))
+    block_n: int = attrs.field(default=128, converter=_int_text, validator=_in(*BLOCK_N))
+    stages: int = attrs.field(default=2, converter=_int_text, validator=_in(1, 2, 3, 4, 5, 6))
+    consumer_warpgroups: int = attrs.field(default=2, converter=_int_text, validator=_in(1, 2, 3))
+    producer_regs: int = attrs.field(default=24, converter=_int_text, validator=_multiple_of_8(24, 256),
+                                     metadata={"interacts": ("consumer_warpgroups", "consumer_regs")})
+    consumer_regs: int = attrs.field(default=240, converter=_int_text, validator=_multiple_of_8(24, 256),
+                                     metadata={"interacts": ("consumer_warpgroups", "block_m", "block_n")})
+    pingpong: bool = attrs.field(default=False, converter=_bool_text, validator=attrs.validators.instance_of(bool))
+    p_in: str = attrs.field(default="registers", validator=one_of("registers", "smem"))
+    causal_skip: bool = attrs.field(default=True, converter=_bool_text, validator=attrs.validators.instance_of(bool))
+    persistent: bool = attrs.field(default=False, converter=_bool_text, validator=attrs.validators.instance_of(bool))
+    # naive kernel only: query rows (threads) per CTA
+    rows_per_block: int = attrs.field(default=128, converter=_int_text, validator=_in(32, 64, 128, 256))
+
+    def __attrs_post_init__(self):
+        f = attrs.fields(AttentionKnobs)
+        if self.kernel == "naive":
+            for a in ("block_m", "block_n", "stages", "consumer_warpgroups", "producer_regs", "consumer_regs",
+                      "pingpong", "p_in", "persistent"):
+                if getattr(self, a) != getattr(f, a).default:
+                    fail(self, getattr(f, a), getattr(self, a), f"{getattr(f, a).default!r}: it does not apply "
+                         "to kernel='naive'")
+            return
+        if self.rows_per_block != f.rows_per_block.default:
+            fail(self, f.rows_per_block, self.rows_per_block,
+                 f"{f.rows_per_block.default!r}: it only applies to kernel='naive'")
+        if self.block_m % self.consumer_warpgroups or self.block_m // self.consumer_warpgroups not in (64, 128):
+            fail(self, f.block_m, self.block_m, f"64 or 128 rows per consumer warpgroup "
+                 f"(consumer_warpgroups={self.consumer_warpgroups})")
+        if self.pingpong and self.consumer_warpgroups != 2:
+            fail(self, f.pingpong, self.pingpong, "False unless consumer_warpgroups=2 (two warpgroups take turns)")
+
+    @property
+    def rows_per_warpgroup(self) -> int:
+        return self.block_m // self.consumer_warpgroups
+
+    @property
+    def threads(self) -> int:
+        if self.kernel == "naive":
+            return self.rows_per_block
+        return 128 * (1 + self.consumer_warpgroups)
+
+    def check_shape(self, shape: AttentionShape) -> None:
+        """The problem this kernel builds for: a head_dim the wgmma tiles and TMA boxes take, kv_heads dividing
+        heads (any seq: partial blocks are masked, their loads zero-filled, their stores clipped)."""
+        f = attrs.fields(AttentionKnobs)
+        if shape.heads % shape.kv_heads:
+            fail(self, f.kernel, self.kernel, f"a problem whose kv_heads={shape.kv_heads} divides "
+                 f"heads={shape.heads}")
+        if self.kernel == "hopper" and shape.head_dim not in HEAD_DIMS:
+            fail(self, f.kernel, self.kernel, f"'naive' for head_dim={shape.head_dim} (hopper builds head_dim "
+                 f"{', '.join(map(str, HEAD_DIMS))})")
+        if self.kernel == "naive" and (shape.head_dim % 8 or shape.head_dim > 256):
+            fail(self, f.kernel, self.kernel, f"a problem with head_dim a multiple of 8 up to 256, not "
+                 f"{shape.head_dim}")
+
+
+FAMILY_KNOBS = {"gemm": GemmKnobs, "attention": AttentionKnobs}
 
 
 # -- knob dependencies (data for the ``knobs`` proposer's compound edits; mosaic.proposers.dependencies) ------
@@ -158,3 +297,40 @@ def _dependencies():
 
 
 GemmKnobs.DEPENDENCIES = _dependencies()
+
+
+def attention_can_implement(knobs: AttentionKnobs, spec, gpu) -> list:
+    """The CPU predicate (no compile) of an attention configuration: it builds for the problem (CUTE-SHAPE) and
+    breaks no budget rule (mosaic_target_cute.budget.attention_diagnose: shared memory, threads, the setmaxnreg
+    split, the consumers' accumulators); the lowering's own checks of the compiled kernel stay the truth."""
+    from mosaic.errors import Diagnostic, RecordError
+
+    from mosaic_target_cute import budget
+
+    try:
+        shape = AttentionShape.from_shape(spec.shape)
+        knobs.check_shape(shape)
+    except (RecordError, KeyError) as exc:
+        return [Diagnostic("CUTE-SHAPE", "kernel", "a kernel that builds the problem", knobs.kernel, str(exc))]
+    return budget.attention_diagnose(knobs, shape, gpu)
+
+
+def _attention_dependencies():
+    from mosaic.proposers.dependencies import Dependencies, Dependency
+
+    return Dependencies(check=attention_can_implement, rules=(
+        Dependency("smem-per-block", ("block_n", "stages", "p_in"), {"stages": (2, 1), "p_in": ("registers",)},
+                   "Q + stages x (K + V) [+ P] share the shared memory: a wider key block leaves room for fewer "
+                   "stages"),
+        Dependency("CUTE-REG-SPLIT", ("consumer_warpgroups", "producer_regs", "consumer_regs"),
+                   {"consumer_regs": (240, 232, 224, 160), "producer_regs": (24, 32)},
+                   "128 x (producer + warpgroups x consumer) registers must fit the SM: three consumer warpgroups "
+                   "get 160 each"),
+        Dependency("CUTE-ACC-REGS", ("block_m", "consumer_warpgroups", "block_n", "consumer_regs"),
+                   {"consumer_regs": (240, 256), "block_n": (128, 64)},
+                   "a consumer holds S (rows x block_n) and O (rows x head_dim) fp32 over 128 threads: more rows or "
+                   "a wider key block need more registers"),
+    ))
+
+
+AttentionKnobs.DEPENDENCIES = _attention_dependencies()

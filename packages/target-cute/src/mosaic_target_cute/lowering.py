@@ -3,7 +3,8 @@
 ``cute.compile(..., options="--gpu-arch sm_90a --keep-ptx --keep-cubin --dump-dir D")`` with fake
 tensors (shapes and strides only) gives PTX and a cubin; the cubin's ELF gives registers and static
 shared memory, the kernel object gives the launch's dynamic shared memory, and :mod:`budget` checks them
-against the GpuTarget record.
+against the GpuTarget record. Families: ``gemm`` (:func:`compile_gemm`) and ``attention``
+(:func:`compile_attention`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from mosaic.toolchain import nvdisasm, ptxas
 from mosaic.toolchain.cubin import read_cubin
 from mosaic.toolchain.tools import version_line
 
-from mosaic_target_cute.knobs import GemmKnobs
+from mosaic_target_cute.knobs import AttentionKnobs, AttentionShape, GemmKnobs
 
 CUTE_DTYPES = {"bf16": "BFloat16", "f16": "Float16"}
 
@@ -69,19 +70,26 @@ def line_info() -> bool:
 def compile_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype: str, arch: str, sm_count: int,
                  dump_dir: Path, tensors=None, stream=None):
     """Compile; return (compiled callable, CuteBuild). Raises Unbuildable with the compiler's message."""
+    if dtype not in CUTE_DTYPES:
+        raise Unbuildable(f"cute gemm supports dtypes {', '.join(CUTE_DTYPES)}, not {dtype}", "dtype")
+    kernel = make_kernel(knobs, m, n, sm_count)
+    args = tensors if tensors is not None else gemm_tensors(m, n, k, dtype)
+    compiled, ptx, cubin, seconds = _compile(kernel, args, stream, arch, dump_dir, str(knobs))
+    return compiled, describe(kernel, knobs, m, n, ptx, cubin, seconds)
+
+
+def _compile(kernel, args, stream, arch: str, dump_dir: Path, where: str):
+    """``cute.compile`` for ``arch`` keeping PTX and cubin under ``dump_dir`` (made afresh); returns (compiled
+    callable, ptx, cubin, seconds). Raises Unbuildable with the compiler's first line."""
     import time
 
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream
 
-    if dtype not in CUTE_DTYPES:
-        raise Unbuildable(f"cute gemm supports dtypes {', '.join(CUTE_DTYPES)}, not {dtype}", "dtype")
     dump_dir = Path(dump_dir)
     if dump_dir.exists():
         shutil.rmtree(dump_dir)
     dump_dir.mkdir(parents=True)  # the DSL writes nothing when the directory is missing
-    kernel = make_kernel(knobs, m, n, sm_count)
-    args = tensors if tensors is not None else gemm_tensors(m, n, k, dtype)
     options = f"--gpu-arch {arch} --keep-ptx --keep-cubin --dump-dir {dump_dir}"
     if line_info():
         options += " --generate-line-info"
@@ -90,13 +98,13 @@ def compile_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype: str, arch: str
         compiled = cute.compile(kernel, *args, stream if stream is not None else make_fake_stream(),
                                 options=options)
     except Exception as exc:  # the DSL raises many types; a failed compile is an unbuildable setting
-        raise failure("cute.compile failed", exc, str(knobs)) from None
+        raise failure("cute.compile failed", exc, where) from None
     seconds = time.perf_counter() - start
     ptx = sorted(dump_dir.glob("*.ptx"))
     cubin = sorted(dump_dir.glob("*.cubin"))
     if not ptx or not cubin:
-        raise Unbuildable(f"cute.compile wrote no PTX/cubin under {dump_dir}", str(knobs))
-    return compiled, describe(kernel, knobs, m, n, ptx[0], cubin[0], seconds)
+        raise Unbuildable(f"cute.compile wrote no PTX/cubin under {dump_dir}", where)
+    return compiled, ptx[0], cubin[0], seconds
 
 
 def describe(kernel, knobs: GemmKnobs, m: int, n: int, ptx: Path | None, cubin: Path, seconds: float) -> CuteBuild:
@@ -113,6 +121,54 @@ def describe(kernel, knobs: GemmKnobs, m: int, n: int, ptx: Path | None, cubin: 
     return CuteBuild(kernel_name=main.name, ptx=ptx, cubin=Path(cubin), registers=main.registers,
                      static_smem=main.static_smem, dynamic_smem=int(kernel.smem_bytes or 0),
                      threads=kernel.threads, cluster=(cm, cn, 1), grid_ctas=grid, compile_seconds=seconds)
+
+
+# -- attention ---------------------------------------------------------------------------------------------
+
+def attention_tensors(shape: AttentionShape, dtype: str):
+    """Fake tensors over the family's row-major buffers ``q`` (batch, heads, seq, head_dim), ``k``/``v`` (batch,
+    kv_heads, seq, head_dim), ``o`` like ``q``: q and o as (seq, head_dim, batch*heads), k as (seq, head_dim,
+    batch*kv_heads), v transposed as (head_dim, seq, batch*kv_heads) -- the same bytes, other strides."""
+    import cutlass
+    from cutlass.cute.runtime import make_fake_tensor
+
+    t = getattr(cutlass, CUTE_DTYPES[dtype])
+    s, d = shape.seq, shape.head_dim
+    lq, lkv = shape.batch * shape.heads, shape.batch * shape.kv_heads
+    q = make_fake_tensor(t, (s, d, lq), (d, 1, s * d), assumed_align=16)
+    k = make_fake_tensor(t, (s, d, lkv), (d, 1, s * d), assumed_align=16)
+    vt = make_fake_tensor(t, (d, s, lkv), (1, d, s * d), assumed_align=16)
+    o = make_fake_tensor(t, (s, d, lq), (d, 1, s * d), assumed_align=16)
+    return q, k, vt, o
+
+
+def make_attention_kernel(knobs: AttentionKnobs, shape: AttentionShape, sm_count: int):
+    if knobs.kernel == "naive":
+        from mosaic_target_cute.kernels.naive_attention import NaiveAttention
+
+        return NaiveAttention(knobs, shape)
+    from mosaic_target_cute.kernels.hopper_attention import HopperAttention
+
+    return HopperAttention(knobs, shape, sm_count)
+
+
+def compile_attention(knobs: AttentionKnobs, shape: AttentionShape, dtype: str, arch: str, sm_count: int,
+                      dump_dir: Path, tensors=None, stream=None):
+    """Compile the attention forward; return (compiled callable, CuteBuild). Raises Unbuildable with the
+    compiler's message."""
+    if dtype not in CUTE_DTYPES:
+        raise Unbuildable(f"cute attention supports dtypes {', '.join(CUTE_DTYPES)}, not {dtype}", "dtype")
+    kernel = make_attention_kernel(knobs, shape, sm_count)
+    args = tensors if tensors is not None else attention_tensors(shape, dtype)
+    compiled, ptx, cubin, seconds = _compile(kernel, args, stream, arch, dump_dir, str(knobs))
+    kernels = read_cubin(Path(cubin).read_bytes())
+    if not kernels:
+        raise Unbuildable("the cubin holds no kernel", str(cubin))
+    main = max(kernels, key=lambda kk: kk.code_bytes)
+    return compiled, CuteBuild(kernel_name=main.name, ptx=ptx, cubin=Path(cubin), registers=main.registers,
+                               static_smem=main.static_smem, dynamic_smem=int(kernel.smem_bytes or 0),
+                               threads=kernel.threads, cluster=(1, 1, 1), grid_ctas=kernel.grid_ctas,
+                               compile_seconds=seconds)
 
 
 def disassemble(cubin: Path, out: Path) -> Path | None:

@@ -2,8 +2,10 @@
 
 Capabilities: ``gemm:cpu-lowering`` (cute.compile for sm_90a with no GPU, PTX + cubin kept, budgets
 checked against the GpuTarget), ``gemm:gpu-capture`` (``prepare`` on a GPU with torch for device
-memory). Needs Python >= 3.12 and nvidia-cutlass-dsl (``pip install 'mosaic-target-cute[dsl]'``); the
-plugin imports no CuTe code until a backend method runs.
+memory), and the same three for ``attention`` (kernels/hopper_attention.py, kernels/naive_attention.py):
+``attention:cpu-lowering`` and ``attention:budget-check`` are tested on the CPU; ``attention:gpu-capture``'s
+``prepare`` is written but has not run on a GPU yet. Needs Python >= 3.12 and nvidia-cutlass-dsl (``pip install
+'mosaic-target-cute[dsl]'``); the plugin imports no CuTe code until a backend method runs.
 """
 
 from mosaic.plugins import hookimpl
@@ -14,9 +16,11 @@ from mosaic_target_cute.kernel_file import CuteFiles
 
 LANGUAGE = Language(
     name="cute",
-    summary="CuTe DSL (Python, cutlass.cute; compiled ahead of time): warp-specialised Hopper gemm + naive gemm",
-    families=("gemm",),
-    capabilities=frozenset({"gemm:cpu-lowering", "gemm:gpu-capture", "gemm:budget-check"}),
+    summary="CuTe DSL (Python, cutlass.cute; compiled ahead of time): warp-specialised Hopper gemm and attention "
+            "forward, naive gemm and attention",
+    families=("gemm", "attention"),
+    capabilities=frozenset({"gemm:cpu-lowering", "gemm:gpu-capture", "gemm:budget-check",
+                            "attention:cpu-lowering", "attention:budget-check", "attention:gpu-capture"}),
     backend=CuteFiles(),  # the project's CuTe kernels, and CuTe DSL kernel files (mosaic capture --file)
 )
 

@@ -6,6 +6,10 @@ loaded, not compiled again), else compiled here; ``prepared_how`` says which, an
 included): no artifact ..."``), and is printed to stderr.
 ``launch()`` calls the compiled kernel on a fixed stream (asynchronous, no allocation); ``poison()``
 fills C with NaN; ``output()`` synchronises and copies C to host as float32.
+
+:class:`CuteAttentionRunnable` is the same for the ``attention`` family (q, k, v in, o out). It compiles in
+``prepare`` (the artifact store keys gemm builds only). WRITTEN BUT NOT YET RUN ON A GPU: this machine has none;
+its first GPU capture is its test.
 """
 
 from __future__ import annotations
@@ -93,3 +97,61 @@ class CuteRunnable:
 
     def close(self) -> None:
         self.a = self.b = self.c = self.compiled = self._module = None
+
+
+class CuteAttentionRunnable:
+    """The attention forward on the GPU: q (batch, heads, seq, head_dim), k, v (batch, kv_heads, seq, head_dim)
+    and o (like q) are contiguous torch tensors; the kernel sees them through the strided views
+    :func:`~mosaic_target_cute.lowering.attention_tensors` describes (the same layouts the lowering compiled).
+    Untested on a GPU (see the module docstring)."""
+
+    def __init__(self, knobs, shape, dtype: str, gpu, workdir: Path, q, k, v):
+        try:
+            import torch
+        except ImportError:
+            raise Unbuildable("cute prepare needs torch with CUDA for device memory", "prepare") from None
+        if not torch.cuda.is_available():
+            raise Unbuildable("cute prepare needs a CUDA GPU", "prepare")
+        import cuda.bindings.driver as cuda
+        from cutlass.cute.runtime import from_dlpack
+
+        from mosaic_target_cute import budget
+        from mosaic_target_cute.lowering import attention_tensors, compile_attention
+
+        tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+        self.torch = torch
+        b, h, kvh, s, d = shape.batch, shape.heads, shape.kv_heads, shape.seq, shape.head_dim
+        self.q, self.k, self.v = (torch.as_tensor(np.asarray(x, np.float32)).to("cuda", tdt).contiguous()
+                                  for x in (q, k, v))
+        self.o = torch.empty((b, h, s, d), device="cuda", dtype=tdt)
+        # (seq, head_dim, L) for q, k, o and (head_dim, seq, L) for v: L = batch*heads (kv_heads), stride seq*d
+        views = (self.q.view(b * h, s, d).permute(1, 2, 0), self.k.view(b * kvh, s, d).permute(1, 2, 0),
+                 self.v.view(b * kvh, s, d).permute(2, 1, 0), self.o.view(b * h, s, d).permute(1, 2, 0))
+        tensors = tuple(from_dlpack(t, assumed_align=16) for t in views)
+        want = [(tuple(f.shape), tuple(f.stride)) for f in attention_tensors(shape, dtype)]
+        got = [(tuple(t.shape), tuple(t.stride)) for t in tensors]
+        if got != want:
+            raise Unbuildable(f"device views {got} differ from the lowered layouts {want}", "prepare")
+        self.stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+        self.args = (*tensors, self.stream)
+        start = time.perf_counter()
+        self.compiled, self.build = compile_attention(knobs, shape, dtype, gpu.arch, gpu.sm_count,
+                                                      workdir / "cute_run_dump", tensors=tensors, stream=self.stream)
+        budget.check_attention(self.build, knobs, gpu)
+        self.launch()  # load the module outside the timed region
+        torch.cuda.synchronize()
+        self.prepared_how = f"compiled in {time.perf_counter() - start:.2f} s (first launch included)"
+        print(f"cute prepare: {self.prepared_how}", file=sys.stderr, flush=True)
+
+    def launch(self) -> None:
+        self.compiled(*self.args)
+
+    def poison(self) -> None:
+        self.o.fill_(float("nan"))
+
+    def output(self) -> dict[str, np.ndarray]:
+        self.torch.cuda.synchronize()
+        return {"o": self.o.float().cpu().numpy()}
+
+    def close(self) -> None:
+        self.q = self.k = self.v = self.o = self.compiled = None

@@ -137,3 +137,18 @@ def test_compound_edit_mends_a_register_split(h200):
     assert parts == [{"knob": "consumer_regs", "value": 160, "was": 240, "code": "CUTE-REG-SPLIT"}]
     assert attention_can_implement(AttentionKnobs(block_m=192, consumer_warpgroups=3, consumer_regs=160),
                                    spec, h200) == []
+
+
+def test_attention_constructs_wait_for_their_concepts_and_name_real_knobs():
+    """The attention constructs register once core's catalog names their concepts; each knob they name is an
+    AttentionKnobs field (the knobs proposer maps a concept to those names)."""
+    from mosaic.catalog import CONCEPT_NAMES
+    from mosaic.proposers.knobs import construct_knobs
+    from mosaic_target_cute.constructs import ATTENTION_CONSTRUCTS, CONSTRUCTS, registered
+
+    known = [c for c in ATTENTION_CONSTRUCTS if c.concept in CONCEPT_NAMES]
+    assert registered(CONCEPT_NAMES) == CONSTRUCTS + tuple(known)
+    assert registered(CONCEPT_NAMES | {"p-operand-source"})[-1].concept == "p-operand-source"
+    fields = attrs.fields_dict(AttentionKnobs)
+    named = {k for c in ATTENTION_CONSTRUCTS for k, _ in construct_knobs(c.expression)}
+    assert named == {"block_n", "stages", "pingpong", "causal_skip", "p_in"} and named <= set(fields)

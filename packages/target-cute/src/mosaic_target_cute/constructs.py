@@ -1,5 +1,10 @@
 """How CuTe DSL (cutlass.cute, Python) writes each concept of the catalog (``mosaic.catalog``); ``knob:``
-names a field of this plugin's GemmKnobs."""
+names a field of this plugin's knob classes (GemmKnobs, AttentionKnobs).
+
+:data:`ATTENTION_CONSTRUCTS` are the concepts the attention forward adds (kernels/hopper_attention.py). Core's
+catalog does not name them yet, so :func:`registered` leaves each out until its concept exists there (a construct
+naming an unknown concept is a ``catalog-unknown-concept`` problem); the concept names proposed for core are
+these entries' ``concept`` fields."""
 
 from mosaic.records import Construct
 
@@ -50,3 +55,32 @@ CONSTRUCTS = (
     _q("approximate-reciprocal", "cute.arch.rcp_approx(x)"),
     _q("bf16-conversion", "acc_vec.to(cutlass.BFloat16) on a TensorSSA"),
 )
+
+
+#: what the attention forward adds; ``knob(s):`` name AttentionKnobs fields
+ATTENTION_CONSTRUCTS = (
+    _q("online-softmax-rescale", "running row max/sum in registers: new_max = scores.reduce(MAX, row_max) + "
+       "cute.arch.warp_reduction_max(threads_in_group=4); O rows *= cute.math.exp2((m_old - m_new) * c), row sums "
+       "partial per thread, summed over the quad once in the epilogue; knobs: block_n",
+       notes="kernels/hopper_attention.py HopperAttention.step; the naive kernel does the same per row with exp"),
+    _q("exp2-log2e-fold", "c = log2(e) / sqrt(head_dim) folded at trace time: cute.math.exp2(s * c - m * c, "
+       "fastmath=True) (FFMA + MUFU.EX2 per score; the naive kernel uses cute.math.exp)"),
+    _q("two-mma-pipeline", "two tiled MMAs per key block: S = Q K^T (SS wgmma, tiler (64, block_n)) then O += P V "
+       "(tiler (64, head_dim), V's smem seen MN-major); K and V in separate PipelineTmaAsync rings; knobs: "
+       "stages, block_n, pingpong", notes="pingpong: named barriers pass the tensor cores between two consumer "
+       "warpgroups; no intra-warpgroup S/PV overlap yet"),
+    _q("causal-block-skip", "key blocks visited = ceil(min((m+1) block_m, seq) / block_n); masked loop over "
+       "[m block_m // block_n, visited), unmasked below; causal CTAs launched in reverse m order; knob: "
+       "causal_skip"),
+    _q("gqa-head-mapping", "L = batch*heads: kv index (l // heads) * kv_heads + (l % heads) // (heads // kv_heads) "
+       "picks the K/V TMA coordinate (kv_head_index)", notes="no packing of a kv head's query heads into one tile"),
+    _q("p-operand-source", "P as the A operand of the second wgmma: registers (OperandSource.RMEM, the accumulator "
+       "re-viewed as ((2,2,2), MMA_M, MMA_K)) or shared memory (StMatrix + fence_proxy + named barrier, "
+       "OperandSource.SMEM); knob: p_in"),
+)
+
+
+def registered(concepts) -> tuple:
+    """The constructs to register: all of :data:`CONSTRUCTS`, and those of :data:`ATTENTION_CONSTRUCTS` whose
+    concept ``concepts`` (core's catalog names) holds."""
+    return CONSTRUCTS + tuple(c for c in ATTENTION_CONSTRUCTS if c.concept in concepts)

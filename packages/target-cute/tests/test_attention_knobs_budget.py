@@ -139,16 +139,17 @@ def test_compound_edit_mends_a_register_split(h200):
                                    spec, h200) == []
 
 
-def test_attention_constructs_wait_for_their_concepts_and_name_real_knobs():
-    """The attention constructs register once core's catalog names their concepts; each knob they name is an
+def test_attention_constructs_name_catalog_concepts_and_real_knobs():
+    """Each attention construct is a concept of core's catalog, registered by the plugin; each knob it names is an
     AttentionKnobs field (the knobs proposer maps a concept to those names)."""
-    from mosaic.catalog import CONCEPT_NAMES
+    from mosaic.catalog import CONCEPT_NAMES, catalog_from_host
+    from mosaic.plugins import host
     from mosaic.proposers.knobs import construct_knobs
-    from mosaic_target_cute.constructs import ATTENTION_CONSTRUCTS, CONSTRUCTS, registered
+    from mosaic_target_cute.constructs import ATTENTION_CONSTRUCTS
 
-    known = [c for c in ATTENTION_CONSTRUCTS if c.concept in CONCEPT_NAMES]
-    assert registered(CONCEPT_NAMES) == CONSTRUCTS + tuple(known)
-    assert registered(CONCEPT_NAMES | {"p-operand-source"})[-1].concept == "p-operand-source"
+    assert {c.concept for c in ATTENTION_CONSTRUCTS} <= CONCEPT_NAMES and len(ATTENTION_CONSTRUCTS) == 6
+    cat = catalog_from_host(host())
+    assert all(cat.entry(c.concept, "cute").source == "cute" for c in ATTENTION_CONSTRUCTS)
     fields = attrs.fields_dict(AttentionKnobs)
     named = {k for c in ATTENTION_CONSTRUCTS for k, _ in construct_knobs(c.expression)}
     assert named == {"block_n", "stages", "pingpong", "causal_skip", "p_in"} and named <= set(fields)

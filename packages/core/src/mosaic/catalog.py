@@ -128,6 +128,22 @@ CONCEPTS: tuple[Concept, ...] = (
        "numerics", "ptx:rcp.approx", "sass:MUFU.RCP", "ptx:div.rn"),
     _c("bf16-conversion", "float32 -> bf16 conversion of the accumulator (rounding mode, packing)",
        "numerics", "ptx:cvt.rn.bf16x2.f32", "sass:F2FP.BF16.F32.PACK_AB"),
+    # attention forward (online softmax over key/value blocks)
+    _c("online-softmax-rescale", "running row maximum and sum across key/value blocks; the output accumulator "
+       "rescaled by exp(m_old - m_new) whenever the maximum moves", "numerics", "numerics:running-max-rescale",
+       "control:row-max-reduction"),
+    _c("exp2-log2e-fold", "softmax in base 2: scale * log2(e) folded into one multiplier of the scores, then exp2 "
+       "(one MUFU.EX2 per score, no range reduction)", "numerics", "numerics:exp2-scale-fold"),
+    _c("two-mma-pipeline", "two MMAs per key/value step (S = Q K^T, then O += P V) in one hot loop, the softmax "
+       "of one step overlapping an MMA of another (intra-warpgroup or ping-pong between two consumer groups)",
+       "control", "control:two-mma-hot-loop"),
+    _c("causal-block-skip", "a causal mask applied only on blocks crossing the diagonal; blocks above it are never "
+       "loaded or computed (the key/value loop bound depends on the query block)", "control",
+       "control:causal-kv-bound"),
+    _c("gqa-head-mapping", "grouped-query attention: query head h reads key/value head h // (heads / kv_heads)",
+       "launch", "launch:kv-head-mapping"),
+    _c("p-operand-source", "P (the softmax probabilities, converted to bf16/f16) fed to the second MMA from "
+       "registers, instead of staged through shared memory", "instruction", "control:p-operand-source"),
 )
 
 CONCEPT_NAMES = frozenset(c.name for c in CONCEPTS)

@@ -78,9 +78,3 @@ ATTENTION_CONSTRUCTS = (
        "re-viewed as ((2,2,2), MMA_M, MMA_K)) or shared memory (StMatrix + fence_proxy + named barrier, "
        "OperandSource.SMEM); knob: p_in"),
 )
-
-
-def registered(concepts) -> tuple:
-    """The constructs to register: all of :data:`CONSTRUCTS`, and those of :data:`ATTENTION_CONSTRUCTS` whose
-    concept ``concepts`` (core's catalog names) holds."""
-    return CONSTRUCTS + tuple(c for c in ATTENTION_CONSTRUCTS if c.concept in concepts)

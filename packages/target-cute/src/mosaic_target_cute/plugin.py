@@ -11,7 +11,7 @@ memory), and the same three for ``attention`` (kernels/hopper_attention.py, kern
 from mosaic.plugins import hookimpl
 from mosaic.records import Language
 
-from mosaic_target_cute.constructs import registered
+from mosaic_target_cute.constructs import ATTENTION_CONSTRUCTS, CONSTRUCTS
 from mosaic_target_cute.kernel_file import CuteFiles
 
 LANGUAGE = Language(
@@ -32,9 +32,7 @@ def register_languages(register):
 
 @hookimpl
 def register_constructs(register):
-    from mosaic.catalog import CONCEPT_NAMES
-
-    for construct in registered(CONCEPT_NAMES):
+    for construct in CONSTRUCTS + ATTENTION_CONSTRUCTS:
         register(construct)
 
 

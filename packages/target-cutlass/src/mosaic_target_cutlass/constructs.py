@@ -8,6 +8,9 @@ or none). A test checks every named knob is a GemmKnobs field.
 
 from mosaic.records import Construct
 
+#: where the attention concepts are written in CUTLASS, while this plugin has no attention template
+_FMHA = "no attention template in this plugin; CUTLASS's examples/88_hopper_fmha writes it"
+
 
 def _x(concept: str, expression: str, analogue: str = "direct", notes: str = "") -> Construct:
     return Construct(concept=concept, language="cutlass", expression=expression, analogue=analogue, notes=notes)
@@ -60,4 +63,11 @@ CONSTRUCTS = (
     _x("fma-contraction", "nvcc -fmad=true (default)", "partial", "a compiler flag, not a knob"),
     _x("approximate-reciprocal", "cutlass::fast_divide / -prec-div=false", "none", "no division in the GEMM"),
     _x("bf16-conversion", "NumericArrayConverter<bfloat16_t, float, N, round_to_nearest> in the epilogue"),
+    # attention: this plugin builds no attention kernel yet (GEMM only); where CUTLASS's Hopper FMHA example writes each
+    _x("online-softmax-rescale", "", "none", _FMHA + ": CollectiveSoftmax (collective/fmha_collective_softmax.hpp)"),
+    _x("exp2-log2e-fold", "", "none", _FMHA + ": exp2f(scale_softmax_log2 * s - scale * max) in CollectiveSoftmax"),
+    _x("two-mma-pipeline", "", "none", _FMHA + ": the warp-specialised mainloop (fmha_collective_tma_warpspecialized.hpp)"),
+    _x("causal-block-skip", "", "none", _FMHA + ": the causal fusion's masks and trip counts (collective/fmha_fusion.hpp)"),
+    _x("gqa-head-mapping", "", "none", _FMHA),
+    _x("p-operand-source", "", "none", _FMHA),
 )

@@ -67,4 +67,18 @@ CONSTRUCTS = (
     _p("approximate-reciprocal", "1 / x, lax.rsqrt (lowering-chosen); CompilerParams(approx_math=True); "
        "knob: approx_math", "partial"),
     _p("bf16-conversion", "acc.astype(jnp.bfloat16)"),
+    # attention: the project's own forward (kernels/attention.py, kernel='project'); jax's attention_mgpu
+    # (kernel='jax') writes the same constructs with its TuningConfig
+    _p("online-softmax-rescale", "kernels/attention.py: running m_i, l_i in registers; acc *= exp2(m_old - m_new) "
+       "before each P V wgmma (pv_accumulator='carried') or added after it (knob: pv_accumulator)"),
+    _p("exp2-log2e-fold", "jnp.exp2(s * (scale * log2(e)) - m): the scale and log2(e) in one multiplier; "
+       "knob: approx_math"),
+    _p("two-mma-pipeline", "plgpu.wgmma(S, q_smem, k_smem.T) then plgpu.wgmma(acc, p, v_smem) per step; two compute "
+       "warpgroups take turns on the tensor cores (plgpu.barrier_arrive on a schedule barrier); "
+       "knobs: compute_wgs, use_schedule_barrier"),
+    _p("causal-block-skip", "the kv loop bound from the query block (lax.fori_loop to the diagonal), jnp.where mask "
+       "on the diagonal block only; knob: causal (must agree with the problem)"),
+    _p("gqa-head-mapping", "kv head = q head // (heads // kv_heads) in the BlockSpec / TMA index of k and v"),
+    _p("p-operand-source", "plgpu.wgmma(acc, p_regs.astype(dtype), v_smem) vs P stored to a plgpu.SMEM scratch "
+       "first; knob: p_operand"),
 )

@@ -66,9 +66,10 @@ class GemmKnobs:
     raster: str = attrs.field(default="m", validator=one_of("m", "n"))
     swizzle: int = attrs.field(default=1, validator=_in(1, 2, 4, 8))
     epi_tile: tuple = attrs.field(default=(64, 32), converter=_EPI[0], validator=_EPI[1])
-    # blackwell kernel only: CTAs per tcgen05 MMA (cta_group::1 | cta_group::2), accumulator stages in TMEM
-    cta_group: int = attrs.field(default=1, validator=_in(1, 2))
-    acc_stages: int = attrs.field(default=1, validator=_in(1, 2, 3, 4))
+    # blackwell kernel only: CTAs per tcgen05 MMA (cta_group::1 | cta_group::2), accumulator stages in TMEM;
+    # keyed only when set, so the candidates of campaigns recorded before they existed keep their keys
+    cta_group: int = attrs.field(default=1, validator=_in(1, 2), metadata={"keyed": "when-set"})
+    acc_stages: int = attrs.field(default=1, validator=_in(1, 2, 3, 4), metadata={"keyed": "when-set"})
     # naive kernel only: threads per block (x along n, y along m)
     block_mn: tuple = attrs.field(default=(16, 16), converter=_BLOCK[0], validator=_BLOCK[1])
 

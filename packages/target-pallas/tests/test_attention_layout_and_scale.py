@@ -2,8 +2,8 @@
 
 jax 0.11.2's attention_mgpu computes ``softmax(q k^T) v`` with no 1/sqrt(head_dim) scale, in (batch, seq, heads,
 head_dim); its ``attention_reference`` (same module) states the same function in plain jax, and jax's own benchmark
-asserts the kernel against it. The kernel itself runs only on the GPU (the interpreter does not run it: the
-plugin's ``attention:no-interpreter``), so here the backend's real ``_attention_fn`` forward -- argument
+asserts the kernel against it. jax's kernel itself runs only on the GPU (it asserts jax's
+CUDA plugin before it traces), so here the backend's real ``_attention_fn`` forward -- argument
 preparation, scale, transposes, the TuningConfig's causal flag -- is run with jax's reference in the kernel's place
 and must pass the family's float64 oracle on the family's inputs (batch, heads, seq, head_dim). Before the scale
 (the H200 on 2026-12-02: ~99.9 % of the elements failed in all four GPU variants) this test failed the same way;

@@ -11,6 +11,12 @@ Inputs of the ``gemm`` family: ``a`` (m×k) and ``b`` (k×n), row-major, bf16/f1
   assembles the captured PTX with ``ptxas -arch=<gpu.arch>`` into a cubin and disassembles it with core's
   nvdisasm helper, and the bundle's notes say so (the SASS is ptxas's, not taken from jax's runtime).
 * ``prepare`` (GPU) places the inputs on the device and returns a :class:`PallasRunnable`.
+
+Inputs of the ``attention`` family: ``q`` (batch, heads, seq, head_dim), ``k`` and ``v`` (batch, kv_heads,
+seq, head_dim); output ``o`` like ``q``. The ``kernel`` knob picks the kernel: ``project``
+(``kernels/attention.py``, bf16 and f16, lowers on the CPU and writes into the caller's buffer) or ``jax``
+(jax's attention_mgpu, f16 only, needs jax's CUDA plugin); unset, bf16 gets ``project`` and f16 ``jax``
+(``knobs.DEFAULT_ATTENTION_KERNEL``).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from mosaic.errors import BadInput, RecordError, ToolMissing
 from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
 from mosaic.toolchain import ptxas as _ptxas
 
-from mosaic_target_pallas.knobs import FAMILY_KNOBS, GemmKnobs
+from mosaic_target_pallas.knobs import DEFAULT_ATTENTION_KERNEL, FAMILY_KNOBS, AttentionKnobs, GemmKnobs
 from mosaic_target_pallas.rowwise_knobs import ROWWISE_KNOBS
 
 JAX_DTYPES = {"bf16": "bfloat16", "f16": "float16"}
@@ -190,17 +196,21 @@ class PallasBackend:
                                f"got {None if key not in inputs else np.shape(inputs[key])}")
         return PallasRunnable(fn, [inputs["a"], inputs["b"]], dtype, (m, n), writes_into=True)
 
-    def _attention_fn(self, spec: KernelSpec):
-        """jax's attention_mgpu forward as ``f(q, k, v) -> o`` in the family's layout, its argument shapes, a name
-        and notes. The family's inputs are in the oracle's layout, q (batch, heads, seq, head_dim) and k, v
-        (batch, kv_heads, seq, head_dim); attention_mgpu wants (batch, seq, heads, head_dim), so q, k, v are
-        transposed on the device and the output transposed back, and q is scaled by 1/sqrt(head_dim) first (jax's
-        kernel does not scale: :func:`in_family_layout`). Causality is part of the problem (``--shape
-        ...,causal=1``), not a tuning choice: the knob must agree with it (checked before anything is traced).
-        jax's kernel asserts its CUDA plugin at trace time, so without jax[cuda] this is Unbuildable."""
-        import jax
+    def _attention_fn(self, spec: KernelSpec, into: bool = False):
+        """The attention forward the ``kernel`` knob picks (unset: the dtype's default, bf16 ``project``,
+        f16 ``jax``) as ``f(q, k, v) -> o`` in the family's layout, its argument shapes, a name and notes;
+        ``kernel=project``: :meth:`_project_attention_fn` (``into``: ``f(q, k, v, out)`` writing into
+        ``out``).
 
-        from mosaic_target_pallas.knobs import AttentionKnobs
+        ``kernel=jax``: jax's attention_mgpu forward. The family's inputs are in the oracle's layout, q
+        (batch, heads, seq, head_dim) and k, v (batch, kv_heads, seq, head_dim); attention_mgpu wants (batch,
+        seq, heads, head_dim), so q, k, v are transposed on the device and the output transposed back, and q
+        is scaled by 1/sqrt(head_dim) first (jax's kernel does not scale: :func:`in_family_layout`). jax's
+        kernel asserts its CUDA plugin at trace time, so without jax[cuda] this is Unbuildable.
+
+        Causality is part of the problem (``--shape ...,causal=1``), not a tuning choice: the knob must agree
+        with it (checked before anything is traced), for either kernel."""
+        import jax
 
         kn = AttentionKnobs(**spec.knobs)
         try:
@@ -213,6 +223,14 @@ class PallasBackend:
         if "causal" in spec.knobs and kn.causal != causal:
             raise BadInput(f"attention knob causal={kn.causal} contradicts the problem (causal={int(causal)})",
                            "causality is part of the problem: set it in --shape (causal=1), not as a knob")
+        try:
+            kn = kn.resolved(spec.dtype)
+        except RecordError as exc:  # a knob of the other kernel, the kernel picked by the dtype
+            default = DEFAULT_ATTENTION_KERNEL.get(spec.dtype, "project")
+            raise BadInput(f"{exc} (kernel unset: {spec.dtype} runs kernel={default}; set --knob "
+                           "kernel=project or kernel=jax)", "--knob") from None
+        if kn.kernel == "project":
+            return self._project_attention_fn(spec, kn, (b, s, h, d, kv, causal), into)
         if spec.dtype not in ATTENTION_DTYPES:
             raise Unbuildable(f"jax's attention_mgpu forward runs {', '.join(ATTENTION_DTYPES)} only, not {spec.dtype}: it "
                               "stages q, k, v in float16 shared memory, so other inputs fail its lowering",
@@ -235,20 +253,53 @@ class PallasBackend:
                  f"scale=1/sqrt({d}) applied to q before the kernel (jax's kernel computes softmax(q k^T) unscaled)"]
         return forward, args, spec.name or "pallas_attention_mgpu", notes
 
+    def _project_attention_fn(self, spec: KernelSpec, kn, dims: tuple, into: bool = False):
+        """The project's attention forward (``kernels/attention.py``): the family's layout in and out (no
+        transposes), the scale 1/sqrt(head_dim) applied to the fp32 scores inside the kernel (folded with
+        log2(e) into one multiplier), bf16 and f16; no CUDA plugin needed to trace."""
+        import jax
+
+        from mosaic_target_pallas.kernels import attention
+
+        b, s, h, d, kv, causal = dims
+        dtype = _jax_dtype(spec)
+        problem = attention.AttentionProblem(batch=b, heads=h, kv_heads=kv, seq=s, head_dim=d, causal=causal)
+        name = spec.name or "pallas_attention_project"
+        why = attention.check(kn, problem)
+        if why:
+            raise Unbuildable(f"the project's Pallas attention cannot run this problem: {why}", name)
+        forward = attention.build(kn, problem, dtype, into=into)
+        args = [jax.ShapeDtypeStruct((b, h, s, d), dtype), jax.ShapeDtypeStruct((b, kv, s, d), dtype),
+                jax.ShapeDtypeStruct((b, kv, s, d), dtype)]
+        if into:
+            args.append(jax.ShapeDtypeStruct((b, h, s, d), dtype))
+        turns = kn.compute_wgs == 2 and kn.use_schedule_barrier
+        notes = ["kernel=project", f"block_q={kn.block_q}", f"block_kv={kn.block_kv}",
+                 f"stages={min(kn.max_concurrent_steps, s // kn.block_kv)}", f"compute_wgs={kn.compute_wgs}",
+                 f"schedule_barrier={int(turns)}", f"p_operand={kn.p_operand}",
+                 f"pv_accumulator={kn.pv_accumulator}", f"approx_math={int(kn.approx_math)}",
+                 f"causal={int(causal)}", f"gqa_group={h // kv}",
+                 "the project's Pallas attention in the family's layout (batch, heads, seq, head_dim): "
+                 "no transposes",
+                 f"scale=1/sqrt({d}) folded with log2(e) into the fp32 scores inside the kernel"]
+        return forward, args, name, notes
+
     def _prepare_attention(self, spec: KernelSpec, inputs: dict[str, Any]):
-        """jax's attention_mgpu forward (:meth:`_attention_fn`). It allocates its own output, so the runnable
-        cannot run it in the poisoned buffer (``runnable.py``: ``poison_effective`` is False)."""
+        """The attention forward (:meth:`_attention_fn`). The project's kernel writes into the runnable's
+        output buffer, so the capture's poison reaches it; jax's attention_mgpu allocates its own output, so
+        the runnable cannot run it in the poisoned buffer (``runnable.py``: ``poison_effective`` is False)."""
         from mosaic_target_pallas.runnable import PallasRunnable
 
-        forward, args, _, _ = self._attention_fn(spec)
+        into = AttentionKnobs(**spec.knobs).resolved(spec.dtype).kernel == "project"
+        forward, args, _, _ = self._attention_fn(spec, into=into)
         missing = [x for x in ("q", "k", "v") if x not in inputs]
         if missing:
             raise BadInput(f"attention inputs q, k, v are needed; missing {', '.join(missing)}", "inputs")
-        for key, a in zip(("q", "k", "v"), args, strict=True):
+        for key, a in zip(("q", "k", "v"), args[:3], strict=True):
             if tuple(np.shape(inputs[key])) != a.shape:
                 raise BadInput(f"attention input '{key}' must have shape {a.shape}", f"got {np.shape(inputs[key])}")
         return PallasRunnable(forward, [inputs["q"], inputs["k"], inputs["v"]], args[0].dtype, args[0].shape,
-                              out_name="o")
+                              out_name="o", writes_into=into)
 
 
 def lower_fn(backend, fn, args, name: str, gpu: GpuTarget, workdir: Path, notes: list,

@@ -2,7 +2,8 @@
 
 ``plgpu.InterpretGPUParams(detect_races=True)`` (jax >= 0.11.2) simulates shared memory, the warpgroups
 of one CTA, TMA transfers and mbarriers, and checks every shared-memory access against a vector clock
-(happens-before) race detector. jax's interpreter simulates ONE block: kernels run with a grid of one CTA.
+(happens-before) race detector. jax 0.11.2's interpreter runs the grid's CTAs one after another (a race is looked
+for within one CTA's warpgroups); its wgmma callback does not record shared-memory reads for the race detector.
 """
 
 from __future__ import annotations

@@ -153,16 +153,70 @@ class GemmKnobs:
                       tile, f"a tile that divides {dim}={size} ({dim}={size} must be divisible by {tile})")
 
 
+ATTENTION_KERNELS = ("project", "jax")
+P_OPERANDS = ("registers", "smem")
+PV_ACCUMULATORS = ("carried", "fresh")
+
+
 @attrs.frozen
 class AttentionKnobs:
-    """jax's ``attention_mgpu.TuningConfig`` (forward only)."""
+    """The attention forward's knobs. ``kernel`` picks the kernel:
 
+    * ``project`` -- the project's own (``kernels/attention.py``): bf16 and f16, lowers without jax's CUDA
+      plugin, runs in jax's GPU interpreter (``p_operand=smem, pv_accumulator=fresh``). Adds ``compute_wgs``
+      (1 or 2 compute warpgroups per CTA, each ``block_q`` rows; ``use_schedule_barrier`` needs 2),
+      ``p_operand`` (P into the second wgmma from registers or staged in shared memory), ``pv_accumulator``
+      (``carried``: acc is the wgmma's accumulator; ``fresh``: P V into a zeroed one, added in registers)
+      and ``approx_math`` (approximate ex2 and reciprocal).
+    * ``jax`` -- jax's ``attention_mgpu.TuningConfig`` (forward only; f16 only in jax 0.11.2).
+    * None (the default) -- the dtype's default: ``project`` for bf16, ``jax`` for f16 (backend.py).
+
+    Knobs that do not apply to the chosen kernel must stay at their defaults.
+    """
+
+    kernel: str | None = attrs.field(default=None, converter=_optional_str)
     block_q: int = attrs.field(default=64, converter=_int, validator=_pow2_in(64, 256))
     block_kv: int = attrs.field(default=64, converter=_int, validator=_pow2_in(64, 256))
     max_concurrent_steps: int = attrs.field(default=2, converter=_int, validator=_int_in(2, 8))
     use_schedule_barrier: bool = attrs.field(default=True, converter=_flag, validator=_bool)
     #: must agree with the problem (``--shape ...,causal=1``): causality is not a tuning choice
     causal: bool = attrs.field(default=False, converter=_flag, validator=_bool)
+    # project only
+    compute_wgs: int = attrs.field(default=2, converter=_int, validator=_int_in(1, 2))
+    p_operand: str = attrs.field(default="registers", validator=one_of(*P_OPERANDS))
+    pv_accumulator: str = attrs.field(default="carried", validator=one_of(*PV_ACCUMULATORS))
+    approx_math: bool = attrs.field(default=True, converter=_flag, validator=_bool)
+
+    @kernel.validator
+    def _kernel(self, attribute, value):
+        if value is not None and value not in ATTENTION_KERNELS:
+            fail(self, attribute, value, "None or one of " + ", ".join(ATTENTION_KERNELS))
+
+    def __attrs_post_init__(self):
+        own = {"compute_wgs": 2, "p_operand": "registers", "pv_accumulator": "carried", "approx_math": True}
+        if self.kernel is None:  # checked once the dtype has picked the kernel (:meth:`resolved`)
+            return
+        field = attrs.fields(AttentionKnobs)
+        if self.kernel == "jax":
+            for name, default in own.items():
+                if getattr(self, name) != default:
+                    fail(self, getattr(field, name), getattr(self, name),
+                         f"{default!r}: it does not apply to kernel='jax'")
+        elif self.compute_wgs == 1 and not self.use_schedule_barrier:
+            fail(self, field.use_schedule_barrier, False,
+                 "True: it does not apply to compute_wgs=1 (the turns are between two compute warpgroups)")
+
+    def resolved(self, dtype: str) -> AttentionKnobs:
+        """These knobs with ``kernel`` set (None becomes the dtype's default kernel), checked against it: a
+        knob of the other kernel raises RecordError."""
+        if self.kernel is not None:
+            return self
+        return attrs.evolve(self, kernel=DEFAULT_ATTENTION_KERNEL.get(dtype, "project"))
+
+
+#: the kernel a dtype gets when ``kernel`` is not set: jax's kernel keeps f16 (its H200-checked path), bf16
+#: (which jax 0.11.2's kernel cannot lower) gets the project's
+DEFAULT_ATTENTION_KERNEL = {"bf16": "project", "f16": "jax"}
 
 
 FAMILY_KNOBS = {"gemm": GemmKnobs, "attention": AttentionKnobs}

@@ -5,12 +5,13 @@ Capabilities say what works where, per family, so nothing is advertised that doe
 * ``gemm``: ``cpu-lowering`` (StableHLO + shared-memory check against the GpuTarget, no GPU),
   ``interpreter`` (jax's GPU interpreter with race detection, one CTA), ``gpu-capture``
   (PTX/SASS/ptxas log via MOSAIC_GPU_DUMP_TO, timing through ``prepare``).
-* ``attention`` (jax's attention_mgpu, forward): ``gpu-capture`` (lowered, PTX/SASS dumped and timed where
-  jax's CUDA plugin is installed) only. jax's kernel asserts that plugin before it traces, so it neither lowers
-  on a machine without it (``attention:no-cpu-lowering``) nor runs in the interpreter
-  (``attention:no-interpreter``; it also launches a multi-CTA grid, while the interpreter simulates one CTA).
-  It allocates its own output, so the capture's poisoned buffer cannot reach it (``runnable.py``). f16 only: jax
-  0.11.2's kernel stages q, k, v in float16 shared memory, so a bf16 problem fails its lowering (refused up front).
+* ``attention``, two kernels (``kernel`` knob). The project's own forward (``kernels/attention.py``, bf16 and
+  f16; the default for bf16): ``cpu-lowering`` (the Mosaic GPU module, no GPU), ``interpreter`` and
+  ``race-detection`` (jax's GPU interpreter runs its ``p_operand='smem', pv_accumulator='fresh'`` variant against
+  the float64 oracle; the GPU default's register-A wgmma and carried accumulator do not run there: lowered only,
+  docs/pallas-attention.md). jax's attention_mgpu (``kernel='jax'``, the default for f16): ``gpu-capture`` only,
+  since it asserts jax's CUDA plugin before it traces and allocates its own output; f16 only (jax 0.11.2 stages q,
+  k, v in float16 shared memory, so bf16 fails its lowering: refused up front).
 * ``rmsnorm``, ``softmax`` (the project's own row-wise kernels, ``rowwise.py``): ``cpu-lowering``,
   ``interpreter`` and ``race-detection`` (every knob runs in jax's GPU interpreter against the float64
   oracle), ``gpu-capture`` like gemm.
@@ -30,11 +31,12 @@ from mosaic_target_pallas.kernel_file import PallasFiles
 LANGUAGE = Language(
     name="pallas",
     summary="Pallas Mosaic GPU (jax.experimental.pallas, plgpu): jax's Hopper matmul/attention + own "
-            "matmul, rmsnorm, softmax",
+            "matmul, attention, rmsnorm, softmax",
     families=("gemm", "attention", "rmsnorm", "softmax"),
     capabilities=frozenset({
         "gemm:cpu-lowering", "gemm:interpreter", "gemm:race-detection", "gemm:gpu-capture",
-        "attention:gpu-run", "attention:gpu-capture", "attention:no-interpreter", "attention:no-cpu-lowering",
+        "attention:gpu-run", "attention:gpu-capture", "attention:cpu-lowering", "attention:interpreter",
+        "attention:race-detection",
         *(f"{family}:{cap}" for family in ("rmsnorm", "softmax")
           for cap in ("cpu-lowering", "interpreter", "race-detection", "gpu-capture")),
     }),

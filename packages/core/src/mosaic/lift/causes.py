@@ -34,7 +34,9 @@ from mosaic.records import LAYERS, Discrepancy
 #: the hot-loop and resource rows that any change of the code inside the loop moves
 _LOOP = ("hot_loop.mix", "hot_loop.order", "hot_loop.length", "registers", "spills", "stack_frame",
          "occupancy.warps_per_sm", "occupancy.achieved", "stalls.top")
-_NUMERIC_SYMPTOMS = _LOOP + ("loop.unroll", "access.generic.load_width", "access.generic.store_width")
+#: the whole kernel's code length: what unrolling and inline math expansions change, where a loop may be gone
+_CODE = ("code.length",)
+_NUMERIC_SYMPTOMS = _LOOP + _CODE + ("loop.unroll", "access.generic.load_width", "access.generic.store_width")
 
 #: cause key -> the keys whose difference it can explain (rules as data; docs/lifting.md, "Causes")
 IMPLIES: Mapping[str, tuple[str, ...]] = {
@@ -64,7 +66,7 @@ IMPLIES: Mapping[str, tuple[str, ...]] = {
     "mma.shape": _LOOP + ("tensor_pipe",),
     "mma.types": _LOOP + ("tensor_pipe", "conversion.modes"),
     # loops: an unroll factor or a pipeline depth changes the body and the buffers
-    "loop.unroll": _LOOP,
+    "loop.unroll": _LOOP + _CODE,
     "pipeline.stages": _LOOP + ("smem.static", "smem.dynamic", "pipeline.wait_depth"),
     "pipeline.wait_depth": _LOOP,
     "persistent": _LOOP + ("grid", "loops.depth", "epilogue.form"),
@@ -111,7 +113,7 @@ PRIOR: Mapping[str, float] = {
     "warpgroups": 0.25, "pipeline.wait_depth": 0.2, "warp_role_branches": 0.3, "roles.registers": 0.2,
     "registers": 0.2, "occupancy.warps_per_sm": 0.15, "smem.static": 0.15, "smem.dynamic": 0.15,
     "barrier.ops": 0.15, "hot_loop.mix": 0.3, "hot_loop.order": 0.2, "hot_loop.length": 0.3,
-    "spills": 0.4, "stack_frame": 0.2, "stalls.top": 0.2, "tensor_pipe": 0.2, "memory_throughput": 0.2,
+    "spills": 0.4, "stack_frame": 0.2, "code.length": 0.3, "stalls.top": 0.2, "tensor_pipe": 0.2, "memory_throughput": 0.2,
     "occupancy.achieved": 0.15, "l2.hit_rate": 0.15,
     "mma.cta_group": 0.3, "mma.accumulator": 0.2, "tmem.ops": 0.15,
 }

@@ -570,6 +570,9 @@ def _machine(add, program, insns, hot, ctx: Context) -> None:
         if w is None:
             continue
         add("machine", "hot_loop.length", len(w.body) if sass else None, "num", role, _where(role, w))
+    # the whole kernel's reachable machine code: a fully unrolled body with inline range reductions (an exact
+    # expf per element) is long even where no loop is left to measure
+    add("machine", "code.length", len(insns) if sass else None, "num")
     spills: dict[str, int] = {}
     if sass:
         spills["local_instructions"] = sum(1 for i in insns if i.opclass in ("ld.local", "st.local"))

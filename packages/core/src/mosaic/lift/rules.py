@@ -29,6 +29,9 @@ class Rule:
 #: shared-memory differences under 1 KiB are barriers, scalars and alignment padding: one stage of a 64x64
 #: bf16 operand tile is 8 KiB, a 64x16 bf16 epilogue sub-tile 2 KiB (docs/lifting.md, Tolerances)
 SMEM_TOLERANCE_BYTES = 1024
+#: kernels whose machine code differs by fewer instructions than this differ in bounds checks, epilogue variants
+#: and scheduling, not in unrolling or inline math expansions (a chosen threshold, not a measured spread)
+CODE_TOLERANCE_INSTRUCTIONS = 256
 #: Nsight Compute utilisation metrics, in percent of peak: a chosen threshold, not a measured spread
 METRIC_TOLERANCE_POINTS = 2.0
 
@@ -84,6 +87,8 @@ RULES: tuple[Rule, ...] = (
     # machine: what the hardware actually runs
     Rule("M01", "machine", "spills", "knob", "spills turn register traffic into local-memory loads and stores in the hot path"),
     Rule("M02", "machine", "hot_loop.length", "knob", "the steady-state loop runs a different number of machine instructions per trip"),
+    Rule("M09", "machine", "code.length", "knob", "the kernel's machine code differs in length (unrolling, inline math expansions): "
+         "instruction-cache pressure and issue slots", CODE_TOLERANCE_INSTRUCTIONS),
     Rule("M03", "machine", "stack_frame", "knob", "a stack frame means local memory traffic (spills or local arrays)"),
     Rule("M04", "machine", "stalls.top", "rewrite", "the dominant warp stall reasons differ, so a different bottleneck limits the kernel"),
     Rule("M05", "machine", "tensor_pipe", "rewrite", "tensor-pipe utilisation differs, so the math units are fed differently",

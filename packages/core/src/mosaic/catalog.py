@@ -82,6 +82,25 @@ CONCEPTS: tuple[Concept, ...] = (
     _c("wgmma-fence-commit-wait", "wgmma ordering: fence, commit a group, wait for N groups in flight",
        "instruction", "ptx:wgmma.fence.sync.aligned", "ptx:wgmma.commit_group", "ptx:wgmma.wait_group",
        "sass:WARPGROUP.ARRIVE", "sass:WARPGROUP.DEPBAR"),
+    # sm_100 (Blackwell), the 5th-generation tensor core; Hopper counterparts: wgmma (the MMA, accumulator in
+    # registers), wgmma-fence-commit-wait (completion), none for tensor memory and CTA-pair MMAs
+    _c("tcgen05-mma", "5th-generation tensor-core MMA issued by one thread from shared-memory descriptors into an "
+       "accumulator in tensor memory (Hopper counterpart: wgmma, accumulating in registers)", "instruction",
+       "ptx:tcgen05.mma", "sass:UTCHMMA", "sass:UTCQMMA", "sass:UTCIMMA"),
+    _c("tmem-alloc", "allocate / deallocate tensor-memory columns (a power of two, <= 512 per SM) and relinquish "
+       "the allocation permit (no Hopper counterpart: the accumulator lived in registers)", "instruction",
+       "ptx:tcgen05.alloc", "ptx:tcgen05.dealloc", "ptx:tcgen05.relinquish_alloc_permit",
+       "sass:UTCATOMSWS.FIND_AND_SET", "sass:UTCATOMSWS.AND"),
+    _c("tmem-load-store", "move the accumulator between tensor memory and registers (tcgen05.ld / st, one warp per "
+       "32-lane sub-partition) or shared -> tensor memory (tcgen05.cp) (Hopper counterpart: none, the wgmma "
+       "accumulator is already in registers)", "instruction",
+       "ptx:tcgen05.ld", "ptx:tcgen05.st", "ptx:tcgen05.cp", "sass:LDTM", "sass:STTM", "sass:UTCCP"),
+    _c("tcgen05-commit", "completion of issued tcgen05 MMAs signalled as an arrive on an mbarrier (optionally "
+       "multicast to a CTA pair) (Hopper counterpart: wgmma commit_group / wait_group)", "instruction",
+       "ptx:tcgen05.commit", "sass:UTCBAR"),
+    _c("cta-pair-mma", "one tcgen05 MMA spanning a CTA pair of the cluster (cta_group::2): twice the M per "
+       "instruction, each CTA holding half of B (no Hopper counterpart)", "instruction",
+       "ptx:tcgen05.mma.cta_group::2", "sass:UTCHMMA.2CTA", "sass:UTCBAR.2CTA", "launch:cluster>1"),
     _c("mma-sync", "warp-level synchronous tensor-core MMA (Ampere style)", "instruction",
        "ptx:mma.sync.aligned", "sass:HMMA"),
     _c("fma-simt", "scalar CUDA-core multiply-add inner product (no tensor cores)", "instruction",

@@ -94,3 +94,18 @@ def to_dim3(value: Any) -> Any:
     if isinstance(value, list | tuple) and 1 <= len(value) <= 3:
         return tuple(value) + (1,) * (3 - len(value))
     return value
+
+
+#: a knob field's metadata ``{"keyed": WHEN_SET}``: the field is part of a candidate's identity (its knob set and
+#: key) only when it differs from its default -- a knob added to a class after campaigns were recorded (CuTe's
+#: Blackwell ``cta_group``, ``acc_stages``) leaves every recorded candidate's key and history as it was
+WHEN_SET = "when-set"
+
+
+def keyed_knobs(knob_cls: type | None, knobs: Mapping) -> dict:
+    """``knobs`` without the fields keyed only when set (:data:`WHEN_SET`) that hold their defaults."""
+    if knob_cls is None or not attrs.has(knob_cls):
+        return dict(knobs)
+    quiet = {f.name: f.default for f in attrs.fields(knob_cls) if f.metadata.get("keyed") == WHEN_SET}
+    return {k: v for k, v in knobs.items() if not (k in quiet and v == quiet[k])}
+

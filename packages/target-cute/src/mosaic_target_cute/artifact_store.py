@@ -41,7 +41,8 @@ ENV = "MOSAIC_CUTE_ARTIFACTS"
 PREFIX = "mosaic_cute_"  # + the key's first 16 hex digits: the object file's symbols, unique per artifact
 FORMAT = "mosaic-cute-artifact/1"
 #: the package files whose code is traced by cute.compile for a template gemm (their bytes are in the key)
-KERNEL_SOURCES = ("kernels/hopper_gemm.py", "kernels/naive_gemm.py", "knobs.py", "lowering.py")
+KERNEL_SOURCES = ("kernels/hopper_gemm.py", "kernels/blackwell_gemm.py", "kernels/naive_gemm.py", "knobs.py", "lowering.py",
+                  "blackwell_budget.py")
 
 
 def root() -> Path | None:

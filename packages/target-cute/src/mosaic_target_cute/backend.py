@@ -23,7 +23,7 @@ from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, RecordError
 from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
 
-from mosaic_target_cute import artifact_store, budget
+from mosaic_target_cute import artifact_store, blackwell_budget, budget
 from mosaic_target_cute.knobs import FAMILY_KNOBS, AttentionKnobs, AttentionShape, GemmKnobs
 from mosaic_target_cute.lowering import compile_attention, compile_gemm, disassemble, line_info, ptxas_log
 
@@ -90,7 +90,7 @@ def keep_compiled(compiled, build, knobs: GemmKnobs, mnk, dtype: str, gpu: GpuTa
 
 
 class CuteBackend:
-    """CuTe DSL kernels compiled ahead of time (cute.compile) for sm_90a."""
+    """CuTe DSL kernels compiled ahead of time (cute.compile) for sm_90a (hopper) or sm_100a (blackwell)."""
 
     def knobs(self, family: str) -> type:
         if family not in FAMILY_KNOBS:
@@ -112,6 +112,11 @@ class CuteBackend:
         if spec.family == "attention":
             return self._lower_attention(spec, gpu, Path(workdir))
         knobs, (m, n, k) = self._knobs(spec)
+        knobs, picked = blackwell_budget.for_gpu(knobs, gpu)
+        if knobs.kernel == "blackwell":
+            refused = blackwell_budget.refusals(knobs, gpu)
+            if refused:
+                raise Unbuildable("; ".join(p.line() for p in refused), gpu.name)
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         compiled, build = compile_gemm(knobs, m, n, k, spec.dtype, gpu.arch, gpu.sm_count, workdir / "cute_dump")
@@ -121,10 +126,11 @@ class CuteBackend:
         sass = disassemble(build.cubin, workdir / f"{name}.sass")
         log = ptxas_log(build.ptx, gpu.arch, workdir / f"{name}.ptxas.log")
         notes = (f"dynamic_smem={build.dynamic_smem}", f"threads={build.threads}", f"cluster={build.cluster}",
-                 f"grid_ctas={build.grid_ctas}", f"compile_seconds={build.compile_seconds:.2f}", kept)
+                 f"grid_ctas={build.grid_ctas}", f"compile_seconds={build.compile_seconds:.2f}", kept,
+                 *((picked,) if picked else ()))
         return Lowered(kernel_name=build.kernel_name, ptx=build.ptx, cubin=build.cubin, sass=sass,
                        ptxas_log=log, source=Path(__file__).parent / "kernels" / (
-                           "naive_gemm.py" if knobs.kernel == "naive" else "hopper_gemm.py"),
+                           f"{knobs.kernel}_gemm.py"),
                        resources=ResourceUsage(registers=build.registers, static_smem=build.static_smem),
                        toolchain=_toolchain(), notes=notes)
 

@@ -29,6 +29,15 @@ CONSTRUCTS = (
     _q("mbarrier-expect-tx", "PipelineTmaAsync.create(tx_count=bytes) + producer_acquire(state)"),
     _q("wgmma", "sm90_utils.make_trivial_tiled_mma(...) (MmaF16BF16Op); cute.gemm(tiled_mma, acc, a, b, acc)"),
     _q("wgmma-fence-commit-wait", "cute.nvgpu.warpgroup.fence(); commit_group(); wait_group(n)"),
+    _q("tcgen05-mma", "sm100 helpers' make_trivial_tiled_mma(..., tcgen05.CtaGroup.ONE|TWO, (M, N)); "
+       "cute.gemm(tiled_mma, tmem_acc, a, b, tmem_acc) from the MMA warp; knob: kernel='blackwell'"),
+    _q("tmem-alloc", "cutlass.utils.TmemAllocator(...).allocate(cols) / wait_for_alloc() / retrieve_ptr() / "
+       "relinquish_alloc_permit() / free(ptr); knobs: tile_mn[1] x acc_stages columns"),
+    _q("tmem-load-store", "tcgen05.make_tmem_copy(get_tmem_load_op(...), tmem_tile) + cute.copy in the epilogue "
+       "warps; knob: epi_tile[1] (columns per tcgen05.ld)"),
+    _q("tcgen05-commit", "pipeline.PipelineTmaUmma.consumer_release / PipelineUmmaAsync.producer_commit "
+       "(tcgen05.commit on the slot's / accumulator's mbarrier)"),
+    _q("cta-pair-mma", "tcgen05.CtaGroup.TWO with a cluster M of 2; knobs: cta_group=2, cluster_mn"),
     _q("mma-sync", "cute.nvgpu.warp.MmaF16BF16Op(ab_dtype, acc_dtype, (16, 8, 16))"),
     _q("fma-simt", "a Python loop over k of acc += a[i, k] * b[j, k] on scalars; knob: kernel='naive'"),
     _q("cta-tile", "the CTA tile (bM, bN, bK): tiled MMA over tile_mn[0] // 64 consumer warpgroups, TMA boxes and "

@@ -1,6 +1,6 @@
 """Knob classes of the CuTe families (validated at construction; a bad value raises RecordError).
 
-``gemm`` has two kernels, chosen by ``kernel``:
+``gemm`` has three kernels, chosen by ``kernel``:
 
 * ``hopper`` — the project's warp-specialised Hopper GEMM (``kernels/hopper_gemm.py``): TMA loads into a
   ``stages``-deep mbarrier pipeline, wgmma on ``tile_mn[0] // 64`` consumer warpgroups, one producer
@@ -8,10 +8,17 @@
   scheduler (raster order, swizzle) and clusters with TMA multicast. An epilogue sub-tile is 64 rows
   high (each consumer warpgroup stores its own 64 rows) or ``tile_mn[0]`` rows (all consumer warpgroups
   write one sub-tile together); its width is a multiple of 16 (the stmatrix copy's width).
+* ``blackwell`` — the project's warp-specialised Blackwell GEMM for sm_100a (``kernels/blackwell_gemm.py``):
+  TMA loads (multicast across the cluster) into a ``stages``-deep ring, one warp issuing tcgen05.mma into
+  an accumulator in tensor memory (``acc_stages`` stages of ``tile_mn[1]`` columns), ``cta_group`` 1 or 2
+  (2: two CTAs of the cluster's M dimension share one MMA of ``2 * tile_mn[0]`` rows), four epilogue warps
+  reading tensor memory (tcgen05.ld) ``epi_tile[1]`` columns at a time. ``tile_mn[0]`` is 128 (one
+  tensor-memory lane per row), ``epi_tile[0]`` is ``tile_mn[0]``. Its budget rules (shared memory, tensor
+  memory columns, cluster) are data in ``blackwell_budget.py``.
 * ``naive`` — the deliberately naive first translation (``kernels/naive_gemm.py``): one thread per output
   element, plain global loads, fp32 FMA, no shared memory, no pipelining, no TMA, no tensor cores.
 
-``attention`` (:class:`AttentionKnobs`, problem :class:`AttentionShape`) has the same two: ``hopper``
+``attention`` (:class:`AttentionKnobs`, problem :class:`AttentionShape`) has two: ``hopper``
 (``kernels/hopper_attention.py``, FlashAttention-3 style: producer warpgroup, TMA, wgmma for both products,
 online softmax in registers) and ``naive`` (``kernels/naive_attention.py``, one thread per query row). Its budget
 rules are in :mod:`mosaic_target_cute.budget` (``attention_diagnose``); :data:`AttentionKnobs.DEPENDENCIES` ties
@@ -23,7 +30,8 @@ from __future__ import annotations
 import attrs
 from mosaic.fields import fail, one_of
 
-KERNELS = ("hopper", "naive")
+KERNELS = ("hopper", "blackwell", "naive")
+ATTENTION_KERNELS = ("hopper", "naive")
 
 
 def _pair(allowed_a: tuple, allowed_b: tuple):
@@ -65,19 +73,31 @@ class GemmKnobs:
     raster: str = attrs.field(default="m", validator=one_of("m", "n"))
     swizzle: int = attrs.field(default=1, validator=_in(1, 2, 4, 8))
     epi_tile: tuple = attrs.field(default=(64, 32), converter=_EPI[0], validator=_EPI[1])
+    # blackwell kernel only: CTAs per tcgen05 MMA (cta_group::1 | cta_group::2), accumulator stages in TMEM;
+    # keyed only when set, so the candidates of campaigns recorded before they existed keep their keys
+    cta_group: int = attrs.field(default=1, validator=_in(1, 2), metadata={"keyed": "when-set"})
+    acc_stages: int = attrs.field(default=1, validator=_in(1, 2, 3, 4), metadata={"keyed": "when-set"})
     # naive kernel only: threads per block (x along n, y along m)
     block_mn: tuple = attrs.field(default=(16, 16), converter=_BLOCK[0], validator=_BLOCK[1])
 
     def __attrs_post_init__(self):
         f = attrs.fields(GemmKnobs)
         if self.kernel == "naive":
-            for a in ("tile_mn", "cluster_mn", "stages", "persistent", "raster", "swizzle", "epi_tile"):
+            for a in ("tile_mn", "cluster_mn", "stages", "persistent", "raster", "swizzle", "epi_tile", "cta_group",
+                      "acc_stages"):
                 if getattr(self, a) != getattr(f, a).default:
                     fail(self, getattr(f, a), getattr(self, a), f"{getattr(f, a).default!r}: it does not apply "
                           "to kernel='naive'")
             return
         if self.block_mn != f.block_mn.default:
             fail(self, f.block_mn, self.block_mn, f"{f.block_mn.default!r}: it only applies to kernel='naive'")
+        if self.kernel != "blackwell":
+            for a in ("cta_group", "acc_stages"):
+                if getattr(self, a) != getattr(f, a).default:
+                    fail(self, getattr(f, a), getattr(self, a), f"{getattr(f, a).default!r}: it only applies to "
+                          "kernel='blackwell'")
+        else:
+            _blackwell_checks(self, f)
         if self.tile_mn[0] % self.epi_tile[0] or self.tile_mn[1] % self.epi_tile[1]:
             fail(self, f.epi_tile, self.epi_tile, f"a divisor of tile_mn {self.tile_mn}")
         if self.epi_tile[0] not in (64, self.tile_mn[0]):
@@ -89,12 +109,16 @@ class GemmKnobs:
 
     @property
     def consumer_warpgroups(self) -> int:
+        if self.kernel == "blackwell":
+            return 1  # four epilogue warps; the producer and MMA warps are one warp each
         return self.tile_mn[0] // 64
 
     @property
     def threads(self) -> int:
         if self.kernel == "naive":
             return self.block_mn[0] * self.block_mn[1]
+        if self.kernel == "blackwell":
+            return 192
         return 128 * (1 + self.consumer_warpgroups)
 
     def check_shape(self, m: int, n: int, k: int) -> None:
@@ -110,6 +134,18 @@ class GemmKnobs:
             fail(self, f.tile_mn, self.tile_mn, f"tiles x cluster ({cm}, {cn}) that divide m={m}, n={n}")
         if k % self.tile_k:
             fail(self, f.tile_k, self.tile_k, f"a divisor of k={k}")
+
+
+def _blackwell_checks(k: GemmKnobs, f) -> None:
+    """The kernel's own shape rules (what it can be built for); budget limits are checked elsewhere."""
+    if k.tile_mn[0] != 128:
+        fail(k, f.tile_mn, k.tile_mn, "tile_mn[0] == 128 for kernel='blackwell' (one TMEM lane per row)")
+    if k.epi_tile[0] != k.tile_mn[0]:
+        fail(k, f.epi_tile, k.epi_tile, f"epi_tile[0] == tile_mn[0]={k.tile_mn[0]} for kernel='blackwell'")
+    if k.cluster_mn[0] % k.cta_group:
+        fail(k, f.cluster_mn, k.cluster_mn, f"a cluster M that pairs CTAs for cta_group={k.cta_group}")
+    if k.acc_stages > 1 and not k.persistent:
+        fail(k, f.acc_stages, k.acc_stages, "1 unless persistent=True (one tile per CTA has no next tile)")
 
 
 ATTENTION_DIMS = ("batch", "seq", "heads", "head_dim")
@@ -186,7 +222,7 @@ class AttentionKnobs:
     naive: ``rows_per_block`` threads per CTA, one query row each.
     """
 
-    kernel: str = attrs.field(default="hopper", validator=one_of(*KERNELS))
+    kernel: str = attrs.field(default="hopper", validator=one_of(*ATTENTION_KERNELS))
     block_m: int = attrs.field(default=128, converter=_int_text, validator=_in(64, 128, 192, 256))
     block_n: int = attrs.field(default=128, converter=_int_text, validator=_in(*BLOCK_N))
     stages: int = attrs.field(default=2, converter=_int_text, validator=_in(1, 2, 3, 4, 5, 6))

@@ -57,6 +57,11 @@ def make_kernel(knobs: GemmKnobs, m: int, n: int, sm_count: int):
         from mosaic_target_cute.kernels.naive_gemm import NaiveGemm
 
         return NaiveGemm(knobs)
+    if knobs.kernel == "blackwell":
+        from mosaic_target_cute.kernels.blackwell_gemm import BlackwellGemm
+        from mosaic_target_cute.kernels.blackwell_gemm import max_active_clusters as bw_clusters
+
+        return BlackwellGemm(knobs, bw_clusters(knobs, m, n, sm_count))
     from mosaic_target_cute.kernels.hopper_gemm import HopperGemm, max_active_clusters
 
     return HopperGemm(knobs, max_active_clusters(knobs, m, n, sm_count))

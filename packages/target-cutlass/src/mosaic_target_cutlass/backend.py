@@ -7,14 +7,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, RecordError
 from mosaic.records import GpuTarget, KernelSpec, LaunchRecord
 
+from mosaic_target_cutlass import blackwell, gemm
 from mosaic_target_cutlass import build as _build
-from mosaic_target_cutlass import gemm
 
 FAMILIES = {"gemm": gemm.GemmKnobs}
 
@@ -55,18 +56,29 @@ class CutlassBackend:
             known = ", ".join(a.name for a in cls.__attrs_attrs__)
             raise RecordError(f"{cls.__name__}: {exc}; known knobs: {known}") from None
 
+    def _knobs_for(self, spec: KernelSpec, gpu: GpuTarget):
+        """The Hopper knobs, or on a Blackwell record (sm_100a) the Sm100 template's (blackwell.py)."""
+        if spec.family == "gemm" and blackwell.is_blackwell(gpu):
+            try:
+                return blackwell.BlackwellGemmKnobs(**spec.knobs)
+            except TypeError as exc:
+                known = ", ".join(a.name for a in attrs.fields(blackwell.BlackwellGemmKnobs))
+                raise RecordError(f"BlackwellGemmKnobs: {exc}; known knobs: {known}") from None
+        return self._knobs(spec)
+
     def source(self, spec: KernelSpec, gpu: GpuTarget) -> str:
-        knobs = self._knobs(spec)
-        found = gemm.problems(knobs, spec, gpu)
+        knobs = self._knobs_for(spec, gpu)
+        module = blackwell if isinstance(knobs, blackwell.BlackwellGemmKnobs) else gemm
+        found = module.problems(knobs, spec, gpu)
         if found:
             raise Unbuildable("; ".join(d.line() for d in found), knobs.label)
-        return gemm.render(knobs, spec.dtype)
+        return module.render(knobs, spec.dtype)
 
     def build(self, spec: KernelSpec, gpu: GpuTarget) -> _build.Build:
         return _build.build(self.source(spec, gpu), gpu.arch, name="gemm")
 
     def lower(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path) -> Lowered:
-        knobs = self._knobs(spec)
+        knobs = self._knobs_for(spec, gpu)
         b = self.build(spec, gpu)
         budget = check_budgets(b, gpu)
         workdir = Path(workdir)

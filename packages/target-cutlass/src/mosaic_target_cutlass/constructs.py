@@ -36,6 +36,16 @@ CONSTRUCTS = (
        "tile_k"),
     _x("wgmma-fence-commit-wait", "warpgroup_arrive / warpgroup_commit_batch / warpgroup_wait<N> in the "
        "collective mainloop; knob: kernel_schedule"),
+    _x("tcgen05-mma", "CollectiveBuilder<arch::Sm100, ...> (templates/gemm_sm100.cu): UMMA atoms "
+       "SM100_MMA_F16BF16_SS; knob: kernel_schedule"),
+    _x("tmem-alloc", "the sm100 kernel schedule's TMEM allocator (KernelTmaWarpSpecialized1SmSm100 / 2SmSm100)",
+       "partial", "allocated by the collective; no knob sets the columns"),
+    _x("tmem-load-store", "SM100_TMEM_LOAD copy atoms chosen by the TmaWarpSpecialized1Sm/2Sm epilogue", "partial",
+       "chosen by the epilogue collective, not a knob"),
+    _x("tcgen05-commit", "umma_arrive / umma_arrive_multicast_2x1SM inside the sm100 mainloop collective",
+       "partial", "emitted by the collective"),
+    _x("cta-pair-mma", "kernel_schedule='sm100-2sm' (KernelTmaWarpSpecialized2SmSm100, a cluster M of 2); knobs: "
+       "kernel_schedule, cluster_m"),
     _x("mma-sync", "SM80 MMA atoms", "none", "the template builds sm90 GMMA only"),
     _x("fma-simt", "UniversalFMA MMA atom", "none", "the template builds sm90 GMMA only"),
     _x("cta-tile", "TileShape Shape<_M,_N,_K> template argument of the CollectiveBuilder (GMMA atom, smem stages "

@@ -22,6 +22,9 @@ KERNEL_SCHEDULES = {
     "tma-ws": "cutlass::gemm::KernelTmaWarpSpecialized",  # one consumer warpgroup, not persistent
     "cooperative": "cutlass::gemm::KernelTmaWarpSpecializedCooperative",  # 2 consumer WGs share a tile
     "pingpong": "cutlass::gemm::KernelTmaWarpSpecializedPingpong",  # 2 consumer WGs alternate tiles
+    # Blackwell's schedules (blackwell.py renders them for sm_100a); on Hopper rule CUTLASS-SM100-SCHEDULE refuses
+    "sm100-1sm": "cutlass::gemm::KernelTmaWarpSpecialized1SmSm100",
+    "sm100-2sm": "cutlass::gemm::KernelTmaWarpSpecialized2SmSm100",
 }
 EPILOGUE_SCHEDULES = {
     "auto": "cutlass::epilogue::collective::EpilogueScheduleAuto",
@@ -114,6 +117,12 @@ def _r_arch(k, spec, gpu):
         yield Diagnostic("CUTLASS-ARCH", "gpu", "sm_90a", gpu.arch, "this template targets Hopper WGMMA/TMA")
 
 
+def _r_sm100_schedule(k, spec, gpu):
+    if k.kernel_schedule.startswith("sm100-"):
+        yield Diagnostic("CUTLASS-SM100-SCHEDULE", "kernel_schedule", "a Hopper schedule", k.kernel_schedule,
+                         "the sm100 schedules issue tcgen05.mma: build them with a Blackwell GPU (--gpu b200)")
+
+
 def _r_cooperative_tile(k, spec, gpu):
     if k.kernel_schedule == "cooperative" and k.tile_m % 128:
         yield Diagnostic("CUTLASS-COOP-TILE", "tile_m", "a multiple of 128", k.tile_m,
@@ -122,8 +131,8 @@ def _r_cooperative_tile(k, spec, gpu):
 
 def _r_epilogue(k, spec, gpu):
     ok = {"auto": {"auto"}, "cooperative": {"tma-cooperative", "no-smem"},
-          "pingpong": {"tma", "no-smem"}, "tma-ws": {"tma", "no-smem"}}[k.kernel_schedule]
-    if k.epilogue_schedule not in ok:
+          "pingpong": {"tma", "no-smem"}, "tma-ws": {"tma", "no-smem"}}.get(k.kernel_schedule)
+    if ok is not None and k.epilogue_schedule not in ok:
         yield Diagnostic("CUTLASS-EPILOGUE", "epilogue_schedule", sorted(ok), k.epilogue_schedule,
                          f"the epilogue schedule must match the kernel schedule '{k.kernel_schedule}'")
 
@@ -164,7 +173,7 @@ def _r_shape(k, spec, gpu):
                              "TMA needs 16-byte aligned rows")
 
 
-RULES = (_r_dtype, _r_arch, _r_cooperative_tile, _r_epilogue, _r_scheduler, _r_cluster, _r_smem, _r_shape)
+RULES = (_r_dtype, _r_arch, _r_sm100_schedule, _r_cooperative_tile, _r_epilogue, _r_scheduler, _r_cluster, _r_smem, _r_shape)
 
 
 def problems(knobs: GemmKnobs, spec: KernelSpec, gpu: GpuTarget) -> list[Diagnostic]:

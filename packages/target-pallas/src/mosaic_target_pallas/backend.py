@@ -32,7 +32,7 @@ import attrs
 import numpy as np
 from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
-from mosaic.errors import BadInput, RecordError
+from mosaic.errors import BadInput, RecordError, ToolMissing
 from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
 from mosaic.toolchain import ptxas as _ptxas
 
@@ -65,9 +65,9 @@ def gemm_dims(spec: KernelSpec) -> tuple[int, int, int]:
 
 
 def build_gemm(knobs: GemmKnobs, m: int, n: int, k: int, dtype, num_ctas: int, into: bool = False):
-    from mosaic_target_pallas.kernels import hopper_matmul, pipelined_matmul
+    from mosaic_target_pallas.kernels import blackwell_matmul, hopper_matmul, pipelined_matmul
 
-    module = hopper_matmul if knobs.kernel == "jax-hopper" else pipelined_matmul
+    module = {"jax-hopper": hopper_matmul, "jax-blackwell": blackwell_matmul}.get(knobs.kernel, pipelined_matmul)
     return module.build(knobs, m, n, k, dtype, num_ctas, into=into)
 
 
@@ -322,9 +322,23 @@ def lower_fn(backend, fn, args, name: str, gpu: GpuTarget, workdir: Path, notes:
     except (ValueError, NotImplementedError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else repr(exc)
         raise Unbuildable(f"Mosaic GPU lowering failed: {first}", name) from None
+    from mosaic_target_pallas import arch_rules
+
+    text = lowered.as_text()
+    refused = arch_rules.refusal(text, gpu.arch, name)  # a kernel built for another architecture is not lowered
+    if refused:
+        raise Unbuildable(refused, name)
     source = workdir / f"{name}.stablehlo.mlir"
-    source.write_text(lowered.as_text())
+    source.write_text(text)
+    arches = arch_rules.target_arches(text)
+    if arches and "sm_90a" not in arches:  # no CPU fallback to report "lowered" from StableHLO alone
+        missing = arch_rules.ptx_step_missing()
+        if missing:
+            raise ToolMissing(f"{name} cannot lower to PTX for {gpu.arch} here: {missing} (the StableHLO with "
+                              f"its Mosaic GPU module lowered for {', '.join(arches)}; smem {smem} B fits)")
     notes = [f"smem_bytes={smem}", *notes]
+    if arches:
+        notes.append(f"the Mosaic GPU module's tensor-core instructions target {', '.join(arches)}")
     ptx = sass = ptxas = resources = cubin = None
     toolchain = _toolchain()
     if jax_has_gpu():

@@ -4,6 +4,10 @@
 
 * ``jax-hopper`` — jax's ``hopper_matmul_mgpu`` (warp-specialised: one TMA warpgroup and two wgmma
   warpgroups, persistent over ``sm_count`` CTAs). Its knobs are exactly jax's ``TuningConfig``.
+* ``jax-blackwell`` — jax's ``blackwell_matmul_mgpu`` (tcgen05 MMA into TMEM: sm_100a only). Its knobs are
+  jax's ``TuningConfig``: tile_m/n/k, max_concurrent_steps, epi_tile_n (its ``epilogue_tile_n``),
+  grid_minor_dim, grid_tile_width; ``cluster_dimension="m"`` is its ``collective`` (2-CTA MMA, a cluster of 2:
+  the cluster tile is 2*tile_m x 2*tile_n).
 * ``pipelined`` — the project's own kernel (``kernels/pipelined_matmul.py``): one warpgroup, no warp
   specialisation, optional persistence, ``delay_release``; it reaches configurations jax's kernel cannot
   (a CTA tile of one warpgroup's tile, a non-persistent grid).
@@ -17,7 +21,7 @@ from __future__ import annotations
 import attrs
 from mosaic.fields import fail, one_of
 
-GEMM_KERNELS = ("jax-hopper", "pipelined")
+GEMM_KERNELS = ("jax-hopper", "pipelined", "jax-blackwell")
 DIMS = ("m", "n")
 
 
@@ -110,18 +114,22 @@ class GemmKnobs:
                 fail(self, getattr(attrs.fields(GemmKnobs), name), epi, f"a divisor of the tile ({tile})")
         own = {"persistent": True, "delay_release": 0}
         jax_only = {"wg_dimension": "n", "cluster_dimension": None}
-        foreign = own if self.kernel == "jax-hopper" else jax_only
+        foreign = {"jax-hopper": own, "pipelined": jax_only,
+                   "jax-blackwell": {**own, "wg_dimension": "n", "epi_tile_m": 64}}[self.kernel]
         for name, default in foreign.items():
             if getattr(self, name) != default:
                 fail(self, getattr(attrs.fields(GemmKnobs), name), getattr(self, name),
                       f"{default!r}: it does not apply to kernel={self.kernel!r}")
+        if self.kernel == "jax-blackwell" and self.cluster_dimension == "n":
+            fail(self, attrs.fields(GemmKnobs).cluster_dimension, self.cluster_dimension,
+                 "None or 'm' (jax-blackwell's collective 2-CTA MMA pairs CTAs along M)")
         if self.kernel == "pipelined" and self.max_concurrent_steps <= self.delay_release:
             fail(self, attrs.fields(GemmKnobs).max_concurrent_steps, self.max_concurrent_steps,
                   f"> delay_release ({self.delay_release})")
 
     def cta_tile(self) -> tuple[int, int]:
         """The (M, N) tile one CTA computes (jax's kernel runs two compute warpgroups side by side)."""
-        if self.kernel == "pipelined":
+        if self.kernel in ("pipelined", "jax-blackwell"):
             return self.tile_m, self.tile_n
         tm = self.tile_m * (2 if self.wg_dimension == "m" else 1)
         tn = self.tile_n * (2 if self.wg_dimension == "n" else 1)
@@ -132,6 +140,8 @@ class GemmKnobs:
 
     def cluster_tile(self) -> tuple[int, int]:
         tm, tn = self.cta_tile()
+        if self.kernel == "jax-blackwell":  # collective: the CTA pair covers twice the tile in M and in N
+            return (tm * 2, tn * 2) if self.cluster_dimension == "m" else (tm, tn)
         return (tm * (2 if self.cluster_dimension == "m" else 1), tn * (2 if self.cluster_dimension == "n" else 1))
 
     def check_shape(self, m: int, n: int, k: int) -> None:

@@ -1,4 +1,6 @@
-"""Build the AMK VM (vm.cu + kernels/*.cuh + abi.h) for sm_90a with nvcc, cached by source hash.
+"""Build the AMK VM (vm.cu + kernels/*.cuh + abi.h) with nvcc, cached by source hash: for sm_90a by default, or
+for the architecture of a GpuTarget record (``build(gpu=B200)``: sm_100a) or an architecture named directly
+(``build(arch="sm_80")``: there is no Ampere GpuTarget record, see ARCHES) -- the same source for every arch.
 
 ``build(threads=512)`` returns a :class:`VmBuild`: the cubin path and what ptxas reported (registers,
 spill stores/loads, stack frame, static shared memory). The cache key is the SHA-256 of the source
@@ -26,6 +28,66 @@ ARCH = "sm_90a"
 KERNEL = "amk_vm"
 
 
+@attrs.frozen
+class ArchRule:
+    """What one architecture can build: a build define (its name, e.g. AMK_WSTREAM) that this arch cannot
+    assemble, and why (the PTX feature ptxas refuses)."""
+
+    define: str
+    reason: str
+
+
+@attrs.frozen
+class VmArch:
+    """An architecture the VM source builds for: its nvcc -gencode pair and the defines it refuses (by rule)."""
+
+    arch: str
+    compute: str
+    refuses: tuple = ()
+    note: str = ""
+
+    def gencode(self) -> str:
+        return f"-gencode=arch={self.compute},code={self.arch}"
+
+
+_NO_TMA = ArchRule("AMK_WSTREAM", "the weight stream needs sm_90+: cp.async.bulk with mbarrier::complete_tx, "
+                   "mbarrier.try_wait.parity and fence.mbarrier_init (ptxas: 'requires .target sm_90 or higher')")
+# every arch the VM source builds for (rules as data): sm_80 has no bulk L2 prefetch (vm.cu falls back to one
+# prefetch.global.L2 per 128-byte line) and no TMA/mbarrier tx-count (the weight stream is refused); sm_80 has no
+# GpuTarget record -- GpuTarget.peak_fp8_tflops must be positive and A100 has no FP8 tensor cores -- so it is named
+# by arch; sm_90a (Hopper records), sm_100a (B200) and sm_120a (RTX 5090) build every variant
+ARCHES = {
+    "sm_80": VmArch("sm_80", "compute_80", refuses=(_NO_TMA,),
+                    note="L2 prefetch: prefetch.global.L2 per 128-byte line (no cp.async.bulk.prefetch)"),
+    "sm_90a": VmArch("sm_90a", "compute_90a"),
+    "sm_100a": VmArch("sm_100a", "compute_100a"),
+    "sm_120a": VmArch("sm_120a", "compute_120a"),
+}
+
+
+def vm_arch(arch: str | None = None, gpu=None) -> VmArch:
+    """The VmArch of ``gpu`` (a GpuTarget: its ``arch`` field) or of ``arch`` (default sm_90a); BuildError for an
+    arch the VM source is not built for."""
+    if gpu is not None:
+        if arch is not None and arch != gpu.arch:
+            raise BuildError(f"arch {arch} contradicts GPU {gpu.name} ({gpu.arch}): pass one of them")
+        arch = gpu.arch
+    arch = arch or ARCH
+    if arch not in ARCHES:
+        raise BuildError(f"the AMK VM does not build for {arch}: known arches {', '.join(ARCHES)}")
+    return ARCHES[arch]
+
+
+def refusal(arch: VmArch, defines: tuple[str, ...]) -> ArchRule | None:
+    """The rule of ``arch`` that refuses one of ``defines`` (a define set to a non-zero value), or None."""
+    for rule in arch.refuses:
+        for d in defines:
+            name, _, value = str(d).partition("=")
+            if name == rule.define and value not in ("", "0"):
+                return rule
+    return None
+
+
 class BuildError(MosaicError):
     """nvcc is missing or failed."""
 
@@ -42,9 +104,10 @@ class VmBuild:
     threads: int
     key: str
     cached: bool
+    arch: str = ARCH
 
     def to_json(self) -> dict:
-        return {"cubin": str(self.cubin), "registers": self.registers, "spill_stores": self.spill_stores,
+        return {"cubin": str(self.cubin), "arch": self.arch, "registers": self.registers, "spill_stores": self.spill_stores,
                 "spill_loads": self.spill_loads, "stack_bytes": self.stack_bytes, "smem_bytes": self.smem_bytes,
                 "threads": self.threads, "key": self.key[:16], "cached": self.cached}
 
@@ -92,16 +155,16 @@ def config_defines(config) -> tuple[str, ...]:
     return preload_defines(config.weight_preload) + stream + pingpong + stage
 
 
-def flags(threads: int, defines: tuple[str, ...] = ()) -> list[str]:
-    return ["-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3", "-lineinfo", "-Xptxas", "-v",
+def flags(threads: int, defines: tuple[str, ...] = (), arch: str = ARCH) -> list[str]:
+    return [vm_arch(arch).gencode(), "-cubin", "-O3", "-lineinfo", "-Xptxas", "-v",
             f"-DAMK_THREADS={threads}", *(f"-D{d}" for d in defines), "-std=c++17"]
 
 
-def source_key(threads: int, nvcc_version: str, defines: tuple[str, ...] = ()) -> str:
+def source_key(threads: int, nvcc_version: str, defines: tuple[str, ...] = (), arch: str = ARCH) -> str:
     parts: list[str | bytes] = []
     for name in SOURCES:
         parts += [name, b"\0", (SOURCE_DIR / name).read_bytes(), b"\0"]
-    return _nvcc.cache_key(*parts, nvcc_version, b"\0", " ".join(flags(threads, defines)))
+    return _nvcc.cache_key(*parts, nvcc_version, b"\0", " ".join(flags(threads, defines, arch)))
 
 
 def parse_ptxas(log: str, kernel: str = KERNEL) -> dict[str, int]:
@@ -140,9 +203,12 @@ def nvcc_cubin(nvcc: str, source: Path, cubin: Path, log_path: Path, flag_list: 
     tmp.replace(cubin)
 
 
-def build(threads: int = 512, *, force: bool = False, defines: tuple[str, ...] = ()) -> VmBuild:
+def build(threads: int = 512, *, force: bool = False, defines: tuple[str, ...] = (), arch: str | None = None,
+          gpu=None) -> VmBuild:
     """Compile (or reuse the cached) cubin of the VM for ``threads`` threads per block; ``defines`` picks a
-    micro-kernel variant (``("AMK_GEMV_IMPL=1",)``: the first GEMV body, for A/B timing)."""
+    micro-kernel variant (``("AMK_GEMV_IMPL=1",)``: the first GEMV body, for A/B timing); ``gpu`` (a GpuTarget)
+    or ``arch`` picks the architecture (default sm_90a)."""
+    target = vm_arch(arch, gpu)
     if threads % 32 or not 32 <= threads <= 1024:
         raise BuildError(f"threads per block must be a multiple of 32 in 32..1024, got {threads}")
     defines = tuple(defines)
@@ -157,14 +223,17 @@ def build(threads: int = 512, *, force: bool = False, defines: tuple[str, ...] =
         raise BuildError("AMK_WEIGHT_PRELOAD needs GEMV body 1 (AMK_GEMV_IMPL=1; body 2 issues its own first loads)")
     if stream and (body2 or preload):
         raise BuildError("AMK_WSTREAM replaces GEMV body 1's loads: it excludes AMK_GEMV_IMPL=2 and AMK_WEIGHT_PRELOAD")
+    rule = refusal(target, defines)
+    if rule is not None:
+        raise BuildError(f"{rule.define} cannot build for {target.arch}: {rule.reason}")
     nvcc = nvcc_path()
-    key = source_key(threads, nvcc_version(nvcc), defines)
+    key = source_key(threads, nvcc_version(nvcc), defines, target.arch)
     out_dir = cache_dir() / key[:24]
     cubin, log_path = out_dir / "amk_vm.cubin", out_dir / "ptxas.log"
     cached = _nvcc.build_cached(
         out_dir, lambda tmp: nvcc_cubin(nvcc, SOURCE_DIR / "vm.cu", tmp / cubin.name, tmp / log_path.name,
-                                        flags(threads, defines)),
+                                        flags(threads, defines, target.arch)),
         complete=lambda d: (d / cubin.name).is_file() and (d / log_path.name).is_file(), force=force)
     log = log_path.read_text()
     res = parse_ptxas(log)
-    return VmBuild(cubin=cubin, ptxas_log=log, threads=threads, key=key, cached=cached, **res)
+    return VmBuild(cubin=cubin, ptxas_log=log, threads=threads, key=key, cached=cached, arch=target.arch, **res)

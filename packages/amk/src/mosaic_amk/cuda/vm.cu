@@ -57,7 +57,13 @@ __device__ __forceinline__ int ld_acquire(const int* p) {
 __device__ __forceinline__ void fence_acquire_gpu() {
   // PTX 8.6+: an acquire fence (SASS: CCTL.IVALL only, no MEMBAR); with the strong reads before it in program
   // order it forms an acquire pattern on each location read (PTX ISA, memory consistency model)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // sm_80: ptxas 13.0 accepts fence.acquire for sm_80 but emits an instruction nvdisasm rejects as illegal for
+  // sm_80 (the acquire-only fence is an sm_90 encoding); the acq_rel fence (sm_70+) is the stronger, valid form
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
   asm volatile("fence.acquire.gpu;" ::: "memory");
+#endif
 }
 __device__ __forceinline__ int ld_relaxed(const int* p) {
   int v;
@@ -77,6 +83,11 @@ __device__ __forceinline__ unsigned smid() {
 __device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes) : "memory");
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // sm_80/sm_86 have no bulk prefetch (cp.async.bulk is sm_90+): one prefetch.global.L2 per 128-byte line of the
+  // region instead (CCTL in SASS), the same hint at line granularity
+  const char* q = (const char*)p;
+  for (unsigned o = 0; o < bytes; o += 128u) asm volatile("prefetch.global.L2 [%0];" :: "l"(q + o) : "memory");
 #endif
 }
 

@@ -60,7 +60,9 @@ IMPLIES: Mapping[str, tuple[str, ...]] = {
     "access.shared.store_width": _LOOP,
     "access.async_copy_width": _LOOP,
     "mma.form": _LOOP + ("mma.shape", "mma.types", "barrier.ops", "pipeline.wait_depth", "tensor_pipe",
-                         "access.shared.load_width"),
+                         "access.shared.load_width", "mma.accumulator", "mma.cta_group", "tmem.ops"),
+    # sm_100: a CTA pair per MMA halves each CTA's B slots and commits to the pair's barriers
+    "mma.cta_group": _LOOP + ("smem.static", "smem.dynamic", "barrier.ops", "tmem.ops", "tensor_pipe"),
     "mma.shape": _LOOP + ("tensor_pipe",),
     "mma.types": _LOOP + ("tensor_pipe", "conversion.modes"),
     # loops: an unroll factor or a pipeline depth changes the body and the buffers
@@ -88,7 +90,7 @@ IMPLIES: Mapping[str, tuple[str, ...]] = {
 #: then resources; a key not listed is weakest (a pure symptom: hot_loop.*, spills, metrics).
 STRENGTH: tuple[str, ...] = (
     "exp.form", "div.form", "mma.form", "transfer.form", "transfer.store_form", "conversion.modes",
-    "mma.types", "mma.shape", "access.global.load_width", "access.global.store_width",
+    "mma.types", "mma.shape", "mma.cta_group", "access.global.load_width", "access.global.store_width",
     "access.generic.load_width", "access.generic.store_width", "access.async_copy_width",
     "access.shared.load_width", "access.shared.store_width", "fma.contraction", "denormal.flush",
     "roles", "roles.warpgroups", "persistent", "pipeline.stages", "epilogue.form", "loops.depth",
@@ -113,6 +115,7 @@ PRIOR: Mapping[str, float] = {
     "barrier.ops": 0.15, "hot_loop.mix": 0.3, "hot_loop.order": 0.2, "hot_loop.length": 0.3,
     "spills": 0.4, "stack_frame": 0.2, "code.length": 0.3, "stalls.top": 0.2, "tensor_pipe": 0.2, "memory_throughput": 0.2,
     "occupancy.achieved": 0.15, "l2.hit_rate": 0.15,
+    "mma.cta_group": 0.3, "mma.accumulator": 0.2, "tmem.ops": 0.15,
 }
 DEFAULT_PRIOR = 0.1
 #: how much of a symptom's own cost counts toward its cause's expected cost

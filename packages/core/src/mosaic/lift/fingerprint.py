@@ -121,13 +121,31 @@ def access_width(insn) -> int:
     return next((_SASS_WIDTH[m] for m in insn.mods if m in _SASS_WIDTH), 32)
 
 
+#: tcgen05 (sm_100) tensor-memory operations, SASS opcode -> op (a function of the modifiers where they decide):
+#: UTCATOMSWS.FIND_AND_SET claims columns (tcgen05.alloc), UTCATOMSWS.AND clears them (dealloc); LDTM / STTM
+#: read / write tensor memory (tcgen05.ld / st); UTCCP copies shared -> tensor memory; UTCBAR is tcgen05.commit
+_TMEM_OPS_SASS = {"UTCATOMSWS": lambda mods: "alloc" if "FIND_AND_SET" in mods else "dealloc", "LDTM": "ld",
+                  "STTM": "st", "UTCCP": "cp", "UTCSHIFT": "shift", "UTCBAR": "commit"}
+#: PTX tcgen05.<op> -> the same names; relinquish_alloc_permit, wait and fence leave no SASS of their own to
+#: match, so they are not listed (a PTX and a SASS lift of one kernel give the same row)
+_TMEM_OPS_PTX = {"alloc": "alloc", "dealloc": "dealloc", "ld": "ld", "st": "st", "cp": "cp", "shift": "shift",
+                 "commit": "commit"}
+#: tcgen05 MMA kinds: the operand family lives in the instruction descriptor (a register) in SASS, so the
+#: opcode names it; PTX spells ``kind::f16``
+_TCGEN05_KIND_SASS = {"UTCHMMA": "kind::f16", "UTCQMMA": "kind::f8f6f4", "UTCIMMA": "kind::i8"}
+
+
 def _mma_info(insn) -> tuple[str, str | None, tuple]:
     if insn.opcode in ("mma", "wgmma", "tcgen05"):
         form = {"mma": "mma.sync", "wgmma": "wgmma", "tcgen05": "tcgen05"}[insn.opcode]
         shape = next((m for m in insn.mods if re.fullmatch(r"m\d+n\d+k\d+", m)), None)
-        types = tuple(m for m in insn.mods if re.fullmatch(r"(f|bf|s|u|e4m3|e5m2|tf|b)\d*(x\d)?|e4m3|e5m2|tf32", m))
+        types = tuple(m for m in insn.mods if re.fullmatch(r"(f|bf|s|u|e4m3|e5m2|tf|b)\d*(x\d)?|e4m3|e5m2|tf32", m)
+                      or m.startswith("kind::"))
         return form, shape, types
-    form = _MMA_FORM_SASS.get(insn.opcode, "tcgen05" if insn.opcode.startswith("UTC") else insn.opcode)
+    if insn.opcode in _TCGEN05_KIND_SASS or insn.opcode.startswith("UTC"):
+        kind = _TCGEN05_KIND_SASS.get(insn.opcode)
+        return "tcgen05", None, (kind,) if kind else ()
+    form = _MMA_FORM_SASS.get(insn.opcode, insn.opcode)
     shape = None
     for m in insn.mods:
         if re.fullmatch(r"\d+x\d+x\d+", m):
@@ -286,6 +304,25 @@ def role_warpgroups(roles, threads: int | None, regs: int | None) -> dict | None
     return {a: int(na), b: w - int(na)}
 
 
+def tcgen05_facts(insns) -> tuple[set, set, set]:
+    """What the tcgen05 era adds (sm_100): where each MMA accumulates (``registers`` for mma.sync / wgmma,
+    ``tmem`` for tcgen05), the CTAs each MMA spans (1; 2 for a tcgen05 CTA pair: SASS ``.2CTA``, PTX
+    ``cta_group::2``) and the tensor-memory operations (:data:`_TMEM_OPS_SASS` / the PTX ``tcgen05.<op>``)."""
+    acc, groups, ops = set(), set(), set()
+    for i in insns:
+        if i.opclass == "mma":
+            form = _mma_info(i)[0]
+            acc.add("tmem" if form == "tcgen05" else "registers")
+            # one CTA per mma.sync / wgmma; a tcgen05 MMA may be issued for a CTA pair
+            groups.add(2 if form == "tcgen05" and ("2CTA" in i.mods or "cta_group::2" in i.mods) else 1)
+        if i.opcode == "tcgen05" and i.mods and i.mods[0].split("::")[0] in _TMEM_OPS_PTX:
+            ops.add(_TMEM_OPS_PTX[i.mods[0].split("::")[0]])
+        elif i.opcode in _TMEM_OPS_SASS:
+            op = _TMEM_OPS_SASS[i.opcode]
+            ops.add(op(i.mods) if callable(op) else op)
+    return acc, groups, ops
+
+
 def _instruction(add, insns, hot) -> None:
     forms, shapes, types = set(), set(), set()
     for i in insns:
@@ -298,6 +335,10 @@ def _instruction(add, insns, hot) -> None:
     add("instruction", "mma.form", sorted(forms), "set")
     add("instruction", "mma.shape", sorted(shapes), "set")
     add("instruction", "mma.types", sorted(types), "set")
+    acc, groups, tmem_ops = tcgen05_facts(insns)
+    add("instruction", "mma.accumulator", sorted(acc), "set")
+    add("instruction", "mma.cta_group", sorted(groups), "set")
+    add("instruction", "tmem.ops", sorted(tmem_ops), "set")
     classes = {i.opclass for i in insns}
     forms = {v for k, v in _TRANSFER.items() if k in classes}
     for plain in _PLAIN_LOADS:
@@ -311,7 +352,10 @@ def _instruction(add, insns, hot) -> None:
            for i in insns):
         stores.add("atomic")  # global atomics and reductions; shared-memory ones (ATOMS) are no result store
     add("instruction", "transfer.store_form", sorted(stores), "set")
-    add("instruction", "barrier.ops", sorted(c for c in _BARRIERS if c in classes), "set")
+    barriers = sorted(c for c in _BARRIERS if c in classes)
+    if "commit" in tmem_ops:
+        barriers.append("tcgen05.commit")  # the MMA pipe arrives on an mbarrier when its MMAs complete
+    add("instruction", "barrier.ops", barriers, "set")
     for space, ld, st in (("global", "ld.global", "st.global"), ("generic", "ld.generic", "st.generic"),
                           ("shared", "ld.shared", "st.shared")):
         add("instruction", f"access.{space}.load_width",

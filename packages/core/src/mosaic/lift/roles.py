@@ -251,6 +251,10 @@ def _reaches(cfg: CFG, a: int, b: int, avoid: int) -> bool:
     return False
 
 
+#: how an epilogue role's results leave (with tensor-memory reads and no tile loads: an sm_100 epilogue warp)
+_EPILOGUE_STORES = frozenset({"st.global", "st.shared", "tma.store", "stsm", "bulk.store"})
+
+
 def _name(cfg: CFG, regions: list[Role]) -> None:
     used: set[str] = set()
     for n, r in enumerate(regions):
@@ -266,6 +270,8 @@ def _name(cfg: CFG, regions: list[Role]) -> None:
             r.setmaxnreg = val
         elif "mma" in classes:
             name = "consumer"
+        elif "tmem" in classes and classes & _EPILOGUE_STORES and not classes & {"tma.load", "cp.async"}:
+            name = "epilogue"  # sm_100: reads the accumulator out of tensor memory (tcgen05.ld) and stores it
         elif classes & _PRODUCE or ("ld.global" in classes and "st.shared" in classes and "mbar.arrive" in classes):
             name = "producer"
         if not name or name in used:

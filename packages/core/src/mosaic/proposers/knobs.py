@@ -87,6 +87,7 @@ import attrs
 
 from mosaic.catalog import concepts_for_feature
 from mosaic.errors import MosaicError, RecordError
+from mosaic.fields import keyed_knobs
 from mosaic.proposers import Proposal, Request
 from mosaic.proposers.dependencies import complete, dependencies_of, violations
 from mosaic.proposers.predicted import Gauge, predict, predictions_of
@@ -506,8 +507,9 @@ class KnobsProposer:
                             # build decides); one that only misses a partner that does not fit here stays in place
                             unbuildable = any(deps.rule(c) is None or deps.rule(c).needs is None for c in codes)
                     context = dep_interacts.get(knob, ()) if parts else interacts.get(knob, ())
-                    if (knob, val, _context(new, context)) in retries \
-                            or (knob, val, _context(new, [k for k in new if k != knob])) in retries:
+                    keyed = keyed_knobs(self.knob_cls, new)  # as the journal's history records knob sets
+                    if (knob, val, _context(keyed, context)) in retries \
+                            or (knob, val, _context(keyed, [k for k in keyed if k != knob])) in retries:
                         continue
                     identity = _hashable(new)
                     if any(identity == i for _, _, i, _ in ranked):

@@ -35,6 +35,7 @@ import attrs
 
 from mosaic.errors import BadInput
 from mosaic.families import physical_floor_ns
+from mosaic.fields import keyed_knobs
 from mosaic.lift.causes import measured_costs, rerank
 from mosaic.proposers import EditProposer, Proposal, Request
 from mosaic.records import GpuTarget, KernelSpec
@@ -108,7 +109,8 @@ def proposer_history(events: Iterable[Mapping]) -> list[dict]:
 
 
 def full_knobs(knob_cls: type | None, knobs: Mapping) -> dict:
-    """The complete knob set (defaults filled in by the target's knob class), as plain JSON values."""
+    """The complete knob set (defaults filled in by the target's knob class), as plain JSON values; fields keyed
+    only when set (:data:`mosaic.fields.WHEN_SET`) are left out at their defaults."""
     def plain(v):
         return [plain(x) for x in v] if isinstance(v, list | tuple) else v
 
@@ -117,7 +119,7 @@ def full_knobs(knob_cls: type | None, knobs: Mapping) -> dict:
             obj = knob_cls(**dict(knobs))
         except (TypeError, ValueError) as exc:
             raise BadInput(f"knobs {dict(knobs)} are not valid for the target: {exc}", "start_knobs") from None
-        return {k: plain(v) for k, v in attrs.asdict(obj, recurse=False).items()}
+        return keyed_knobs(knob_cls, {k: plain(v) for k, v in attrs.asdict(obj, recurse=False).items()})
     return {k: plain(v) for k, v in dict(knobs).items()}
 
 

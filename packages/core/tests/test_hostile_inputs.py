@@ -216,6 +216,23 @@ def test_npz_that_is_not_an_archive_of_arrays(tmp_path, make, needle):
                    str(tmp_path / "out.npz"), "--dtype", "f32"), needle)
 
 
+@pytest.mark.parametrize("dtype", [np.dtype([("x", "<f4", (2**20,))]), np.dtype([("x", "<f4"), ("y", "<f4")])])
+def test_npz_with_a_structured_or_subarray_dtype_is_refused_before_loading(tmp_path, dtype):
+    """The hostile probe's case: a structured dtype whose field is a 1M-float subarray passed the element count (the
+    shape counts records, not floats: 3.35 GB of memory from a 3.2 MB file); now refused from the header. (A plain
+    subarray dtype is folded into the shape by numpy's header reader, so the element count sees it.)"""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                                               "shape": (3,)})
+    with zipfile.ZipFile(tmp_path / "in.npz", "w") as zf:
+        zf.writestr("a.npy", buf.getvalue())
+    with pytest.raises(BadInput, match="structured dtype"):
+        limits.load_npz(tmp_path / "in.npz", "--inputs")
+    np.savez(tmp_path / "out.npz", c=np.zeros((4, 4), np.float32))
+    refused(mosaic("check", "--family", "gemm", "--inputs", str(tmp_path / "in.npz"), "--output",
+                   str(tmp_path / "out.npz"), "--dtype", "f32"), "structured dtype")
+
+
 def test_truncated_real_npz(tmp_path):
     np.savez(tmp_path / "full.npz", a=np.ones((64, 64), np.float32), b=np.ones((64, 64), np.float32))
     data = (tmp_path / "full.npz").read_bytes()

@@ -64,6 +64,8 @@ IMPLIES: Mapping[str, tuple[str, ...]] = {
     # sm_100: a CTA pair per MMA halves each CTA's B slots and commits to the pair's barriers
     "mma.cta_group": _LOOP + ("smem.static", "smem.dynamic", "barrier.ops", "tmem.ops", "tensor_pipe"),
     "mma.shape": _LOOP + ("tensor_pipe",),
+    "mma.operands": _LOOP + ("access.shared.store_width", "access.shared.load_width", "barrier.ops", "smem.static",
+                             "smem.dynamic"),
     "mma.types": _LOOP + ("tensor_pipe", "conversion.modes"),
     # loops: an unroll factor or a pipeline depth changes the body and the buffers
     "loop.unroll": _LOOP + _CODE,
@@ -90,7 +92,8 @@ IMPLIES: Mapping[str, tuple[str, ...]] = {
 #: then resources; a key not listed is weakest (a pure symptom: hot_loop.*, spills, metrics).
 STRENGTH: tuple[str, ...] = (
     "exp.form", "div.form", "mma.form", "transfer.form", "transfer.store_form", "conversion.modes",
-    "mma.types", "mma.shape", "mma.cta_group", "access.global.load_width", "access.global.store_width",
+    "mma.types", "mma.shape", "mma.cta_group", "mma.operands", "access.global.load_width",
+    "access.global.store_width",
     "access.generic.load_width", "access.generic.store_width", "access.async_copy_width",
     "access.shared.load_width", "access.shared.store_width", "fma.contraction", "denormal.flush",
     "roles", "roles.warpgroups", "persistent", "pipeline.stages", "epilogue.form", "loops.depth",
@@ -113,7 +116,8 @@ PRIOR: Mapping[str, float] = {
     "warpgroups": 0.25, "pipeline.wait_depth": 0.2, "warp_role_branches": 0.3, "roles.registers": 0.2,
     "registers": 0.2, "occupancy.warps_per_sm": 0.15, "smem.static": 0.15, "smem.dynamic": 0.15,
     "barrier.ops": 0.15, "hot_loop.mix": 0.3, "hot_loop.order": 0.2, "hot_loop.length": 0.3,
-    "spills": 0.4, "stack_frame": 0.2, "code.length": 0.3, "stalls.top": 0.2, "tensor_pipe": 0.2, "memory_throughput": 0.2,
+    "spills": 0.4, "stack_frame": 0.2, "code.length": 0.3, "mma.operands": 0.3,
+    "stalls.top": 0.2, "tensor_pipe": 0.2, "memory_throughput": 0.2,
     "occupancy.achieved": 0.15, "l2.hit_rate": 0.15,
     "mma.cta_group": 0.3, "mma.accumulator": 0.2, "tmem.ops": 0.15,
 }

@@ -162,6 +162,18 @@ def _mma_info(insn) -> tuple[str, str | None, tuple]:
     return form, shape, types
 
 
+def mma_operand_sources(insns) -> list[str]:
+    """Where the warpgroup MMAs read their A operand: ``smem`` (a descriptor: ``HGMMA ... R24, gdesc[UR8], R24``)
+    or ``registers`` (``HGMMA ... R88, R24, gdesc[UR8].tnspB, R88``: attention's P fed to the second MMA from
+    the first's accumulator). mma.sync reads both from registers and tcgen05 from shared or tensor memory by
+    descriptor, so only the Hopper wgmma opcodes count. SASS only: PTX's operand lists are not read here."""
+    out = set()
+    for i in insns:
+        if _MMA_FORM_SASS.get(i.opcode) == "wgmma" and len(i.operands) > 1:
+            out.add("smem" if i.operands[1].startswith("gdesc") else "registers")
+    return sorted(out)
+
+
 def reduce_sequence(seq: list[str]) -> list[str]:
     """Collapse runs (``ld ld ld`` -> ``ld+``) and reduce an exact repetition to one period."""
     out: list[str] = []
@@ -224,6 +236,7 @@ def lift_program(program: Program, ctx: Context | None = None) -> Fingerprint:
 
     _launch(add, program, ctx, roles)
     _instruction(add, insns, hot)
+    add("instruction", "mma.operands", mma_operand_sources(insns) if program.dialect == "sass" else None, "set")
     _control(add, program, cfg, insns, loops, hot, role_branches)
     _sequence(add, hot)
     _numerics(add, insns, program)

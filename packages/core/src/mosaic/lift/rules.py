@@ -67,6 +67,7 @@ RULES: tuple[Rule, ...] = (
     Rule("I09", "instruction", "access.async_copy_width", "knob", "cp.async width sets copy instructions per tile"),
     Rule("I10", "instruction", "access.shared.load_width", "knob", "shared-memory access width sets instructions per fragment and bank-conflict exposure"),
     Rule("I11", "instruction", "access.shared.store_width", "knob", "shared-memory access width sets instructions per fragment and bank-conflict exposure"),
+    Rule("I13", "instruction", "mma.operands", "knob", "where the MMA reads its A operand (shared memory by descriptor, or registers: attention's P kept in registers for the second MMA) decides a shared-memory round trip and a barrier per step"),
     Rule("I12", "instruction", "hot_loop.mix", "knob", "per-iteration counts of the critical operations in the steady-state loop differ"),
     # control: the loop structure around the hot operations
     Rule("C01", "control", "persistent", "rewrite", "a persistent tile loop keeps CTAs resident across tiles and overlaps one tile's epilogue with the next tile's loads"),

@@ -112,6 +112,7 @@ ROW_FEATURES = {
     "pipeline.wait_depth": ("ptx:wgmma.wait_group", "control:pipeline-depth"),
     "epilogue.form": ("control:epilogue-subtile-loop", "ptx:st.global"),
     "mma.shape": ("ptx:wgmma.mma_async.shape",),
+    "mma.operands": ("control:p-operand-source",),
     "hot_loop.mix": ("control:mma-per-k-step",),  # e.g. MMAs per wgmma commit: the tile's N and K per k-step
     "loop.unroll": ("control:k-loop-unroll",),
     "exp.form": ("ptx:ex2.approx",),

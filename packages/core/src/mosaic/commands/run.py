@@ -15,6 +15,8 @@ program (``proposer = "command"``) or a plugin's proposer — past the recorded 
 command only when the user passes the same ``--command`` again or confirms it with ``--trust-command``, and says
 so in one line. One run at a time writes a campaign directory (:mod:`mosaic.run.lock`; a second is refused
 naming the holder), and a new campaign never replaces another's report files in ``--out`` without ``--force``.
+Nothing is written through a planted link (:mod:`mosaic.safe_paths`): a campaign directory (``--out``,
+``DIR/offline``, ``--resume DIR``), its journal or its lock that is a symlink is refused with one line.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import click
 
+from mosaic import safe_paths
 from mosaic.errors import BadInput
 from mosaic.gpus import resolve_gpu
 
@@ -192,16 +195,15 @@ def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_comm
 def _preview(campaign, out: Path, why: str, quiet: bool, choice) -> int:
     """No GPU: the steps that need none (mosaic.run.preview), and a plain list of those skipped."""
     from mosaic.run.loop import stderr_progress
-    from mosaic.run.preview import run_preview
+    from mosaic.run.preview import render, run_preview
 
     # a default record carries the reason in its provenance; a named one does not
     head = "no GPU here" if choice.how == "default" else f"no GPU here ({why})"
     click.echo(f"{head}: running what needs none, gpu: {choice.line()}; a full campaign needs a CUDA device",
                err=True)
-    out.mkdir(parents=True, exist_ok=True)
     p = run_preview(campaign, out, why, (lambda line: None) if quiet else stderr_progress,
                     gpu_provenance=choice.provenance)
-    click.echo((out / "preview.md").read_text(), nl=False)
+    click.echo(render(p), nl=False)  # what preview.md holds
     click.echo(f"preview: {out / 'preview.md'}  {out / 'preview.json'}"
                f" ({len(p.done)} steps done, {len(p.skipped)} skipped)")
     return 0
@@ -369,7 +371,7 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
             raise BadInput(f"{', '.join(reports)} here belong to another campaign; choose a fresh --out directory "
                            "or pass --force to replace them", str(out))
         journal = Journal.create(out)
-        (out / "campaign.json").write_text(json.dumps(campaign.to_json(), indent=2) + "\n")
+        safe_paths.write_atomic(out, "campaign.json", json.dumps(campaign.to_json(), indent=2) + "\n")
         from mosaic.run.loop import run_campaign
 
         outcome = run_campaign(campaign, bench, journal, quiet=quiet,

@@ -9,6 +9,9 @@ Resume replays: the loop runs again from the top and :meth:`Journal.emit` checks
 against the one already on disk (same kind, same key, same decision). A match is not written again; the
 first event past the end of the file is appended. A mismatch means the journal and the loop disagree and
 stops the run (:class:`JournalDiverged`) rather than silently forking history.
+
+The journal is never read, created or appended to through a link (:mod:`mosaic.safe_paths`): a ``journal.jsonl``
+that is a symlink, dangling or not, is refused with one line.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mosaic import safe_paths
 from mosaic.errors import BadInput, MosaicError
 
 NAME = "journal.jsonl"
@@ -57,11 +61,10 @@ def read_journal(path: str | os.PathLike) -> tuple[list[dict], str | None]:
 
 def _read(path: Path) -> tuple[list[dict], str | None, bool]:
     """(events, torn note, whether the last complete event lacks its newline)."""
-    from mosaic import limits
-
+    safe_paths.no_link(path)  # a journal is read (and resumed, appended to) only where it is
     if not path.is_file():
         raise BadInput("no journal here (a campaign directory holds journal.jsonl)", str(path))
-    data = limits.read_bytes(path, "json_bytes", str(path))
+    data = safe_paths.read_bytes(path, "json_bytes")
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline, else a line that was never finished
     events, torn, unterminated = [], None, False
@@ -116,10 +119,9 @@ class Journal:
 
     @classmethod
     def create(cls, directory: str | os.PathLike) -> Journal:
-        path = Path(directory) / NAME
+        path = safe_paths.no_link(safe_paths.real_dir(directory, create=True) / NAME)  # a dangling link included
         if path.exists() and path.stat().st_size:
             raise BadInput("a journal exists already; resume it with --resume, or choose another --out", str(path))
-        path.parent.mkdir(parents=True, exist_ok=True)
         return cls(path)
 
     @classmethod
@@ -159,8 +161,8 @@ class Journal:
 
     def _write(self, record: dict) -> None:
         if self._fh is None:  # an O_APPEND descriptor: each event is one write(2) at the end of the file
-            self._fh = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        _write_all(self._fh, (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
+            self._fh = safe_paths.open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        safe_paths.write_all(self._fh, (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
 
     def close(self) -> None:
         if self._fh is not None:
@@ -168,29 +170,22 @@ class Journal:
             self._fh = None
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Write ``data`` whole (one ``write`` for any event that fits the pipe buffer) and fsync it."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    os.fsync(fd)
-
-
 def _append(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    fd = safe_paths.open_file(path, os.O_WRONLY | os.O_APPEND)
     try:
-        _write_all(fd, data)
+        safe_paths.write_all(fd, data)
     finally:
         os.close(fd)
 
 
 def _truncate_after_last_newline(path: Path) -> None:
-    data = path.read_bytes()
-    keep = data.rfind(b"\n") + 1
-    with open(path, "r+b") as fh:
-        fh.truncate(keep)
-        fh.flush()
-        os.fsync(fh.fileno())
+    keep = safe_paths.read_bytes(path, "json_bytes").rfind(b"\n") + 1
+    fd = safe_paths.open_file(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # -- what each event must hold before a resumed, re-decided or reported campaign reads it ------------------------

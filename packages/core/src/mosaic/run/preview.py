@@ -17,7 +17,9 @@ Every step of a campaign that needs no device runs; every step that needs one is
 
 Skipped, always said: capturing the reference and measuring its noise on the device, the numerics gate, the
 timing, the acceptance decisions, the cuBLAS yardstick. ``DIR/preview.json`` and ``DIR/preview.md`` hold the
-result; nothing here writes a journal, so the directory is never mistaken for a campaign to resume.
+result; nothing here writes a journal, so the directory is never mistaken for a campaign to resume. Nothing is
+written through a link (:mod:`mosaic.safe_paths`): ``bundles/`` or a bundle that is a symlink is refused with one
+line, and a link planted at ``preview.json``/``preview.md`` is replaced.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 import attrs
 
+from mosaic import safe_paths
 from mosaic.records import KernelSpec
 
 FORMAT = "mosaic-run-preview"
@@ -123,12 +126,12 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
     p.done.append(("campaign", f"{c.source} -> {c.target}, {c.family} {c.problem} {c.dtype}, GPU record {gpu.name} "
                                f"({gpu.arch}, {gpu.sm_count} SMs{how})"))
     langs = dict(languages) if languages is not None else host().items("languages")
-    bundles = out / "bundles"
-    bundles.mkdir(parents=True, exist_ok=True)
+    bundles = safe_paths.real_dir(safe_paths.real_dir(out, create=True) / "bundles", create=True,
+                                  what="a campaign's bundles/")
 
     # 2. the shipped reference (or the reference kernel file, lowered here)
     ref_spec = KernelSpec(c.family, dict(c.shape), c.dtype, c.source, dict(c.reference_knobs))
-    ref_dest = bundles / "reference.bundle"
+    ref_dest = safe_paths.no_link(bundles / "reference.bundle")  # replaced below: never a link's target
     ref_path, shipped = (None, []) if c.reference else find_reference(langs.get(c.source), ref_spec, gpu.name)
     if c.reference:
         p.reference = _lower_reference_file(c, ref_spec, gpu, ref_dest, p, progress)
@@ -170,7 +173,7 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
     naive_dest = None
     if naive_spec is not None:
         key = candidate_key(naive_spec, naive_source)
-        naive_dest = bundles / f"cand-{key}.bundle"
+        naive_dest = safe_paths.no_link(bundles / f"cand-{key}.bundle")
         what = f"the start file {naive_spec.name}" if naive_source is not None else c.target
         progress(f"naive translation {what} {key}: lowering for {gpu.name} in its own process")
         opts = CaptureOptions(lower_only=True, timeout=LOWER_TIMEOUT_S)
@@ -248,8 +251,9 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
         yard = "the family's yardstick (it has none)"
     for step, what in DEVICE_STEPS:
         p.skipped.append((step, f"{what.format(yardstick=yard)}: needs a CUDA device"))
-    (out / "preview.json").write_text(json.dumps(p.to_json(), indent=1) + "\n")
-    (out / "preview.md").write_text(render(p))
+    # each renamed into place: a link planted at either name is replaced, never written through
+    safe_paths.write_atomic(out, "preview.json", json.dumps(p.to_json(), indent=1) + "\n")
+    safe_paths.write_atomic(out, "preview.md", render(p))
     return p
 
 

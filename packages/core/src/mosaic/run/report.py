@@ -4,7 +4,8 @@
 structurally closer but slower, the final differences by name, cuBLAS as a yardstick when it was measured;
 ``DIR/report.md`` — the same as tables; ``DIR/report.html`` — self-contained (no scripts, no external files)
 with two inline SVG plots: incumbent and candidate time per step with the reference's noise band, and the
-fingerprint distance per step.
+fingerprint distance per step. Each is written to a fresh temporary file and renamed into place
+(:func:`mosaic.safe_paths.write_atomic`), so a link planted at a report's name is replaced, never written through.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from mosaic import safe_paths
 from mosaic.run.journal import read_campaign_journal
 from mosaic.run.workbench import is_yardstick
 from mosaic.timing.throttle import capped_text
@@ -408,7 +410,5 @@ def write_report(directory: str | os.PathLike) -> dict:
     events, _ = read_campaign_journal(directory / "journal.jsonl")
     rep = build_report(events)
     for name, text in zip(FILES, (json.dumps(rep, indent=2) + "\n", to_markdown(rep), to_html(rep)), strict=True):
-        tmp = directory / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, directory / name)  # replaces a planted link, never writes through it
+        safe_paths.write_atomic(directory, name, text)  # replaces a planted link, never writes through it
     return rep

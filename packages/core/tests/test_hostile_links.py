@@ -1,7 +1,9 @@
 """Symlinks planted in a campaign directory, as a hostile colleague's shared campaign (or a shared /tmp) would bring
 them: a write of a campaign directory never follows a link (``offline/``, the journal, the lock and its holder,
-the reports, the preview, a temporary file's name). A refused path is one line ``error: … (…)`` and exit 2, and
-nothing is written outside. Every fixture is generated here (run_fixture)."""
+the reports, the preview, a temporary file's name), and a read of a campaign's bundles stays inside the directory
+given (``bundles/`` or a bundle that is a link, a journal header's ``source_dir`` elsewhere, a recorded bundle
+path outside). A refused path is one line ``error: … (…)`` and exit 2, and nothing is written outside. Every
+fixture is generated here (run_fixture)."""
 
 import json
 import os
@@ -154,3 +156,73 @@ def test_a_preview_bundle_directory_that_is_a_link_is_refused(tmp_path, planted)
     said = "\n".join(ln for ln in err.splitlines() if not ln.startswith("no GPU here"))  # always said
     one_error(rc, so, said, "symlink", planted.split("/")[-1])
     assert sorted(p.name for p in elsewhere.iterdir()) == ["keep.txt"] and marker.read_text() == "keep me\n"
+
+
+# -- reads: a campaign's bundles stay inside the directory given ---------------------------------------------------
+
+def test_a_bundles_link_outside_the_campaign_is_refused(finished, tmp_path):
+    src = campaign_copy(finished, tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    shutil.move(src / "bundles", theirs / "bundles")
+    (src / "bundles").symlink_to(theirs / "bundles")
+    one_error(*main("run", "--offline", str(src), "--out", str(tmp_path / "o"), "--quiet"), "bundles", "symlink")
+    assert not (tmp_path / "o" / "journal.jsonl").exists()
+
+
+def test_a_bundle_that_is_a_link_outside_the_campaign_is_refused(finished, tmp_path):
+    src = campaign_copy(finished, tmp_path)
+    theirs = empty_dir(tmp_path / "theirs")
+    name = next(p.name for p in sorted((src / "bundles").glob("cand-*.bundle")))
+    shutil.move(src / "bundles" / name, theirs / name)
+    (src / "bundles" / name).symlink_to(theirs / name)
+    one_error(*main("run", "--offline", str(src), "--out", str(tmp_path / "o"), "--quiet"), name, "symlink")
+    assert not (tmp_path / "o" / "journal.jsonl").exists()
+
+
+def _unfinished(finished: Path, tmp_path: Path) -> Path:
+    """The finished offline journal cut after step 1's verdict (a killed re-decision), in tmp_path/r."""
+    r = tmp_path / "r"
+    shutil.copytree(finished / "o", r)
+    evs = events(r / "journal.jsonl")
+    cut = next(i for i, e in enumerate(evs) if e["event"] == "verdict" and e["step"] == 1)
+    write_events(r / "journal.jsonl", evs[: cut + 1])
+    for name in ("report.md", "report.json", "report.html"):
+        (r / name).unlink()
+    return r
+
+
+def test_a_resume_never_follows_a_source_dir_that_points_elsewhere(finished, tmp_path):
+    r = _unfinished(finished, tmp_path)
+    evs = events(r / "journal.jsonl")
+    other = campaign_copy(finished, tmp_path, "other")  # someone else's campaign: not the bundles re-decided
+    manifest = other / "bundles" / "reference.bundle" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "note": "another campaign"}))
+    evs[0]["source_dir"] = str(other)
+    write_events(r / "journal.jsonl", evs)
+    before = (r / "journal.jsonl").read_bytes()
+    one_error(*main("run", "--resume", str(r), "--quiet"), "source_dir", str(other), "journal.jsonl")
+    assert (r / "journal.jsonl").read_bytes() == before and not (r / "report.md").exists()
+    evs[0]["source_dir"] = str(finished / "c")  # the journal's own source: resumed to its end
+    write_events(r / "journal.jsonl", evs)
+    rc, so, err = main("run", "--resume", str(r), "--quiet")
+    assert rc == 0, err
+    assert events(r / "journal.jsonl")[-1]["event"] == "stop"
+
+
+def test_a_resume_reads_recorded_bundles_only_inside_the_campaign(finished, tmp_path):
+    """A recorded bundle path (the reference's, a build's) that names a directory outside is never read: the
+    bundle of that name in the campaign's own bundles/ is."""
+    r = _unfinished(finished, tmp_path)
+    bait = empty_dir(tmp_path / "outside" / "reference.bundle")
+    (bait / "manifest.json").write_text("{not json")  # a read of it would fail, naming it
+    evs = events(r / "journal.jsonl")
+    next(e for e in evs if e["event"] == "reference")["bundle"] = str(bait)
+    for e in evs:
+        if e["event"] == "build" and e.get("bundle"):
+            e["bundle"] = str(tmp_path / "outside" / Path(e["bundle"]).name)
+    write_events(r / "journal.jsonl", evs)
+    rc, so, err = main("run", "--resume", str(r), "--quiet")
+    assert rc == 0, err
+    assert str(tmp_path / "outside") not in so + err
+    assert events(r / "journal.jsonl")[-1]["event"] == "stop"

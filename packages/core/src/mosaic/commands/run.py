@@ -15,8 +15,9 @@ program (``proposer = "command"``) or a plugin's proposer — past the recorded 
 command only when the user passes the same ``--command`` again or confirms it with ``--trust-command``, and says
 so in one line. One run at a time writes a campaign directory (:mod:`mosaic.run.lock`; a second is refused
 naming the holder), and a new campaign never replaces another's report files in ``--out`` without ``--force``.
-Nothing is written through a planted link (:mod:`mosaic.safe_paths`): a campaign directory (``--out``,
-``DIR/offline``, ``--resume DIR``), its journal or its lock that is a symlink is refused with one line.
+Nothing is written or read through a planted link (:mod:`mosaic.safe_paths`): a campaign directory (``--out``,
+``DIR/offline``, ``--resume DIR``), its journal, lock, ``bundles/`` or a bundle that is a symlink is refused with one
+line, and ``--resume`` reads a journal header's ``source_dir`` only when it holds the bundles the journal recorded.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_comm
     from mosaic.run.campaign import Campaign
     from mosaic.run.journal import NAME, Journal, read_campaign_journal
     from mosaic.run.loop import run_campaign
-    from mosaic.run.offline import OfflineWorkbench, require_target
+    from mosaic.run.offline import OfflineWorkbench, recorded_source, require_target
     from mosaic.run.replay import Recorded
 
     path = directory / NAME
@@ -168,23 +169,26 @@ def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_comm
         write_report(directory)
         return 0
     consent = _resume_proposer(campaign, command, trust_command, str(path))
+    # the header's source_dir is read only when it holds the bundles this journal re-decided (their fingerprint)
+    source = recorded_source(head, str(path)) if head.get("workbench") == "offline" or (
+        head.get("replays_journal") and head.get("source_dir")) else None
     if head.get("workbench") == "offline":
-        if not head.get("source_dir"):
-            raise BadInput("the journal's header names no source_dir for its offline workbench", str(path))
         require_target(campaign, str(path))
-        bench = OfflineWorkbench(Path(head["source_dir"]), campaign.family, campaign.dtype)
+        bench = OfflineWorkbench(source, campaign.family, campaign.dtype)
     else:
         bench = _live_bench(campaign, directory, quiet, executor, ray_address, gpus)
     src_events = None
-    if head.get("replays_journal") and head.get("source_dir"):
-        src_events, _ = read_campaign_journal(Path(head["source_dir"]) / NAME)
+    if head.get("replays_journal") and source is not None:
+        src_events, _ = read_campaign_journal(source / NAME)
     journal, torn = Journal.resume(directory)
     if torn:  # always said, even with --quiet
         click.echo(f"resume: {torn}", err=True)
     if consent:
         click.echo(consent, err=True)
-    header = {k: head[k] for k in ("source_dir", "replays_journal") if k in head}
-    recorded = Recorded(journal.replay)
+    header = {k: head[k] for k in ("source_dir", "source_bundles", "replays_journal") if k in head}
+    # a recorded bundle path is read only in the campaign's own bundles/ (the offline source's, or DIR's)
+    recorded = Recorded(journal.replay, bundles=(source if head.get("workbench") == "offline" else directory)
+                        / "bundles")
     if src_events is not None:
         recorded.proposals = {**Recorded(src_events, measurements=False).proposals, **recorded.proposals}
     outcome = run_campaign(campaign, bench, journal, head.get("gpu"), recorded, header, quiet)

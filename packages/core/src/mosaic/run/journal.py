@@ -224,7 +224,7 @@ _TIMES = {"t_candidate": _opt(_num), "t_incumbent": _opt(_num), "d_candidate": _
 #: event kind -> field -> check; a field a check names is required (``_opt`` lets it be null or absent)
 EVENT_FIELDS: dict[str, dict] = {
     "campaign": {"campaign": _MAP, "gpu": _opt(_MAP), "workbench": _opt(_STR), "proposer": _opt(_STR),
-                 "source_dir": _opt(_STR), "replays_journal": _opt(_BOOL)},
+                 "source_dir": _opt(_STR), "source_bundles": _opt(_STR), "replays_journal": _opt(_BOOL)},
     "reference": {"bundle": _STR, "noise_blocks": _blocks, "time_ns": _num, "floor_ns": _num, "cost_s": _num,
                   "noise": _fields(value_ns=_num, relative=_num, statistic=_STR, blocks=_int)},
     "yardstick": {"name": _STR, "blocks": _blocks, "time_ns": _num},

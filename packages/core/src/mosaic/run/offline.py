@@ -4,7 +4,9 @@
 the live workbench, in the layout :mod:`mosaic.run.workbench` describes) — on any machine, with no GPU,
 nothing built or run. When DIR holds a journal its recorded proposals are replayed
 (:class:`~mosaic.run.replay.Recorded` without measurements) and :func:`compare_verdicts` lists every verdict
-that did not come out the same.
+that did not come out the same. Only the bundles inside DIR are read (:func:`campaign_bundles`: ``bundles/`` or
+a bundle that is a symlink is refused), and a resumed re-decision reads its header's ``source_dir`` only when the
+bundles there are the ones it recorded (:func:`recorded_source`).
 """
 
 from __future__ import annotations
@@ -42,13 +44,12 @@ class OfflineWorkbench:
         self.dir = Path(source_dir)
         self.family, self.dtype, self.out_dtype = family, dtype, out_dtype
         root = self.dir / "bundles"
-        if not root.is_dir():
-            raise BadInput("no bundles/ directory: offline runs read a campaign's recorded bundles", str(self.dir))
+        paths = campaign_bundles(self.dir)
         self.by_key: dict[str, Any] = {}
         self.yardstick_bundle = None
         self.reference_bundle = None
         self.gpu_references: list = []  # reference-gpu<slot>.bundle: the reference on the other GPUs
-        for path in sorted(root.glob("*.bundle")):
+        for path in paths:
             try:
                 b = load_bundle(path)
             except BundleError as exc:  # a tampered bundle is named
@@ -72,6 +73,8 @@ class OfflineWorkbench:
         if self.reference_bundle is None:
             raise BadInput("no reference bundle (manifest mosaic_run.role = 'reference') among the bundles",
                            str(root))
+        #: what a journal header records of these bundles (``source_bundles``), checked on resume
+        self.fingerprint = bundles_fingerprint(paths)
         self._inputs = None
 
     def _timings(self, b) -> dict:
@@ -184,6 +187,57 @@ class OfflineWorkbench:
         if self.yardstick_bundle is None:
             return None
         return tuple(self._timings(self.yardstick_bundle).get("blocks") or ()) or None
+
+
+def campaign_bundles(source_dir: str | os.PathLike) -> list[Path]:
+    """The ``*.bundle`` directories of ``source_dir/bundles``, in name order: ``bundles/`` or a bundle that is a
+    symlink, or that resolves outside ``source_dir``, is refused with one line (nothing outside is read)."""
+    from mosaic import safe_paths
+
+    source_dir = Path(source_dir)
+    root = source_dir / "bundles"
+    safe_paths.inside(source_dir, root, safe_paths.BUNDLES_INSIDE)
+    if not root.is_dir():
+        raise BadInput("no bundles/ directory: offline runs read a campaign's recorded bundles", str(source_dir))
+    return [safe_paths.inside(source_dir, path, safe_paths.BUNDLES_INSIDE) for path in sorted(root.glob("*.bundle"))]
+
+
+def bundles_fingerprint(paths: list[Path]) -> str:
+    """SHA-256 over each bundle's name and manifest (which holds every member's SHA-256, checked on load): what
+    an offline journal's header records of the bundles it re-decides (``source_bundles``)."""
+    import hashlib
+
+    from mosaic import safe_paths
+
+    digest = hashlib.sha256()
+    for path in paths:
+        manifest = path / "manifest.json"
+        data = safe_paths.read_bytes(manifest, "json_bytes") if os.path.lexists(manifest) else b""
+        digest.update(f"{path.name}\0{hashlib.sha256(data).hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def recorded_source(head: Mapping, where: str) -> Path:
+    """The source directory an offline journal's header names (``source_dir``), believed only when it holds the
+    bundles the journal re-decided (``source_bundles``, their fingerprint): a header cannot send a resume to read
+    another directory's bundles or journal."""
+    src = head.get("source_dir")
+    if not src:
+        raise BadInput("the journal's header names no source_dir for its offline workbench", where)
+    shown = src if len(src) <= 200 else src[:197] + "..."
+    want = head.get("source_bundles")
+    if not want:
+        raise BadInput(f"the journal's header records no fingerprint of the bundles in its source_dir {shown} "
+                       f"(source_bundles), so a resume does not read them; re-decide it afresh: mosaic run --offline "
+                       f"{shown} --out NEW_DIR", where)
+    try:
+        got = bundles_fingerprint(campaign_bundles(src))
+    except BadInput:
+        got = None
+    if got != want:
+        raise BadInput(f"the journal's source_dir {shown} does not hold the bundles this campaign re-decided (their "
+                       "fingerprint differs); a resume reads no other directory's bundles", where)
+    return Path(src)
 
 
 def _number(v) -> bool:
@@ -347,6 +401,7 @@ def redecide(src: Path, out: Path | None = None, quiet: bool = False, command: t
 
     Nothing that ``src`` names is run (:func:`offline_proposer`); ``out`` is locked for the run
     (:mod:`mosaic.run.lock`) and must not hold another campaign's report unless ``force``."""
+    from mosaic import safe_paths
     from mosaic.run.campaign import Campaign, load_campaign
     from mosaic.run.journal import NAME, Journal, read_campaign_journal
     from mosaic.run.lock import campaign_lock
@@ -360,7 +415,7 @@ def redecide(src: Path, out: Path | None = None, quiet: bool = False, command: t
         head = recorded_events[0]
         campaign = Campaign.from_json(head["campaign"], str(src / NAME))
         gpu_record = head.get("gpu")
-    elif (src / "campaign.toml").is_file():
+    elif safe_paths.no_link(src / "campaign.toml").is_file():
         campaign = load_campaign(src / "campaign.toml")
     else:
         raise BadInput("an offline run needs the campaign: journal.jsonl or campaign.toml", str(src))
@@ -374,7 +429,7 @@ def redecide(src: Path, out: Path | None = None, quiet: bool = False, command: t
 
         proposer = RecordedOnly(campaign.proposer, f"offline: {stopped}")
         note = f"{note}; {stopped}" if note else f"offline: {stopped}"
-    out = out or (src / "offline")
+    out = out or (src / "offline")  # campaign_lock refuses it when it is a link (safe_paths.real_dir)
     with campaign_lock(out):
         journal = Journal.create(out)
         reports = foreign_reports(out)
@@ -384,7 +439,7 @@ def redecide(src: Path, out: Path | None = None, quiet: bool = False, command: t
         bench = OfflineWorkbench(src, campaign.family, campaign.dtype)
         recorded = Recorded(recorded_events, measurements=False) if recorded_events else None
         outcome = run_campaign(campaign, bench, journal, gpu_record, recorded,
-                               header={"source_dir": str(src.resolve()),
+                               header={"source_dir": str(src.resolve()), "source_bundles": bench.fingerprint,
                                        "replays_journal": recorded_events is not None},
                                quiet=quiet, proposer=proposer)
         rep = write_report(out)

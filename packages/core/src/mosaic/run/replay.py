@@ -6,6 +6,9 @@ replays only the proposals of DIR's journal and reads the measurements back from
 
 from __future__ import annotations
 
+import os
+from pathlib import Path, PurePosixPath
+
 from mosaic.proposers import Proposal, Request
 from mosaic.records import KernelSpec
 from mosaic.run.workbench import (
@@ -22,17 +25,41 @@ from mosaic.run.workbench import (
 
 
 class Recorded:
-    """Answers already in a journal (resume): measurements by key, proposals by step."""
+    """Answers already in a journal (resume): measurements by key, proposals by step.
 
-    def __init__(self, events: list[dict], measurements: bool = True):
+    ``bundles``: the campaign's bundles directory (a live campaign's ``DIR/bundles``, an offline one's
+    ``source_dir/bundles``). A bundle path the journal recorded (the reference's, a build's) is read only there,
+    by its name: a journal cannot send a resume to read a bundle outside the campaign (and a campaign directory
+    that was moved resumes where it is)."""
+
+    def __init__(self, events: list[dict], measurements: bool = True, bundles: str | os.PathLike | None = None):
         self.proposals = {e["step"]: e for e in events if e["event"] == "proposal"}
         if not measurements:  # offline re-decision: proposals from the journal, measurements from the bundles
             events = []
+        if bundles is not None:
+            events = [_rerooted(e, Path(bundles)) if e["event"] in ("reference", "build") else e for e in events]
         self.reference = next((e for e in events if e["event"] == "reference"), None)
         self.yardstick = next((e for e in events if e["event"] == "yardstick"), None)
         self.builds = {e["key"]: e for e in events if e["event"] == "build"}
         self.checks = {e["key"]: e for e in events if e["event"] == "numerics"}
         self.times = {(e["key"], e["against"]): e for e in events if e["event"] == "timed"}
+
+
+def _rerooted(event: dict, bundles: Path) -> dict:
+    """``event`` with its recorded ``bundle`` path moved into ``bundles`` (by name; checked there, never a link)."""
+    from mosaic import safe_paths
+    from mosaic.errors import BadInput
+
+    recorded = event.get("bundle")
+    if not isinstance(recorded, str):
+        return event
+    name = PurePosixPath(recorded.replace("\\", "/")).name
+    if not name.endswith(".bundle") or name == ".bundle":
+        raise BadInput(f"the journal's {event['event']} event names the bundle {recorded[:120]!r}, which is no "
+                       "bundle of this campaign", str(bundles))
+    path = bundles / name
+    safe_paths.inside(bundles.parent, path, safe_paths.BUNDLES_INSIDE)
+    return {**event, "bundle": str(path)}
 
 
 class ReplayBench:

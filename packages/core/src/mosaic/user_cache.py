@@ -2,6 +2,11 @@
 
 **Root** (:func:`cache_root`): ``$MOSAIC_CACHE_DIR``, else ``$XDG_CACHE_HOME/mosaic``, else ``~/.cache/mosaic``.
 A campaign directory (``mosaic run --out``) keeps none of it: its bundles, journal, report and worker logs only.
+Readers and writers take :func:`usable_root`: the root, created with mode 0700, unless it or one of mosaic's
+sections in it is a symbolic link, owned by someone else or writable by group or others
+(:mod:`mosaic.cache_integrity`): then, with one warning line, a private temporary root of this process stands in
+(nothing is read from the refused cache or written to it). Entries are sealed and verified by their cache
+(:func:`mosaic.cache_integrity.seal` / :func:`~mosaic.cache_integrity.verify`).
 
 **Sections** are the root's top-level directories; :data:`SECTIONS` names the ones mosaic writes (who writes
 each, and how deep its entries sit). An **entry** is one directory (or file) at its section's depth: one
@@ -24,18 +29,21 @@ and a write in progress (a dot-named temporary less than a day old).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
 import re
 import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
 
+from mosaic import cache_integrity
 from mosaic.errors import BadInput
 
 ROOT_ENV = "MOSAIC_CACHE_DIR"
@@ -77,6 +85,35 @@ def cache_root() -> Path:
         return Path(os.environ[ROOT_ENV])
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache") / "mosaic"
+
+
+_STAND_INS: dict[str, Path] = {}
+
+
+def usable_root() -> Path:
+    """The root the caches read and write: :func:`cache_root`, created with mode 0700 when missing, when it and
+    each of mosaic's sections in it is a real directory of this user that neither group nor others can write.
+    Otherwise the cache is refused: one warning line, and a private temporary root of this process (removed
+    at exit) stands in for it, so everything is recomputed and nothing is read from or written to the refused
+    one. A root that cannot be created (no home directory, a read-only disk) is returned as it is: its writers
+    say so."""
+    root = cache_root()
+    try:
+        why = cache_integrity.private_dir(root)
+    except OSError:
+        return root
+    if not why:
+        why = next((w for w in (cache_integrity.unsafe(root / s) for s in SECTIONS if os.path.lexists(root / s)) if w),
+                   "")
+    if not why:
+        return root
+    if str(root) not in _STAND_INS:
+        stand_in = Path(tempfile.mkdtemp(prefix="mosaic-cache-"))
+        atexit.register(shutil.rmtree, stand_in, True)
+        _STAND_INS[str(root)] = stand_in
+        cache_integrity.warn(f"cache refused: {why}; nothing is read from or written to {root} (this process caches "
+                             f"in {stand_in}, removed at exit; give {ROOT_ENV} a directory only you can write)")
+    return _STAND_INS[str(root)]
 
 
 # -- sizes ------------------------------------------------------------------------------------------------------
@@ -357,13 +394,15 @@ def make_scratch(owner: str | os.PathLike, label: str = "") -> Path:
     ``<root>/scratch/<12 hex of owner's path>-<label>-<pid>/``, with ``owner.json`` saying whose it is.
     Scratch left by a process of this machine that has ended is removed first. The caller removes its own
     (:func:`remove_scratch`) when it is done."""
-    cache = UserCache(cache_root(), None)
+    cache = UserCache(usable_root(), None)
     base = cache.root / SCRATCH
     try:
-        base.mkdir(parents=True, exist_ok=True)
+        refused = cache_integrity.private_dir(base)
     except OSError as exc:
         raise BadInput(f"cannot create the scratch directory of the user cache ({exc.strerror}); set "
                        f"{ROOT_ENV} to a writable directory", str(base)) from None
+    if refused:
+        raise BadInput(f"the scratch directory of the user cache is refused: {refused}", str(base))
     if not cache._trimmable():
         now = time.time()
         for e in cache.entries(SCRATCH):
@@ -372,7 +411,7 @@ def make_scratch(owner: str | os.PathLike, label: str = "") -> Path:
     ident = hashlib.sha256(str(Path(owner).resolve()).encode()).hexdigest()[:12]
     path = base / "-".join(p for p in (ident, label, str(os.getpid())) if p)
     shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
+    path.mkdir(mode=0o700)
     (path / OWNER).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                           "campaign": str(Path(owner).resolve()), "label": label,
                                           "started": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=1) + "\n")

@@ -8,10 +8,15 @@ same for all of them; for a 4096^3 GEMM it costs seconds of CPU per gate. ``Refe
   its module's source, so an edited oracle never reads an old reference) and, per input array, its name,
   shape, dtype and the SHA-256 of its bytes (the epilogue's ``scale``/``bias`` are inputs, so they are in
   it). The inputs in hand are hashed on every call: nothing is trusted from a name or a seed.
-* **on disk**: ``root/<family>-<dtype>-<out dtype>-<input shapes>-<epilogue>/`` holds ``key.json`` and one
-  ``.npy`` per array. An entry is read only when its ``key.json`` equals the key computed now; a mismatch
-  (other inputs, another oracle) or an unreadable entry recomputes and replaces it (written to a temporary
-  directory, then renamed).
+* **on disk**: ``root/<family>-<dtype>-<out dtype>-<input shapes>-<epilogue>/`` holds ``key.json``, one
+  ``.npy`` per array and the manifest of :mod:`mosaic.cache_integrity` (the SHA-256 of each file, for the
+  SHA-256 of the key). An entry is read only when its ``key.json`` equals the key computed now and every file
+  still hashes to the manifest; a mismatch (other inputs, another oracle) or an unreadable entry recomputes
+  and replaces it (written to a temporary directory, sealed, then renamed). A changed entry (a poisoned
+  ``expected`` array) is never believed: one warning line names the file, the entry is discarded and the
+  reference computed again. ``root`` is made with mode 0700; a root that is a link, another user's or
+  writable by group or others is refused (one warning line): the reference is then computed and kept in
+  memory only.
 * **in the user cache** (:mod:`mosaic.user_cache`; the live workbench's root is ``$MOSAIC_CACHE_DIR/oracle``):
   a hit marks its entry used, and a new entry trims the user cache to its cap (``MOSAIC_CACHE_MAX``, least
   recently used entry first; never the entry just written). These references are the cache's big entries:
@@ -38,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mosaic import user_cache
+from mosaic import cache_integrity, user_cache
 from mosaic.oracle.formats import Format, fmt
 from mosaic.oracle.verdict import Expectation
 
@@ -81,6 +86,7 @@ class ReferenceCache:
         if self.root is not None:
             user_cache.cache_cap()  # a bad MOSAIC_CACHE_MAX: one line now, not after a reference was computed
         self._memory: tuple[dict, dict[str, Expectation]] | None = None
+        self._refused = ""  # the refusal last warned about: one line, not one per gate
         self.last: dict | None = None
 
     def expectations(self, family: str, reference: Callable, inputs: Mapping[str, np.ndarray], in_fmt: Format,
@@ -95,9 +101,10 @@ class ReferenceCache:
         if self._memory is not None and self._memory[0] == key:
             self.last = {"source": "cache-memory", **note, "seconds": round(time.monotonic() - t0, 3)}
             return self._memory[1]
-        why = "no cache directory"
+        why, unusable = "no cache directory", "no cache directory"
         if where is not None:
-            got, why = self._read(where, key)
+            unusable = self._usable_root()
+            got, why = self._read(where, key, digest) if not unusable else (None, unusable)
             if got is not None:
                 user_cache.touch(where)
                 self._memory = (key, got)
@@ -108,26 +115,45 @@ class ReferenceCache:
         t1 = time.monotonic()
         got = reference(dict(inputs), in_fmt, out_fmt)
         computed_s = time.monotonic() - t1
-        stored = self._write(where, key, got) if where is not None else "not stored (no cache directory)"
+        stored = self._write(where, key, digest, got) if not unusable else f"not stored ({unusable})"
         self._memory = (key, got)
         self.last = {"source": "computed", **note, "why": why, "stored": stored,
                      "compute_seconds": round(computed_s, 3), "seconds": round(time.monotonic() - t0, 3)}
         return got
 
     # -- disk -------------------------------------------------------------------------------------------------
-    @staticmethod
-    def _read(where: Path, key: dict) -> tuple[dict[str, Expectation] | None, str]:
-        meta_path = where / "key.json"
-        if not meta_path.is_file():
-            return None, "no entry"
+    def _usable_root(self) -> str:
+        """'' when the root is (made) a private directory; else why nothing is read or stored there."""
         try:
-            meta = json.loads(meta_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            return None, f"unreadable key.json ({exc})"
-        if meta.get("key") != key:
-            old = meta.get("key") or {}
-            diff = sorted(k for k in set(old) | set(key) if old.get(k) != key.get(k))
-            return None, f"key mismatch ({', '.join(diff) or 'key'} differ)"
+            refused = cache_integrity.private_dir(self.root)
+        except OSError as exc:  # an unwritable cache root (no home directory): the reference stays in memory
+            return str(exc)
+        if refused and refused != self._refused:
+            cache_integrity.warn(f"oracle cache refused: {refused}; the reference is computed and kept in memory")
+        self._refused = refused
+        return f"cache directory refused: {refused}" if refused else ""
+
+    @staticmethod
+    def _read(where: Path, key: dict, digest: str) -> tuple[dict[str, Expectation] | None, str]:
+        meta_path = where / "key.json"
+        if not os.path.lexists(where):
+            return None, "no entry"
+        bad = cache_integrity.unsafe(where) or cache_integrity.unsafe(meta_path)
+        if not bad:  # the key first: another input's entry is an ordinary miss, not worth hashing
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError) as exc:
+                return None, f"unreadable key.json ({exc})"
+            if not isinstance(meta, dict) or meta.get("key") != key:
+                old = (meta.get("key") if isinstance(meta, dict) else None) or {}
+                old = old if isinstance(old, dict) else {}
+                diff = sorted(k for k in set(old) | set(key) if old.get(k) != key.get(k))
+                return None, f"key mismatch ({', '.join(diff) or 'key'} differ)"
+            bad = cache_integrity.verify(where, digest)
+        if bad:
+            cache_integrity.warn(f"oracle cache entry not believed: {bad}; discarded, the reference is recomputed")
+            cache_integrity.discard(where)
+            return None, f"unreadable entry (integrity: {bad})"
         out: dict[str, Expectation] = {}
         try:
             for name, entry in meta["outputs"].items():
@@ -142,9 +168,8 @@ class ReferenceCache:
         return out, ""
 
     @staticmethod
-    def _write(where: Path, key: dict, got: Mapping[str, Expectation]) -> str:
+    def _write(where: Path, key: dict, digest: str, got: Mapping[str, Expectation]) -> str:
         try:  # an unwritable cache root (no home directory) leaves the reference in memory only
-            where.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=where.parent))
         except OSError as exc:
             return f"not stored ({exc})"
@@ -157,8 +182,8 @@ class ReferenceCache:
                 outputs[name] = {"arrays": present, "shape": list(np.shape(e.expected)),
                                  "out_format": e.out_format.name, "formula": e.formula}
             (tmp / "key.json").write_text(json.dumps({"key": key, "outputs": outputs}, indent=1))
-            if where.exists():
-                shutil.rmtree(where)
+            cache_integrity.seal(tmp, digest)
+            cache_integrity.discard(where)
             os.replace(tmp, where)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)

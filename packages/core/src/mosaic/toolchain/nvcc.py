@@ -6,6 +6,12 @@ output (sources, flags, the toolchain's versions). :func:`build_cached` fills su
 build writes into a temporary sibling that is renamed into place once complete, so a crashed or concurrent
 build never leaves a half-written entry. A hit marks the entry used; a new entry trims the cache to its cap
 (``MOSAIC_CACHE_MAX``), least recently used first.
+
+An entry is sealed before it is renamed into place (:func:`mosaic.cache_integrity.seal`: the SHA-256 of each
+file, with the entry's key) and is a hit only while it verifies (:func:`~mosaic.cache_integrity.verify`): a
+changed, extra or missing file, a file or entry others could write, an entry that is a link or has no manifest
+is discarded with one warning line naming it, and built again. Nothing of an entry (a ``libkernel.so`` to
+dlopen, a cubin to load) is used before that check. The root is :func:`mosaic.user_cache.usable_root`.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 
 import attrs
 
-from mosaic import user_cache
+from mosaic import cache_integrity, user_cache
 from mosaic.errors import BadInput
 from mosaic.toolchain.tools import find_tool, require_tool, version_output
 
@@ -32,8 +38,9 @@ _RELEASE_RE = re.compile(r"release ([\d.]+), V([\d.]+)")
 
 def cache_root() -> Path:
     """The user cache's root (:func:`mosaic.user_cache.cache_root`: ``$MOSAIC_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/mosaic``, else ``~/.cache/mosaic``): every build cache lives under it."""
-    return user_cache.cache_root()
+    ``$XDG_CACHE_HOME/mosaic``, else ``~/.cache/mosaic``): every build cache lives under it. A root others could
+    write is refused: then a private stand-in of this process (:func:`mosaic.user_cache.usable_root`)."""
+    return user_cache.usable_root()
 
 
 def cache_key(*parts: str | bytes) -> str:
@@ -104,24 +111,36 @@ def run_nvcc(exe: str, args: list[str], *, timeout: float = 600, cwd: str | os.P
 
 
 def build_cached(out: str | os.PathLike, build: Callable[[Path], None], *,
-                 complete: Callable[[Path], bool], force: bool = False) -> bool:
-    """Make cache entry ``out`` unless ``complete(out)``; return True when it was already there.
+                 complete: Callable[[Path], bool], force: bool = False, key: str | None = None) -> bool:
+    """Make cache entry ``out`` unless it verifies and ``complete(out)``; return True when it was already there.
 
     ``build(tmp)`` writes the entry's files into a fresh temporary directory beside ``out``; when it
-    returns, the directory replaces ``out`` (unless another process completed ``out`` first). When it
-    raises, nothing is kept. ``force`` rebuilds a complete entry. A hit marks ``out`` used; a new entry
-    trims the user cache to its cap, ``out`` kept (:func:`mosaic.user_cache.after_write`).
+    returns, the directory is sealed for ``key`` (default: ``out``'s name, the build's hash) and replaces
+    ``out`` (unless another process completed ``out`` first). When it raises, nothing is kept. ``force``
+    rebuilds a complete entry. An entry that does not verify is discarded, with one warning line, and built
+    again. A hit marks ``out`` used; a new entry trims the user cache to its cap, ``out`` kept
+    (:func:`mosaic.user_cache.after_write`). BadInput when ``out``'s directory is refused (others could
+    write it).
     """
     out = Path(out)
-    if complete(out) and not force:
-        user_cache.touch(out)
-        return True
-    out.parent.mkdir(parents=True, exist_ok=True)
+    key = out.name if key is None else key
+    if not force and os.path.lexists(out):
+        why = cache_integrity.verify(out, key)
+        if not why and complete(out):
+            user_cache.touch(out)
+            return True
+        if why:
+            cache_integrity.warn(f"cache entry not believed: {why}; discarded, building it again")
+            cache_integrity.discard(out)
+    refused = cache_integrity.private_dir(out.parent)
+    if refused:
+        raise BadInput(f"build cache directory refused: {refused}", str(out.parent))
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         build(tmp)
-        if force or not complete(out):
-            shutil.rmtree(out, ignore_errors=True)
+        cache_integrity.seal(tmp, key)
+        if force or cache_integrity.verify(out, key) or not complete(out):
+            cache_integrity.discard(out)
             os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

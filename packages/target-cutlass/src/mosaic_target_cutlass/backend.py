@@ -101,16 +101,15 @@ class CutlassBackend:
 
 
 def shim_facts(library: Path) -> dict[str, int]:
-    """Compile-time facts the shim reports without a GPU: shared memory, threads, stages."""
-    lib = ctypes.CDLL(str(library))
-    return {"smem_bytes": lib.mosaic_smem_bytes(), "threads_per_block": lib.mosaic_block_threads(),
-            "stages": lib.mosaic_stages()}
+    """Compile-time facts the shim reports without a GPU: shared memory, threads, stages (asked of the library
+    in a child process: it is never loaded into this one)."""
+    return _build.run_shim(library, _build.FACTS_SCRIPT)
 
 
 def check_budgets(b: _build.Build, gpu: GpuTarget) -> dict[str, int]:
     """Validate the build against the GpuTarget record (:mod:`mosaic.budget`'s rules); an overflow is
-    Unbuildable, never a crash."""
-    facts = shim_facts(b.library)
+    Unbuildable, never a crash. The shim's facts are the ones its build recorded: lowering loads no library."""
+    facts = dict(b.facts) if b.facts is not None else shim_facts(b.library)
     r = b.resources
     threads = facts["threads_per_block"]
     smem = facts["smem_bytes"] + r.static_smem

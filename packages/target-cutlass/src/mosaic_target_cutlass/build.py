@@ -6,6 +6,13 @@ resource log. Compiles are slow (about a minute and 3.5 GB of memory each on a 2
 results live in ``$MOSAIC_CACHE_DIR`` (default ``~/.cache/mosaic``) under ``cutlass/<hash>/``; the hash
 covers the source, the flags (without the include path), the CUTLASS version and the nvcc version. A
 failed build is cached too (``failed.json``), so an unbuildable configuration is not compiled again.
+
+Every entry (a build, a failure) is sealed with the SHA-256 of its files (:mod:`mosaic.cache_integrity`) and
+is used only while it verifies: a changed ``lib<name>.so``, ``done.json`` or ``failed.json`` is discarded with
+one warning line and built again, never loaded. The shim's compile-time facts (shared memory, threads per
+block, stages) are read once, when the library is built, by a child process (:func:`run_shim`), and recorded
+in ``done.json``: lowering (``capture --lower-only``, no GPU) checks its budgets from them and never loads the
+library into its process.
 """
 
 from __future__ import annotations
@@ -14,9 +21,13 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import attrs
+from mosaic import cache_integrity
 from mosaic.backend import Unbuildable
 from mosaic.errors import BadInput, ToolMissing
 from mosaic.records import ResourceUsage
@@ -74,6 +85,34 @@ class Build:
     toolchain: dict
     seconds: float
     cached: bool
+    facts: dict | None = None  # the shim's smem_bytes, threads_per_block, stages (run_shim at build time)
+
+
+#: a child's script: the shim's compile-time facts, as JSON (argv[1]: the library)
+FACTS_SCRIPT = ("import ctypes, json, sys\n"
+                "lib = ctypes.CDLL(sys.argv[1])\n"
+                "print(json.dumps({'smem_bytes': lib.mosaic_smem_bytes(), "
+                "'threads_per_block': lib.mosaic_block_threads(), 'stages': lib.mosaic_stages()}))\n")
+
+
+def run_shim(library: Path, script: str, *args: str, timeout: float = 120):
+    """Run ``script`` in a fresh Python process that loads the shim ``library`` (its path is ``argv[1]``,
+    ``args`` follow) and prints one JSON value: its last line, parsed. The shim's host functions run on the
+    CPU (cudart is linked statically) without the library ever being loaded into this process. Unbuildable
+    when the child fails."""
+    try:
+        p = subprocess.run([sys.executable, "-I", "-c", script, str(library), *args], capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Unbuildable(f"the shim's host functions did not return in {timeout:g} s", str(library)) from None
+    lines = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not lines:
+        last = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+        raise Unbuildable(f"the shim's host functions failed: {last[:300]}", str(library))
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        raise Unbuildable(f"the shim's host functions printed {lines[-1][:200]!r}", str(library)) from None
 
 
 def parse_ptxas(log: str) -> ResourceUsage:
@@ -104,8 +143,12 @@ def build(source: str, arch: str = "sm_90a", name: str = "kernel") -> Build:
     out = _nvcc.cache_root() / "cutlass" / key
     failed = out / "failed.json"
     if failed.is_file():
-        info = json.loads(failed.read_text())
-        raise Unbuildable(f"nvcc failed (cached): {info['error']}", str(out))
+        why = cache_integrity.verify(out, key)
+        if not why:
+            info = json.loads(failed.read_text())
+            raise Unbuildable(f"nvcc failed (cached): {info['error']}", str(out))
+        cache_integrity.warn(f"cache entry not believed: {why}; discarded, building it again")
+        cache_integrity.discard(out)
 
     def compile_into(tmp: Path) -> None:
         src = tmp / f"{name}.cu"
@@ -120,10 +163,8 @@ def build(source: str, arch: str = "sm_90a", name: str = "kernel") -> Build:
         (tmp / "ptxas.log").write_text(run.log)
         if not run.ok:
             summary = run.errors()
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "failed.json").write_text(json.dumps({"error": summary, "returncode": run.returncode,
-                                                         "cmd": cmd, "seconds": run.seconds}, indent=1))
-            (out / "build.log").write_text(run.log)
+            _keep_failure(out, key, {"error": summary, "returncode": run.returncode, "cmd": cmd,
+                                     "seconds": run.seconds}, run.log)
             raise Unbuildable(f"nvcc failed: {summary}", str(out))
         keep = tmp / "keep"
         ptx = next(iter(sorted(keep.glob(f"{name}*.ptx"))), None)
@@ -139,11 +180,33 @@ def build(source: str, arch: str = "sm_90a", name: str = "kernel") -> Build:
             (tmp / "kernel.sass").write_text(text)
         except BadInput:  # no disassembler, or it could not read the cubin: a build without SASS
             sass_note = "none"
-        meta = {"key": key, "seconds": round(run.seconds, 1), "cmd": cmd, "toolchain": toolchain, "sass": sass_note}
+        facts = run_shim(tmp / f"lib{name}.so", FACTS_SCRIPT)  # our own fresh build, in a child process
+        meta = {"key": key, "seconds": round(run.seconds, 1), "cmd": cmd, "toolchain": toolchain, "sass": sass_note,
+                "facts": facts}
         (tmp / "done.json").write_text(json.dumps(meta, indent=1))
 
     cached = _nvcc.build_cached(out, compile_into, complete=lambda d: (d / "done.json").is_file())
     return _load(out, key, toolchain, cached=cached)
+
+
+def _keep_failure(out: Path, key: str, info: dict, log: str) -> None:
+    """Cache a failed build: ``failed.json`` and ``build.log``, sealed, renamed into place as ``out``."""
+    try:
+        if cache_integrity.private_dir(out.parent):
+            return  # a refused directory keeps nothing
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.failed.", dir=out.parent))
+    except OSError:
+        return
+    try:
+        (tmp / "failed.json").write_text(json.dumps(info, indent=1))
+        (tmp / "build.log").write_text(log)
+        cache_integrity.seal(tmp, key)
+        cache_integrity.discard(out)
+        os.replace(tmp, out)
+    except OSError:
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _load(out: Path, key: str, toolchain: dict, cached: bool) -> Build:
@@ -156,4 +219,4 @@ def _load(out: Path, key: str, toolchain: dict, cached: bool) -> Build:
     return Build(key=key, dir=out, library=lib, ptx=out / "kernel.ptx", cubin=out / "kernel.cubin",
                  sass=sass if sass.is_file() else None, ptxas_log=out / "ptxas.log", source=src,
                  resources=parse_ptxas(log), kernel_name=kernel_name((out / "kernel.ptx").read_text()),
-                 toolchain=tc, seconds=float(meta.get("seconds", 0.0)), cached=cached)
+                 toolchain=tc, seconds=float(meta.get("seconds", 0.0)), cached=cached, facts=meta.get("facts"))

@@ -18,7 +18,8 @@ One nvcc call builds a host shim (generated here; it ``#include``-s the file wit
 substituted for the struct's literals, so line numbers stay the user's) into a shared library with cudart
 linked statically, keeping the PTX and the sm_90a cubin and ``ptxas -v``'s log. The shim's compile checks
 the entry's signature against the contract on a machine with no GPU, and ``mosaic_geometry`` runs there too
-(the launch record of ``--lower-only``). Builds are cached like the templates' (``$MOSAIC_CACHE_DIR``).
+(the launch record of ``--lower-only``), in a child process: a lowering never loads the library. Builds are
+cached like the templates' (``$MOSAIC_CACHE_DIR``; sealed, and rebuilt when they no longer verify).
 """
 
 from __future__ import annotations
@@ -196,11 +197,23 @@ def build_file(kfile: KernelFile, values: dict[str, Any], dtype: str, family: st
                      cached=cached)
 
 
-def _geometry(lib, dims: list[int]) -> tuple[tuple, tuple, int]:
-    grid, block, smem = (ctypes.c_uint * 3)(), (ctypes.c_uint * 3)(), ctypes.c_uint()
-    cdims = (ctypes.c_int * max(1, len(dims)))(*dims)
-    lib.mosaic_kf_geometry(cdims, grid, block, ctypes.byref(smem))
-    return tuple(grid), tuple(block), int(smem.value)
+#: a child's script: the shim's mosaic_kf_geometry for the dimensions in argv[2] (JSON), as JSON
+GEOMETRY_SCRIPT = ("import ctypes, json, sys\n"
+                   "lib = ctypes.CDLL(sys.argv[1])\n"
+                   "dims = json.loads(sys.argv[2])\n"
+                   "grid, block, smem = (ctypes.c_uint * 3)(), (ctypes.c_uint * 3)(), ctypes.c_uint()\n"
+                   "cdims = (ctypes.c_int * max(1, len(dims)))(*dims)\n"
+                   "lib.mosaic_kf_geometry(cdims, grid, block, ctypes.byref(smem))\n"
+                   "print(json.dumps([list(grid), list(block), smem.value]))\n")
+
+
+def _geometry(library: Path, dims: list[int]) -> tuple[tuple, tuple, int]:
+    """The file's mosaic_geometry for ``dims``, run in a child process
+    (:func:`mosaic_target_cutlass.build.run_shim`): a lowering process never loads the build's library."""
+    from mosaic_target_cutlass.build import run_shim
+
+    grid, block, smem = run_shim(library, GEOMETRY_SCRIPT, json.dumps(dims))
+    return tuple(grid), tuple(block), int(smem)
 
 
 class CudaFileBackend(FileBackend):
@@ -219,7 +232,7 @@ class CudaFileBackend(FileBackend):
         """The launch the file's mosaic_geometry gives for this shape (run on the CPU), with the cubin's
         registers and static shared memory."""
         b = self.build(spec, gpu)
-        grid, block, smem = _geometry(ctypes.CDLL(str(b.library)), self._dims(spec))
+        grid, block, smem = _geometry(b.library, self._dims(spec))
         return LaunchRecord(kernel_name=b.kernel_name, grid=grid, block=block, dynamic_smem=smem,
                             static_smem=b.resources.static_smem or 0, registers_per_thread=b.resources.registers or 0,
                             source="cubin")

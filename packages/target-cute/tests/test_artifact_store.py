@@ -1,7 +1,8 @@
 """Compile once (mosaic_target_cute.artifact_store): the lowering keeps its compiled function; a fresh process
 loads it with no GPU; the bundle is the same with and without the store; a missing artifact, one built by
-another CuTe DSL version, or an unloadable one is refused with its reason. The ``gpu`` test: the worker's
-``prepare()`` runs the loaded artifact, with the same output bits and the same cubin as a compile in the worker."""
+another CuTe DSL version, or a changed one (discarded, never linked in) is refused with its reason. The
+``gpu`` test: the worker's ``prepare()`` runs the loaded artifact, with the same output bits and the same
+cubin as a compile in the worker."""
 
 import json
 import os
@@ -131,7 +132,9 @@ def test_load_refuses_a_missing_a_foreign_or_a_broken_artifact(tmp_path, h200, m
     assert artifact_store.load(key).startswith(f"artifact {key[:12]} links CuTe DSL's cu99 runtime, this process has ")
     mpath.write_text(json.dumps(manifest))
     (tmp_path / "store" / key / "kernel.o").write_bytes(b"not an object file")
-    assert artifact_store.load(key).startswith(f"artifact {key[:12]} did not load: ")
+    why = artifact_store.load(key)  # a changed object file is never linked in: the entry is discarded
+    assert why.startswith(f"artifact {key[:12]} discarded: ") and "kernel.o changed since it was written" in why
+    assert not (tmp_path / "store" / key).exists()
     monkeypatch.setenv(artifact_store.ENV, "off")
     assert artifact_store.root() is None and "off" in artifact_store.load(key)
 

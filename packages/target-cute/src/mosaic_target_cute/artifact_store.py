@@ -17,6 +17,12 @@ build (cu12 / cu13), and the lowering's
 ``$MOSAIC_CUTE_ARTIFACTS``, else ``$MOSAIC_CACHE_DIR/cute-artifacts`` (``~/.cache/mosaic/cute-artifacts``);
 ``MOSAIC_CUTE_ARTIFACTS=off`` turns the store off (every ``prepare()`` compiles, as before).
 
+An entry is sealed when it is written (:mod:`mosaic.cache_integrity`: the SHA-256 of ``kernel.o``,
+``kernel.cubin`` and ``manifest.json``, for the key) and its object is linked in only after it verifies: a
+changed file, an entry others could write or one without that seal is discarded with one warning line, and the
+caller compiles. ``ROOT`` is made with mode 0700; one that is a link, another user's or writable by group or
+others is refused (nothing is loaded from it or saved to it).
+
 The key (:func:`artifact_key` of :func:`key_inputs`) is the SHA-256 of everything that decides what
 ``cute.compile`` builds: the knobs (defaults filled), m, n, k, dtype, arch, SM count, the line-info option and
 the bytes of the kernel sources; the DSL version, the host machine and the runtime build are checked from the
@@ -36,6 +42,8 @@ import time
 from pathlib import Path
 
 import attrs
+from mosaic import cache_integrity
+from mosaic.errors import BadInput
 
 ENV = "MOSAIC_CUTE_ARTIFACTS"
 PREFIX = "mosaic_cute_"  # + the key's first 16 hex digits: the object file's symbols, unique per artifact
@@ -113,17 +121,23 @@ def save(compiled, build, key: str, inputs: dict) -> Path | None:
     base = root()
     if base is None:
         return None
+    refused = cache_integrity.private_dir(base)
+    if refused:
+        cache_integrity.warn(f"CuTe artifact store refused: {refused}; nothing is kept there")
+        raise BadInput(f"artifact store refused: {refused}", str(base))
     final = base / key
-    if (final / "manifest.json").is_file():
-        return final
-    base.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(final):
+        why = cache_integrity.verify(final, key)
+        if not why:
+            return final
+        cache_integrity.warn(f"CuTe artifact not believed: {why}; discarded, writing it again")
+        cache_integrity.discard(final)
     _load_runtime_libraries()
     start = time.perf_counter()
     prefix = PREFIX + key[:16]
     obj = compiled.dump_to_object(prefix)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=base))
-    try:
-        tmp.chmod(0o755)  # mkdtemp's 0700 would hide the entry from other users of a shared cache
+    try:  # mkdtemp's 0700: a store is one user's (another's entries are refused)
         (tmp / "kernel.o").write_bytes(obj)
         shutil.copyfile(build.cubin, tmp / "kernel.cubin")
         manifest = {"format": FORMAT, "key": key, "inputs": inputs, "nvidia-cutlass-dsl": dsl_version(),
@@ -131,6 +145,7 @@ def save(compiled, build, key: str, inputs: dict) -> Path | None:
                     "machine": platform.machine(), "runtime": runtime_variant(), "prefix": prefix,
                     "export_seconds": round(time.perf_counter() - start, 4)}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True, default=list))
+        cache_integrity.seal(tmp, key)
         try:
             os.rename(tmp, final)
         except OSError:  # another process wrote the same key first: theirs is the same build
@@ -150,6 +165,15 @@ def load(key: str) -> Loaded | str:
     if base is None:
         return f"artifact store off (${ENV}=off)"
     entry = base / key
+    refused = cache_integrity.unsafe(base) if os.path.lexists(base) else ""
+    if refused:
+        cache_integrity.warn(f"CuTe artifact store refused: {refused}; nothing is loaded from it")
+        return f"artifact store refused: {refused}"
+    if not os.path.lexists(entry):
+        return f"no artifact {key[:12]} under {base}"
+    why = cache_integrity.unsafe(entry) or cache_integrity.unsafe(entry / "manifest.json")
+    if why:
+        return _discarded(entry, key, why)
     try:
         manifest = json.loads((entry / "manifest.json").read_text())
     except FileNotFoundError:
@@ -173,6 +197,9 @@ def load(key: str) -> Loaded | str:
         build = CuteBuild(ptx=None, cubin=entry / "kernel.cubin", **{**fields, "cluster": tuple(fields["cluster"])})
     except (KeyError, TypeError) as exc:
         return f"artifact {key[:12]} has no usable build record: {type(exc).__name__}: {exc}"
+    why = cache_integrity.verify(entry, key)  # before anything of it is linked in
+    if why:
+        return _discarded(entry, key, why)
     start = time.perf_counter()
     try:
         from cutlass.runtime import load_module
@@ -184,6 +211,12 @@ def load(key: str) -> Loaded | str:
         return f"artifact {key[:12]} did not load: {type(exc).__name__}: {first[:300]}"
     return Loaded(key=key, function=function, module=module, build=build, manifest=manifest,
                   seconds=time.perf_counter() - start)
+
+
+def _discarded(entry: Path, key: str, why: str) -> str:
+    cache_integrity.warn(f"CuTe artifact not believed: {why}; discarded, compiling instead")
+    cache_integrity.discard(entry)
+    return f"artifact {key[:12]} discarded: {why}"
 
 
 def _load_runtime_libraries() -> None:

@@ -26,7 +26,7 @@ from mosaic_amk import columns as _columns
 from mosaic_amk.schedule import Schedule
 from mosaic_amk.validate.facts import Facts
 from mosaic_amk.validate.rules import CODES, RULES, Rule, ValidationResult, validate_rules
-from mosaic_amk.validate.screen import screen
+from mosaic_amk.validate.screen import screen, screen_records
 
 
 def validate(schedule: Any) -> ValidationResult:
@@ -35,7 +35,7 @@ def validate(schedule: Any) -> ValidationResult:
 
     The columnar screen may only say "no problem at all"; anything else goes to the rule table."""
     if isinstance(schedule, Schedule):
-        if screen(_columns.from_schedule(schedule)):
+        if screen_records(schedule):
             return ValidationResult((), len(schedule.tasks))
     else:
         cols = _columns.from_raw(schedule)

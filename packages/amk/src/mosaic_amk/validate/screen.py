@@ -1,25 +1,40 @@
 """The validator's accelerated path: the rule table restated over the columnar form as numpy checks.
 
 The screen answers one question: "would the rule table (:mod:`mosaic_amk.validate.rules`) return no
-diagnostic at all?". It reads a schedule through its columns (:mod:`mosaic_amk.columns`) as
-whole-column numpy checks, and may only answer True when the exact rules would return nothing (each
-check below implies the absence of the diagnostics named beside it); any doubt, any unusual shape (a
-buffer written after it is read, overlapping writes, an exception) answers False and the exact rule
-table runs and names every problem. So the screen decides nothing on its own about an unsafe schedule:
-it only lets safe ones skip the per-task walk. packages/amk/tests/test_validator_parity.py (and
-benchmarks/amk_validate_parity.py) check verdict and diagnostics of ``validate`` against the rule table
-alone (``validate_rules``).
+diagnostic at all?". It reads a schedule through its columns (:mod:`mosaic_amk.columns`, or
+:func:`read_records` straight from the records) as whole-column numpy checks, and may only answer True
+when the exact rules would return nothing (each check below implies the absence of the diagnostics
+named beside it); any doubt, any unusual shape (a buffer written after it is read, overlapping writes,
+an exception) answers False and the exact rule table runs and names every problem. So the screen
+decides nothing on its own about an unsafe schedule: it only lets safe ones skip the per-task walk, and
+every diagnostic ``validate`` reports is the rule table's own. packages/amk/tests/test_validator_parity.py
+and test_validate_fast_path.py (and benchmarks/amk_validate_parity.py) check verdict and diagnostics of
+``validate`` against the rule table alone (``validate_rules``).
+
+How it is laid out (each step whole-column; no loop over tasks in Python):
+
+- operand names are resolved per *distinct* ``inputs`` / ``outputs`` tuple (a dict keyed by the tuple;
+  the row tasks of one projection share one), into padded per-task operand matrices (task x slot:
+  buffer id, element lo, element hi);
+- parameters are read per op group with one C-level ``itemgetter`` pass; plain row-split ops
+  (``OpSpec.whole_prefix``) are vectorised from that declaration, the other ops call their declared
+  ``footprint`` once per distinct (parameters with their types, operand tuples);
+- races are checked per buffer on sorted interval arrays (``lexsort`` / ``searchsorted``), and
+  happens-before of each overlapping (writer, reader) pair is shown by the same SM, a direct all-join
+  wait, or a counter-level closure of all-join waits (Python-int bitsets over the distinct counter
+  edges, a few hundred), else the exact vector clocks of the rule table's definition.
 """
 
 from __future__ import annotations
 
-from itertools import chain, repeat
-from operator import itemgetter
+from itertools import chain, count, repeat
+from operator import and_, itemgetter, rshift
 from typing import Any
 
 import numpy as np
 
-from mosaic_amk.footprints import numel
+from mosaic_amk import columns as _columns
+from mosaic_amk.columns import Columns
 from mosaic_amk.schedule import (
     MAX_COUNTERS,
     MAX_ELEMENTS,
@@ -45,19 +60,59 @@ _INT_ONLY = frozenset((int,))
 _CLOSURE_COUNTERS = 4096
 
 
-class _BufView:
-    __slots__ = ("name", "shape", "kind")
-
-    def __init__(self, name: str, shape: Any, kind: str):
-        self.name, self.shape, self.kind = name, shape, kind
-
-
 def screen(c: Any) -> bool:
     """True only if the rule table would find nothing (see the module docstring); never raises."""
     try:
         return _screen_checks(c)
     except Exception:  # noqa: BLE001 - any surprise: let the exact rules decide
         return False
+
+
+def screen_records(s: Any) -> bool:
+    """:func:`screen` of a :class:`~mosaic_amk.schedule.Schedule`, read by :func:`read_records`."""
+    try:
+        return _screen_checks(read_records(s))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def read_records(s: Any) -> Columns:
+    """The columns of a Schedule (``columns.from_schedule``: one C-level ``map`` per field; a multi-field
+    getter would allocate a tuple per task, which costs more than the extra passes)."""
+    return _columns.from_schedule(s)
+
+
+def _distinct(seqs: Any, n: int) -> tuple[list, np.ndarray]:
+    """The distinct sequences (first-use order) and, per item, the index of its distinct sequence."""
+    d: dict = {}
+    try:
+        first = np.fromiter(map(d.setdefault, seqs, count()), np.int64, n)
+    except TypeError:  # lists (raw JSON): hash them as tuples
+        d = {}
+        first = np.fromiter(map(d.setdefault, map(tuple, seqs), count()), np.int64, n)
+    where = np.empty(n, np.int64)
+    where[np.fromiter(d.values(), np.int64, len(d))] = np.arange(len(d))
+    return list(d), where[first]
+
+
+def _operands(seqs: Any, n: int, cap: int, bid: dict) -> tuple[np.ndarray, list, np.ndarray, np.ndarray]:
+    """Per task its operand buffer ids as a padded row (-1: no operand; as wide as the widest task), the
+    distinct name tuples, each task's distinct index, and the operand count per task. KeyError: an
+    unknown buffer name; OverflowError: more than ``cap`` operands (capacity: the exact rules report it)."""
+    keys, inv = _distinct(seqs, n)
+    u = len(keys)
+    ulen = np.fromiter(map(len, keys), np.int64, u)
+    width = int(ulen.max())
+    if width > cap:
+        raise OverflowError("capacity")
+    flat = np.fromiter(map(bid.__getitem__, chain.from_iterable(keys)), np.int64, int(ulen.sum()))
+    mat = np.full((u, max(width, 1)), -1, np.int64)
+    mat[np.arange(max(width, 1)) < ulen[:, None]] = flat
+    return mat[inv], keys, inv, ulen[inv]
+
+
+def _take(seq: Any, idx: list) -> tuple:
+    return itemgetter(*idx)(seq) if len(idx) > 1 else (seq[idx[0]],)
 
 
 def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - one straight pass
@@ -70,231 +125,277 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
     bid = dict(zip(names, range(nb), strict=True))
     if len(bid) != nb:
         return False  # duplicate buffer name
-    if nb and (min(map(len, shapes)) < 1 or max(map(len, shapes)) > MAX_RANK or min(map(min, shapes)) < 1):
-        return False
     if not bid.keys() >= set(c.outputs):
         return False
     if n == 0:
-        return not c.outputs  # unreachable-output otherwise
+        return not c.outputs and (nb == 0 or _buffers(shapes, nb) is not None)  # unreachable-output otherwise
+    got_b = _buffers(shapes, nb)
+    if got_b is None:
+        return False
+    size, rows, rlen = got_b
     if len(set(c.ids)) != n:
         return False
-    sms, sigs = c.sms, c.signals
-    if min(sms) < 0 or max(sms) >= nsm or min(sigs) < 0 or max(sigs) >= ncnt:
-        return False
-    ins, outs, wlen = c.inputs, c.task_outputs, c.wait_len
-    in_len, out_len = list(map(len, ins)), list(map(len, outs))
-    if max(in_len) > MAX_INPUTS or max(out_len) > MAX_OUTPUTS or max(wlen) > MAX_WAITS:
-        return False
-    wc, wt = c.wait_counter, c.wait_threshold
-    if wc and (min(wc) < 0 or max(wc) >= ncnt):
+    ar = np.arange(n)
+    sm_a = np.fromiter(c.sms, np.int64, n)
+    sig = np.fromiter(c.signals, np.int64, n)
+    if sm_a.min() < 0 or sm_a.max() >= nsm or sig.min() < 0 or sig.max() >= ncnt:
         return False
     # -- unsatisfiable-wait, partial-join, cycle, queue-order, list-order ---------------------------------
     # every wait: 1 <= t <= #producers, t in {1, #producers}, and every producer earlier in the list
     # (then no producer is the waiter itself or later: no self-wait, no backward edge)
-    ar = np.arange(n)
-    sig = np.fromiter(sigs, np.int64, n)
+    wlen = np.fromiter(c.wait_len, np.int64, n)
+    nw = int(wlen.sum())
     nprod = np.bincount(sig, minlength=ncnt)
-    wc_a, wt_a = np.fromiter(wc, np.int64, len(wc)), np.fromiter(wt, np.int64, len(wt))
-    w_task = np.repeat(ar, wlen)
-    if len(wc):
+    if nw:
+        if int(wlen.max()) > MAX_WAITS:
+            return False
+        wc_a = np.fromiter(c.wait_counter, np.int64, nw)
+        wt_a = np.fromiter(c.wait_threshold, np.int64, nw)
+        if wc_a.min() < 0 or wc_a.max() >= ncnt:
+            return False
+        w_task = np.repeat(ar, wlen)
         last = np.full(ncnt, -1, np.int64)
         np.maximum.at(last, sig, ar)
         np_w = nprod[wc_a]
         if not ((wt_a >= 1) & (wt_a <= np_w) & ((wt_a == 1) | (wt_a == np_w)) & (last[wc_a] < w_task)).all():
             return False
     # -- malformed: references, weights written, op table, parameters, arity ------------------------------
-    rows = np.fromiter(map(itemgetter(0), shapes), np.int64, nb)
-    if nb and max(map(numel, shapes)) > MAX_ELEMENTS:
-        return False
-    size = np.fromiter(map(numel, shapes), np.int64, nb)  # elements
-    rlen = size // rows  # elements per row of axis 0 (extents checked >= 1 above)
-    is_weight = np.fromiter((k == "weight" for k in kinds), bool, nb)
-    n_in, n_out = sum(in_len), sum(out_len)
-    in_b = np.fromiter(map(bid.__getitem__, chain.from_iterable(ins)), np.int64, n_in)  # KeyError: unknown
-    out_b = np.fromiter(map(bid.__getitem__, chain.from_iterable(outs)), np.int64, n_out)
-    if is_weight[out_b].any():
-        return False
+    is_weight = np.fromiter(map("weight".__eq__, kinds), bool, nb)
+    op_in, in_keys, in_inv, in_len = _operands(c.inputs, n, MAX_INPUTS, bid)  # KeyError: unknown buffer
+    op_out, out_keys, out_inv, out_len = _operands(c.task_outputs, n, MAX_OUTPUTS, bid)
+    if is_weight[op_out].any() and is_weight[op_out[op_out >= 0]].any():
+        return False  # a task writes a weight
     op_a = np.fromiter(map(_OPCODE.__getitem__, c.ops), np.int64, n)  # KeyError: unknown op
-    in_len_a, out_len_a = np.fromiter(in_len, np.int64, n), np.fromiter(out_len, np.int64, n)
-    in_task, out_task = np.repeat(ar, in_len_a), np.repeat(ar, out_len_a)
-    in_off = np.cumsum(in_len_a) - in_len_a
-    in_slot = np.arange(n_in) - in_off[in_task]
-    in_lo, in_hi = np.zeros(n_in, np.int64), size[in_b]
-    out_lo, out_hi = np.zeros(n_out, np.int64), size[out_b]
+    # element intervals per operand slot: whole buffers unless the op's footprint says otherwise
+    in_lo, in_hi = np.zeros(op_in.shape, np.int64), size[op_in]
+    out_lo, out_hi = np.zeros(op_out.shape, np.int64), size[op_out]
     params = c.params
-    present = np.bincount(op_a, minlength=len(_OPS))
-    rows_task = np.zeros(n, bool)
-    prefix = np.zeros(n, np.int64)
-    rs_all, re_all = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    per_task: list[int] = []
-    for k in np.flatnonzero(present).tolist():
+    order = np.argsort(op_a, kind="stable")
+    per_op = np.bincount(op_a, minlength=len(_OPS))
+    bounds = np.cumsum(per_op).tolist()
+    slot_in = np.arange(op_in.shape[1])
+    shape_sig = None
+    for k in np.flatnonzero(per_op).tolist():
         spec = _SPECS[_OPS[k]]
-        idx = np.flatnonzero(op_a == k)
-        group = list(map(params.__getitem__, idx.tolist()))
-        if spec.params:
-            got = list(map(itemgetter(*spec.params), group))  # KeyError: a missing parameter
-            if len(spec.params) == 1:
-                got = [(v,) for v in got]
-        if "head_dim" in spec.params:
-            hd = list(map(itemgetter(spec.params.index("head_dim")), got))
+        idx = order[(bounds[k - 1] if k else 0):bounds[k]]
+        group = _take(params, idx.tolist())
+        m = len(group)
+        pv = {p: list(map(itemgetter(p), group)) for p in spec.params}  # KeyError: a missing parameter
+        if "head_dim" in pv:
+            hd = pv["head_dim"]
             if not set(map(type, hd)) <= _INT_ONLY or max(hd) > MAX_HEAD_DIM:
                 return False
         want = len(spec.inputs)
         for flag, _ in spec.optional:  # every optional flag is a required parameter too
-            vals = list(map(itemgetter(spec.params.index(flag)), got))
+            vals = pv[flag]
             if any(vals):
-                want = want + np.fromiter(map(bool, vals), np.int64, len(vals))
-        if not ((in_len_a[idx] == want).all() and (out_len_a[idx] == len(spec.outputs)).all()):
+                want = want + np.fromiter(map(bool, vals), np.int64, m)
+        if not ((in_len[idx] == want).all() and (out_len[idx] == len(spec.outputs)).all()):
             return False
-        if k in _ROW_OPS:
-            p_rs, p_re = spec.params.index("row_start"), spec.params.index("row_end")
-            rs = list(map(itemgetter(p_rs), got))
-            re = list(map(itemgetter(p_re), got))
+        if k in _ROW_OPS:  # y and every input role after the whole-read prefix: rows [row_start, row_end)
+            rs, re = pv["row_start"], pv["row_end"]
             if not (set(map(type, rs)) <= _INT_ONLY and set(map(type, re)) <= _INT_ONLY):
                 return False
-            rs_a, re_a = np.fromiter(rs, np.int64, len(rs)), np.fromiter(re, np.int64, len(re))
+            rs_a, re_a = np.fromiter(rs, np.int64, m), np.fromiter(re, np.int64, m)
             if not ((rs_a >= 0) & (rs_a < re_a)).all():
                 return False
-            rows_task[idx] = True
-            prefix[idx] = _ROW_OPS[k]
-            rs_all[idx], re_all[idx] = rs_a, re_a
-        elif k in _PER_TASK_OPS:
-            per_task.extend(idx.tolist())
-    if rows_task.any():  # y and every input role after the whole-read prefix: rows [row_start, row_end)
-        sel = rows_task[in_task] & (in_slot >= prefix[in_task])
-        t_sel = in_task[sel]
-        b_sel = in_b[sel]
-        sel_o = rows_task[out_task]  # arity checked: exactly one output
-        t_o = out_task[sel_o]
-        b_o = out_b[sel_o]
-        if not ((re_all[t_sel] <= rows[b_sel]).all() and (re_all[t_o] <= rows[b_o]).all()):
-            return False
-        in_lo[sel], in_hi[sel] = rs_all[t_sel] * rlen[b_sel], re_all[t_sel] * rlen[b_sel]
-        out_lo[sel_o], out_hi[sel_o] = rs_all[t_o] * rlen[b_o], re_all[t_o] * rlen[b_o]
-    if per_task:  # kv appends, attention, argmax, ...: the declared footprint function, task by task
-        recs = c.records
-        if recs is not None:
-            bufs = recs.buffer_map()
-        else:
-            bufs = {nm: _BufView(nm, sh, kd) for nm, sh, kd in zip(names, shapes, kinds, strict=True)}
-        in_start = in_off.tolist()
-        out_start = (np.cumsum(out_len_a) - out_len_a).tolist()
-        pos_i, pos_o, need_i, need_o = [], [], [], []
-        memo: dict = {}  # the layers repeat the same (op, params, shapes): one footprint call each
-        for i in per_task:
-            op, t_in, t_out, tp = c.ops[i], ins[i], outs[i], params[i]
-            spec = _SPECS[op]
-            if spec.writes == "kv_slot" and bufs[t_out[0]].kind != "kv_cache":
+            b_in, b_o = op_in[idx], op_out[idx, 0]
+            row_slot = (slot_in >= _ROW_OPS[k]) & (b_in >= 0)
+            if not (np.where(row_slot, re_a[:, None] <= rows[b_in], True).all() and (re_a <= rows[b_o]).all()):
                 return False
-            shp = [bufs[nm].shape for nm in chain(t_in, t_out)]
-            try:
-                key = (op, *tp.items(), *map(type, tp.values()), *shp)  # types: 1, 1.0 and True differ
-                need = memo.get(key)
-            except TypeError:  # unhashable values (raw JSON lists): no memo
-                key = need = None
-            if need is None:
-                need = spec.footprint(tp, shp[:len(t_in)], shp[len(t_in):])
-                if isinstance(need, str):
-                    return False
-                if key is not None:
-                    memo[key] = need
-            m = in_len[i]
-            pos_i.extend(range(in_start[i], in_start[i] + m))
-            pos_o.extend(range(out_start[i], out_start[i] + out_len[i]))
-            need_i.extend(need[:m])
-            need_o.extend(need[m:])
-        in_lo[pos_i] = [x[0] for x in need_i]
-        in_hi[pos_i] = [x[1] for x in need_i]
-        out_lo[pos_o] = [x[0] for x in need_o]
-        out_hi[pos_o] = [x[1] for x in need_o]
+            rl = rlen[b_in]
+            in_lo[idx] = np.where(row_slot, rs_a[:, None] * rl, 0)
+            in_hi[idx] = np.where(row_slot, re_a[:, None] * rl, in_hi[idx])
+            out_lo[idx, 0], out_hi[idx, 0] = rs_a * rlen[b_o], re_a * rlen[b_o]
+        elif k in _PER_TASK_OPS:  # kv appends, attention, argmax, ...: the declared footprint function
+            if spec.writes == "kv_slot" and not all(kinds[b] == "kv_cache" for b in set(op_out[idx, 0].tolist())):
+                return False
+            if shape_sig is None:  # buffers by distinct shape: the footprint depends on shapes, not names
+                shape_sig = np.append(_distinct(shapes, nb)[1], -1)  # [-1]: no operand
+                shape_of = dict(zip(names, map(tuple, shapes), strict=True))
+            if not _footprints(spec, group, idx, shape_sig[op_in[idx]], shape_sig[op_out[idx]], c, shape_of,
+                               (in_lo, in_hi, out_lo, out_hi)):
+                return False
     # -- malformed: ranges (named operands only, within bounds, covering what the op touches) ------------
     rngs = c.ranges
     r_len = np.fromiter(map(len, rngs), np.int64, n)
     n_r = int(r_len.sum())
     if n_r:
-        r_b = np.fromiter(map(bid.get, chain.from_iterable(rngs), repeat(-1)), np.int64, n_r)
-        lohi = np.fromiter(chain.from_iterable(chain.from_iterable(map(dict.values, rngs))), np.int64, 2 * n_r)
-        r_lo, r_hi = lohi[0::2], lohi[1::2]
-        if (r_b < 0).any() or not ((r_lo >= 0) & (r_lo < r_hi) & (r_hi <= rows[r_b])).all():
+        r_b = np.fromiter(map(bid.__getitem__, chain.from_iterable(rngs)), np.int64, n_r)  # KeyError: unknown
+        pairs = list(chain.from_iterable(map(dict.values, rngs)))
+        r_lo = np.fromiter(map(itemgetter(0), pairs), np.int64, n_r)
+        r_hi = np.fromiter(map(itemgetter(1), pairs), np.int64, n_r)
+        if not ((r_lo >= 0) & (r_lo < r_hi) & (r_hi <= rows[r_b])).all():
             return False
-        r_lo, r_hi = r_lo * rlen[r_b], r_hi * rlen[r_b]
-        # each task's operands as a padded row (inputs, then outputs): buffer id and the rows it needs
-        mi = int(in_len_a.max())
-        width = mi + int(out_len_a.max())
-        op_b = np.full((n, width), -1, np.int64)
-        op_lo, op_hi = np.zeros((n, width), np.int64), np.zeros((n, width), np.int64)
-        out_slot = np.arange(n_out) - (np.cumsum(out_len_a) - out_len_a)[out_task] + mi
-        op_b[in_task, in_slot], op_lo[in_task, in_slot], op_hi[in_task, in_slot] = in_b, in_lo, in_hi
-        op_b[out_task, out_slot], op_lo[out_task, out_slot], op_hi[out_task, out_slot] = out_b, out_lo, out_hi
+        rl = rlen[r_b]
         r_t = np.repeat(ar, r_len)
+        # each task's operands in one row (inputs, then outputs): buffer id and the elements it touches
+        op_b = np.concatenate((op_in, op_out), axis=1)
         hit = op_b[r_t] == r_b[:, None]
         if not hit.any(axis=1).all():
             return False  # a ranges entry for a buffer the task does not name
-        lo_t, hi_t = op_lo[r_t], op_hi[r_t]
-        if (hit & (hi_t > lo_t) & ((lo_t < r_lo[:, None]) | (hi_t > r_hi[:, None]))).any():
+        lo = np.concatenate((in_lo, out_lo), axis=1)[r_t]
+        hi = np.concatenate((in_hi, out_hi), axis=1)[r_t]
+        if (hit & (hi > lo) & ((lo < (r_lo * rl)[:, None]) | (hi > (r_hi * rl)[:, None]))).any():
             return False  # declared rows narrower than what the op touches
     # -- unordered-read, kv-order, write-race: per buffer, all writes (disjoint rows) before all reads ----
     tracked = ~is_weight
-    wsel, rsel = tracked[out_b] & (out_hi > out_lo), tracked[in_b] & (in_hi > in_lo)  # empty: no access
-    w_t, w_b, w_lo, w_hi = out_task[wsel], out_b[wsel], out_lo[wsel], out_hi[wsel]
-    r_t, r_b2, r_lo2, r_hi2 = in_task[rsel], in_b[rsel], in_lo[rsel], in_hi[rsel]
+    m_in = op_in >= 0
+    m_in[m_in] = tracked[op_in[m_in]]
+    m_in &= in_hi > in_lo  # an empty interval is no access
+    m_out = op_out >= 0
+    m_out[m_out] = tracked[op_out[m_out]]
+    m_out &= out_hi > out_lo
+    r_t = np.nonzero(m_in)[0]
+    r_b2, r_lo2, r_hi2 = op_in[m_in], in_lo[m_in], in_hi[m_in]
+    w_t = np.nonzero(m_out)[0]
+    w_b, w_lo, w_hi = op_out[m_out], out_lo[m_out], out_hi[m_out]
+    if (r_lo2 < 0).any() or (r_hi2 > size[r_b2]).any() or (w_lo < 0).any() or (w_hi > size[w_b]).any():
+        return False  # a footprint outside its buffer: leave it to the exact rules
     max_w = np.full(nb, -1, np.int64)
     np.maximum.at(max_w, w_b, w_t)
     min_r = np.full(nb, n, np.int64)
     np.minimum.at(min_r, r_b2, r_t)
     if not (max_w < min_r).all():
         return False  # a buffer read before (or by) one of its writers: the exact rules decide
-    order = np.lexsort((w_lo, w_b))
-    sb, slo, shi, st = w_b[order], w_lo[order], w_hi[order], w_t[order]
-    if len(sb) > 1 and ((sb[1:] == sb[:-1]) & (shi[:-1] > slo[1:])).any():
-        return False  # overlapping writes of one buffer
     big = int(size.max()) + 1
-    k_hi, k_lo = sb * big + shi, sb * big + slo
+    k_lo = w_b * big + w_lo
+    order = np.argsort(k_lo, kind="stable")
+    k_lo, st = k_lo[order], w_t[order]
+    k_hi = (w_b * big + w_hi)[order]
+    if len(k_lo) > 1 and (k_hi[:-1] > k_lo[1:]).any():
+        return False  # overlapping writes of one buffer (keys of different buffers never overlap)
     a = np.searchsorted(k_hi, r_b2 * big + r_lo2, "right")
     b = np.searchsorted(k_lo, r_b2 * big + r_hi2, "left")
     cnt = b - a
-    init = np.fromiter((k in _INIT_KINDS for k in kinds), bool, nb)
+    init = np.fromiter(map(_INIT_KINDS.__contains__, kinds), bool, nb)
     need_cover = ~init[r_b2]
     if need_cover.any():
-        cum = np.concatenate(([0], np.cumsum(shi - slo)))
-        has = cnt > 0
-        ac, bc = np.minimum(a, len(sb) - 1), np.maximum(b - 1, 0)
-        covered = np.where(has, cum[b] - cum[a] - np.maximum(0, r_lo2 - slo[ac]) - np.maximum(0, shi[bc] - r_hi2), 0)
+        cum = np.concatenate(([0], np.cumsum(k_hi - k_lo)))
+        ac, bc = np.minimum(a, len(k_lo) - 1), np.maximum(b - 1, 0)
+        base = r_b2 * big
+        covered = np.where(cnt > 0, cum[b] - cum[a] - np.maximum(0, base + r_lo2 - k_lo[ac])
+                           - np.maximum(0, k_hi[bc] - base - r_hi2), 0)
         if (need_cover & (covered != r_hi2 - r_lo2)).any():
             return False  # rows read that nothing earlier writes
-    total = int(cnt.sum())
-    if total:
-        rd = np.repeat(np.arange(len(r_t)), cnt)
-        starts = np.cumsum(cnt) - cnt
-        wpos = a[rd] + (np.arange(total) - starts[rd])
-        wj, ri = st[wpos], r_t[rd]
-        sm_a = np.fromiter(sms, np.int64, n)
-        direct = sm_a[wj] == sm_a[ri]  # same SM, earlier (every writer precedes every reader)
-        if len(wc):  # an all-join wait of the reader on the writer's counter
-            full = wt_a == nprod[wc_a]
-            aj = np.unique(w_task[full] * ncnt + wc_a[full])
-            key = ri * ncnt + sig[wj]
-            p = np.minimum(np.searchsorted(aj, key), max(len(aj) - 1, 0))
-            if len(aj):
-                direct |= aj[p] == key
-        if not direct.all():  # transitive: through chains of all-join waits (counter level), else exact
-            wj, ri = wj[~direct], ri[~direct]
-            mine = _counter_closure(w_task[full], wc_a[full], sig, ncnt, ri) if ncnt <= _CLOSURE_COUNTERS else None
-            if (mine is None or not all(map(_has_bit, mine, sig[wj].tolist()))) and not _ordered(c, wj, ri):
-                return False
+    if len(k_lo) and not _reads_ordered(c, a, b, cnt, st, r_t, sm_a, sig, w_task if nw else None,
+                                        wc_a if nw else None, wt_a if nw else None, nprod, wlen, ncnt):
+        return False
     # -- unreachable-output ---------------------------------------------------------------------------
     if c.outputs:
-        n_w = np.bincount(w_b, minlength=nb)
-        rows_w = np.bincount(w_b, weights=(w_hi - w_lo), minlength=nb)
-        for name in c.outputs:
-            k = bid[name]
-            if not n_w[k] or (not init[k] and rows_w[k] != size[k]):
-                return False
+        k_out = np.fromiter(map(bid.__getitem__, c.outputs), np.int64, len(c.outputs))
+        n_w = np.bincount(w_b, minlength=nb)[k_out]
+        rows_w = np.bincount(w_b, weights=(w_hi - w_lo), minlength=nb)[k_out]
+        if not (n_w > 0).all() or not (init[k_out] | (rows_w == size[k_out])).all():
+            return False  # writes are disjoint and inside the buffer: their sum is the coverage
     return True
 
 
-def _has_bit(bits: int, k: int) -> bool:
-    return bool((bits >> k) & 1)
+def _reads_ordered(c: Any, a: np.ndarray, b: np.ndarray, cnt: np.ndarray, st: np.ndarray, r_t: np.ndarray,
+                   sm_a: np.ndarray, sig: np.ndarray, w_task: Any, wc_a: Any, wt_a: Any, nprod: np.ndarray,
+                   wlen: np.ndarray, ncnt: int) -> bool:
+    """Whether every read (task ``r_t[j]``) happens after each write it overlaps (sorted writes ``a[j] ..
+    b[j] - 1``, by tasks ``st``). Per read first, where its writers share one counter (the row tasks of one
+    projection) or one SM: an all-join wait of the reader on that counter, or the reader's own SM. The
+    reads left are split into (writer, reader) pairs: the same SM, a direct all-join wait, a counter-level
+    closure of all-join waits, else the exact vector clocks."""
+    last = len(st) - 1
+    has = cnt > 0
+    a0, b1 = np.minimum(a, last), np.maximum(b - 1, 0)
+    w_sig, w_sm = sig[st], sm_a[st]
+    run_sig = np.concatenate(([0], np.cumsum(w_sig[1:] != w_sig[:-1])))
+    run_sm = np.concatenate(([0], np.cumsum(w_sm[1:] != w_sm[:-1])))
+    done = ~has | ((run_sm[b1] == run_sm[a0]) & (w_sm[a0] == sm_a[r_t]))  # no writer, or all on its SM
+    aj = None
+    if w_task is not None:
+        full = wt_a == nprod[wc_a]
+        w_task, wc_a = w_task[full], wc_a[full]
+        aj = np.sort(w_task * ncnt + wc_a)  # (waiter, counter) of every all-join wait
+        if len(aj):
+            key = r_t * ncnt + w_sig[a0]
+            done |= (run_sig[b1] == run_sig[a0]) & (aj[np.minimum(np.searchsorted(aj, key), len(aj) - 1)] == key)
+    if done.all():
+        return True
+    rest = np.flatnonzero(~done)
+    cnt_r = cnt[rest]
+    total = int(cnt_r.sum())
+    rd = np.repeat(rest, cnt_r)
+    wpos = np.arange(total) + np.repeat(a[rest] - (np.cumsum(cnt_r) - cnt_r), cnt_r)
+    wj, ri = st[wpos], r_t[rd]
+    direct = sm_a[wj] == sm_a[ri]  # same SM, earlier (every writer precedes every reader)
+    if aj is not None and len(aj):
+        key = ri * ncnt + sig[wj]
+        direct |= aj[np.minimum(np.searchsorted(aj, key), len(aj) - 1)] == key
+    if direct.all():
+        return True
+    wj, ri = wj[~direct], ri[~direct]
+    if aj is not None and len(aj) and ncnt <= _CLOSURE_COUNTERS:
+        mine = _counter_closure(w_task, wc_a, sig, ncnt, ri)
+        if all(map(and_, map(rshift, mine, sig[wj].tolist()), repeat(1))):
+            return True
+    return _ordered(c, wj, ri, wlen)
+
+
+def _buffers(shapes: Any, nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per buffer (elements, rows of axis 0, elements per row), or None for a bad or too large shape."""
+    rank = np.fromiter(map(len, shapes), np.int64, nb)
+    if rank.min() < 1 or rank.max() > MAX_RANK:
+        return None
+    ext = np.fromiter(chain.from_iterable(shapes), np.int64, int(rank.sum()))
+    if ext.min() < 1 or ext.max() > MAX_ELEMENTS:
+        return None
+    start = np.cumsum(rank) - rank
+    if np.multiply.reduceat(ext.astype(np.float64), start).max() > MAX_ELEMENTS:
+        return None  # (in float: the int64 product of four extents could wrap)
+    size = np.multiply.reduceat(ext, start)
+    rows = ext[start]
+    return size, rows, size // rows
+
+
+def _footprints(spec: Any, group: tuple, idx: np.ndarray, sig_in: np.ndarray, sig_out: np.ndarray, c: Any,
+                shape_of: dict, into: tuple) -> bool:
+    """The op's declared footprint for each task of one op group, computed once per distinct (parameter
+    names and values, their types, operand shapes) -- the rule table's memo key -- and written into the
+    interval matrices. False when the declaration reports a problem (``malformed``)."""
+    in_lo, in_hi, out_lo, out_hi = into
+    m = len(group)
+    if len(set(map(tuple, group))) == 1:  # the same parameter names in the same order: values suffice
+        vals = list(map(tuple, map(dict.values, group)))
+        uniform = all(len(set(map(type, col))) == 1 for col in zip(*vals, strict=True))
+    else:
+        vals, uniform = list(map(tuple, map(dict.items, group))), False
+    memo: dict = {}
+    try:
+        if uniform:  # each position holds one type throughout: equal values are of one type too
+            types: Any = repeat(None)
+        else:
+            types = map(tuple, map(map, repeat(type), map(dict.values, group)))  # 1, 1.0 and True differ
+        keys = zip(vals, types, map(tuple, sig_in.tolist()), map(tuple, sig_out.tolist()), strict=False)  # repeat()
+        first = np.fromiter(map(memo.setdefault, keys, count()), np.int64, m)
+    except TypeError:  # unhashable values (raw JSON lists): every task on its own
+        first = np.arange(m)
+    reps = np.flatnonzero(first == np.arange(m)).tolist()
+    fp_in = np.zeros((len(reps), in_lo.shape[1], 2), np.int64)
+    fp_out = np.zeros((len(reps), out_lo.shape[1], 2), np.int64)
+    for u, r in enumerate(reps):
+        i = int(idx[r])
+        ins, outs = c.inputs[i], c.task_outputs[i]
+        need = spec.footprint(group[r], [shape_of[x] for x in ins], [shape_of[x] for x in outs])
+        if isinstance(need, str):
+            return False
+        k = len(ins)
+        if len(need) != k + len(outs):
+            return False
+        if k:
+            fp_in[u, :k] = need[:k]
+        fp_out[u, :len(outs)] = need[k:]
+    where = np.empty(m, np.int64)
+    where[reps] = np.arange(len(reps))
+    pick = where[first]
+    got_in, got_out = fp_in[pick], fp_out[pick]  # padding slots (no operand) are masked out later
+    in_lo[idx], in_hi[idx] = got_in[..., 0], got_in[..., 1]
+    out_lo[idx], out_hi[idx] = got_out[..., 0], got_out[..., 1]
+    return True
 
 
 def _counter_closure(w_task: Any, w_counter: Any, sig: Any, ncnt: int, readers: Any) -> list[int]:
@@ -309,31 +410,34 @@ def _counter_closure(w_task: Any, w_counter: Any, sig: Any, ncnt: int, readers: 
     kc[e]``. Edges are taken once each, in list order of their first waiter, so ``kc[e]`` is final
     when used (every producer of ``e`` precedes every waiter on ``e``)."""
     key = sig[w_task] * ncnt + w_counter  # edge: producer of sig -> all-joins w_counter
-    uniq, first = np.unique(key, return_index=True)
-    uniq = uniq[np.argsort(first, kind="stable")]
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    head = np.ones(len(ks), bool)
+    head[1:] = ks[1:] != ks[:-1]
+    uniq = key[np.sort(order[head])]  # each edge once, in list order of its first waiter
     kc = [0] * ncnt
     for d, e in zip((uniq // ncnt).tolist(), (uniq % ncnt).tolist(), strict=True):
         kc[d] |= kc[e] | (1 << e)
-    r_uniq, r_inv = np.unique(readers, return_inverse=True)
-    sel = np.isin(w_task, r_uniq)
-    known = dict.fromkeys(r_uniq.tolist(), 0)
+    mark = np.zeros(len(sig), bool)
+    mark[readers] = True
+    sel = mark[w_task]
+    known = [0] * len(sig)
     for i, e in zip(w_task[sel].tolist(), w_counter[sel].tolist(), strict=True):
         known[i] |= kc[e] | (1 << e)
-    per = [known[i] for i in r_uniq.tolist()]
-    return [per[k] for k in r_inv.tolist()]
+    return list(map(known.__getitem__, readers.tolist()))
 
 
-def _ordered(c: Any, wj: Any, ri: Any) -> bool:
+def _ordered(c: Any, wj: Any, ri: Any, wlen: Any) -> bool:
     """Whether every writer ``wj[k]`` happens before its reader ``ri[k]``: the exact happens-before of
     ``Facts.conflicts`` (vector clocks, :mod:`mosaic_amk.validate.clocks`) over columns, for a schedule whose
     waits passed the screen (every wait satisfiable, all its producers earlier)."""
-    n, sms = c.n, c.sms
+    n, sms = c.n, list(c.sms)
     slot = slots_of(sms)
     if slot is None:
         return False
-    wc, wt, wlen = c.wait_counter, c.wait_threshold, c.wait_len
+    wc, wt = list(c.wait_counter), list(c.wait_threshold)
     waits, k = [], 0
-    for m in wlen:
+    for m in wlen.tolist():
         waits.append(list(zip(wc[k:k + m], wt[k:k + m], strict=True)))
         k += m
     order = np.argsort(ri, kind="stable")
@@ -344,7 +448,7 @@ def _ordered(c: Any, wj: Any, ri: Any) -> bool:
     ends = np.append(start[1:], len(ri_s)).tolist()
     readers, start = readers.tolist(), start.tolist()
     q, nq = 0, len(readers)
-    for i, clk in enumerate(inclusive_clocks(sms, c.signals, waits, c.num_counters, slot)):
+    for i, clk in enumerate(inclusive_clocks(sms, list(c.signals), waits, c.num_counters, slot)):
         if i == readers[q]:
             a, b = start[q], ends[q]
             if not (clk[ws[a:b]] >= wj_s[a:b]).all():

@@ -88,6 +88,8 @@ def _distinct(seqs: Any, n: int) -> tuple[list, np.ndarray]:
     try:
         first = np.fromiter(map(d.setdefault, seqs, count()), np.int64, n)
     except TypeError:  # lists (raw JSON): hash them as tuples
+        if not isinstance(seqs, list | tuple):
+            raise
         d = {}
         first = np.fromiter(map(d.setdefault, map(tuple, seqs), count()), np.int64, n)
     where = np.empty(n, np.int64)
@@ -218,13 +220,18 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
                 return False
     # -- malformed: ranges (named operands only, within bounds, covering what the op touches) ------------
     rngs = c.ranges
-    r_len = np.fromiter(map(len, rngs), np.int64, n)
+    r_keys, r_inv = _distinct(map(tuple, rngs), n)  # the buffer names of each task's entries, per distinct tuple
+    u_len = np.fromiter(map(len, r_keys), np.int64, len(r_keys))
+    r_len = u_len[r_inv]
     n_r = int(r_len.sum())
     if n_r:
-        r_b = np.fromiter(map(bid.__getitem__, chain.from_iterable(rngs)), np.int64, n_r)  # KeyError: unknown
-        pairs = list(chain.from_iterable(map(dict.values, rngs)))
-        r_lo = np.fromiter(map(itemgetter(0), pairs), np.int64, n_r)
-        r_hi = np.fromiter(map(itemgetter(1), pairs), np.int64, n_r)
+        u_b = np.fromiter(map(bid.__getitem__, chain.from_iterable(r_keys)), np.int64, int(u_len.sum()))  # unknown
+        u_mat = np.full((len(r_keys), int(u_len.max())), -1, np.int64)
+        u_mat[np.arange(u_mat.shape[1]) < u_len[:, None]] = u_b
+        t_mat = u_mat[r_inv]
+        r_b = t_mat[t_mat >= 0]  # entry order: task by task, each dict's own order
+        lohi = np.fromiter(chain.from_iterable(chain.from_iterable(map(dict.values, rngs))), np.int64, 2 * n_r)
+        r_lo, r_hi = lohi[0::2], lohi[1::2]
         if not ((r_lo >= 0) & (r_lo < r_hi) & (r_hi <= rows[r_b])).all():
             return False
         rl = rlen[r_b]
@@ -310,10 +317,10 @@ def _reads_ordered(c: Any, a: np.ndarray, b: np.ndarray, cnt: np.ndarray, st: np
     if w_task is not None:
         full = wt_a == nprod[wc_a]
         w_task, wc_a = w_task[full], wc_a[full]
-        aj = np.sort(w_task * ncnt + wc_a)  # (waiter, counter) of every all-join wait
-        if len(aj):
-            key = r_t * ncnt + w_sig[a0]
-            done |= (run_sig[b1] == run_sig[a0]) & (aj[np.minimum(np.searchsorted(aj, key), len(aj) - 1)] == key)
+        # per task, the counters it all-joins (a padded row; -1: none)
+        aj = np.full((len(sm_a), int(wlen.max())), -1, np.int64)
+        aj[w_task, (np.arange(len(full)) - np.repeat(np.cumsum(wlen) - wlen, wlen))[full]] = wc_a
+        done |= (run_sig[b1] == run_sig[a0]) & (aj[r_t] == w_sig[a0][:, None]).any(axis=1)
     if done.all():
         return True
     rest = np.flatnonzero(~done)
@@ -323,13 +330,12 @@ def _reads_ordered(c: Any, a: np.ndarray, b: np.ndarray, cnt: np.ndarray, st: np
     wpos = np.arange(total) + np.repeat(a[rest] - (np.cumsum(cnt_r) - cnt_r), cnt_r)
     wj, ri = st[wpos], r_t[rd]
     direct = sm_a[wj] == sm_a[ri]  # same SM, earlier (every writer precedes every reader)
-    if aj is not None and len(aj):
-        key = ri * ncnt + sig[wj]
-        direct |= aj[np.minimum(np.searchsorted(aj, key), len(aj) - 1)] == key
+    if aj is not None:
+        direct |= (aj[ri] == sig[wj][:, None]).any(axis=1)
     if direct.all():
         return True
     wj, ri = wj[~direct], ri[~direct]
-    if aj is not None and len(aj) and ncnt <= _CLOSURE_COUNTERS:
+    if aj is not None and len(wc_a) and ncnt <= _CLOSURE_COUNTERS:
         mine = _counter_closure(w_task, wc_a, sig, ncnt, ri)
         if all(map(and_, map(rshift, mine, sig[wj].tolist()), repeat(1))):
             return True

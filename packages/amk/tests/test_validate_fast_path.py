@@ -97,19 +97,32 @@ def test_the_screens_shortcuts_keep_the_rule_tables_verdicts(bases):
         tasks = list(s.tasks)  # same parameters, reversed key order: the memo keys on items then
         tasks[i] = attrs.evolve(tasks[i], params=dict(reversed(list(p.items()))))
         cases.append(attrs.evolve(s, tasks=tuple(tasks)))
-    i = _first(s, "gemv")  # a buffer in two roles (x also the residual): ranges must cover both
-    t = s.tasks[i]
+    s = next(b for name, b in bases if name.startswith("llama/rr4-r8-nofuse/pos5"))  # row tasks of 8 rows
+    i = next(i for i, t in enumerate(s.tasks) if t.op == "gemv" and t.params["row_start"] > 0
+             and not t.params["residual"] and not t.params["bias"])
+    t = s.tasks[i]  # a buffer in two roles (x also the residual): ranges must cover both
     tasks = list(s.tasks)
     tasks[i] = attrs.evolve(t, inputs=(*t.inputs, t.inputs[0]), params={**t.params, "residual": True})
+    cases.append(attrs.evolve(s, tasks=tuple(tasks)))
+    rows = {b.name: b.shape[0] for b in s.buffers}
+    x, rs, re = t.inputs[0], t.params["row_start"], t.params["row_end"]
+    for rng in ((0, rows[x]), (rs, re)):  # ...with a ranges entry on it: whole (covers both) or the rows only
+        tasks[i] = attrs.evolve(t, inputs=(*t.inputs, x), params={**t.params, "residual": True},
+                                ranges={**t.ranges, x: rng})
+        cases.append(attrs.evolve(s, tasks=tuple(tasks)))
+    other = next(b.name for b in s.buffers if b.name not in (*t.inputs, *t.outputs))
+    tasks[i] = attrs.evolve(t, ranges={**t.ranges, other: (0, 1)})  # an entry for a buffer it does not name
     cases.append(attrs.evolve(s, tasks=tuple(tasks)))
     # the last wait of the argmax (on every lm_head row task) replaced by waits on a few producers' SMs
     i = _first(s, "argmax")
     t = s.tasks[i]
     cases.append(attrs.evolve(s, tasks=(*s.tasks[:i], attrs.evolve(t, waits=(Wait(t.waits[0].counter, 1),)),
                                         *s.tasks[i + 1:])))
-    verdicts = set()
+    seen = []
     for k, case in enumerate(cases):
         ok, fast, diffs = parity.compare(case, raw=True)
         assert diffs == [], (k, diffs)
-        verdicts.add(ok)
-    assert verdicts == {True, False}
+        seen.append((ok, fast))
+    assert {ok for ok, _ in seen} == {True, False}
+    # a buffer in two roles: no entry, a whole entry, a rows-only entry; an entry for a buffer it does not name
+    assert seen[-5:-1] == [(True, True), (True, True), (False, False), (False, False)], seen

@@ -234,17 +234,26 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
         r_lo, r_hi = lohi[0::2], lohi[1::2]
         if not ((r_lo >= 0) & (r_lo < r_hi) & (r_hi <= rows[r_b])).all():
             return False
-        rl = rlen[r_b]
-        r_t = np.repeat(ar, r_len)
-        # each task's operands in one row (inputs, then outputs): buffer id and the elements it touches
-        op_b = np.concatenate((op_in, op_out), axis=1)
-        hit = op_b[r_t] == r_b[:, None]
-        if not hit.any(axis=1).all():
+        op_b = np.concatenate((op_in, op_out), axis=1)  # each task's operands in one row: inputs, then outputs
+        lo = np.concatenate((in_lo, out_lo), axis=1)
+        hi = np.concatenate((in_hi, out_hi), axis=1)
+        slot = _range_slots(r_inv, in_inv, out_inv, t_mat, u_mat, op_b)
+        r_lo, r_hi = r_lo * rlen[r_b], r_hi * rlen[r_b]
+        if slot is None:  # a buffer in two roles of one task, or too many distinct operand tuples: entry x slot
+            r_t = np.repeat(ar, r_len)
+            hit = op_b[r_t] == r_b[:, None]
+            if not hit.any(axis=1).all():
+                return False  # a ranges entry for a buffer the task does not name
+            lo, hi = lo[r_t], hi[r_t]
+            if (hit & (hi > lo) & ((lo < r_lo[:, None]) | (hi > r_hi[:, None]))).any():
+                return False  # declared rows narrower than what the op touches
+        elif isinstance(slot, bool):
             return False  # a ranges entry for a buffer the task does not name
-        lo = np.concatenate((in_lo, out_lo), axis=1)[r_t]
-        hi = np.concatenate((in_hi, out_hi), axis=1)[r_t]
-        if (hit & (hi > lo) & ((lo < (r_lo * rl)[:, None]) | (hi > (r_hi * rl)[:, None]))).any():
-            return False  # declared rows narrower than what the op touches
+        else:
+            at = np.repeat(ar * op_b.shape[1], r_len) + slot
+            lo, hi = lo.ravel()[at], hi.ravel()[at]
+            if ((hi > lo) & ((lo < r_lo) | (hi > r_hi))).any():
+                return False  # declared rows narrower than what the op touches
     # -- unordered-read, kv-order, write-race: per buffer, all writes (disjoint rows) before all reads ----
     tracked = ~is_weight
     m_in = op_in >= 0
@@ -296,6 +305,35 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
         if not (n_w > 0).all() or not (init[k_out] | (rows_w == size[k_out])).all():
             return False  # writes are disjoint and inside the buffer: their sum is the coverage
     return True
+
+
+def _range_slots(r_inv: np.ndarray, in_inv: np.ndarray, out_inv: np.ndarray, t_mat: np.ndarray, u_mat: np.ndarray,
+                 op_b: np.ndarray) -> np.ndarray | bool | None:
+    """For every ranges entry (task by task), the operand slot of the buffer it names, worked out once per
+    distinct (ranges names, input names, output names) of a task. False: an entry names a buffer the task
+    does not name; None: a buffer in two of one task's roles (or too many distinct tuples to combine)."""
+    n = len(r_inv)
+    u_r, u_i, u_o = int(r_inv.max()) + 1, int(in_inv.max()) + 1, int(out_inv.max()) + 1
+    if u_r * u_i * u_o >= 1 << 62:
+        return None
+    key = (r_inv * u_i + in_inv) * u_o + out_inv
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    head = np.ones(n, bool)
+    head[1:] = ks[1:] != ks[:-1]
+    combo = np.cumsum(head) - 1  # distinct combination of each task, in key order
+    of_task = np.empty(n, np.int64)
+    of_task[order] = combo
+    rep = order[head]
+    names, ops = u_mat[r_inv[rep]], op_b[rep]  # per combination: entry buffer ids, operand buffer ids
+    match = (ops[:, None, :] == names[:, :, None]) & (names >= 0)[:, :, None]
+    hits = match.sum(axis=2)
+    if ((names >= 0) & (hits == 0)).any():
+        return False
+    if (hits > 1).any():
+        return None
+    per = match.argmax(axis=2)[of_task]
+    return per[t_mat >= 0]
 
 
 def _reads_ordered(c: Any, a: np.ndarray, b: np.ndarray, cnt: np.ndarray, st: np.ndarray, r_t: np.ndarray,

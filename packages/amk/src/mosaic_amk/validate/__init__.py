@@ -13,6 +13,8 @@ execution model in docs/amk-schedule.md; the argument, rule by rule, is in docs/
   over the columnar form (``mosaic_amk.columns``). It can only conclude "no diagnostic at all"; anything
   it flags or does not recognise goes to the rule table, which names every problem. The parity tests
   hold ``validate`` equal to ``validate_rules``;
+- :mod:`~mosaic_amk.validate.parity`: that equality schedule by schedule, per audit class (CI:
+  packages/amk/tests/test_validate_fast_path.py; ``benchmarks/amk_validate.py --parity N``);
 - :mod:`~mosaic_amk.validate.oracle`: the dynamic oracle (seeded interleavings, shadow memory), which
   shares no analysis code with the rules;
 - :mod:`~mosaic_amk.validate.audit`: adversarial schedules labelled by the oracle, checked by ``validate``.

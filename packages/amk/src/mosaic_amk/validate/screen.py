@@ -15,14 +15,20 @@ How it is laid out (each step whole-column; no loop over tasks in Python):
 
 - operand names are resolved per *distinct* ``inputs`` / ``outputs`` tuple (a dict keyed by the tuple;
   the row tasks of one projection share one), into padded per-task operand matrices (task x slot:
-  buffer id, element lo, element hi);
-- parameters are read per op group with one C-level ``itemgetter`` pass; plain row-split ops
+  buffer id, element lo, element hi); ``ranges`` names likewise per distinct key tuple, and the operand
+  slot each entry names once per distinct (ranges names, inputs, outputs);
+- parameters are read per op group, one C-level ``map`` per parameter; plain row-split ops
   (``OpSpec.whole_prefix``) are vectorised from that declaration, the other ops call their declared
-  ``footprint`` once per distinct (parameters with their types, operand tuples);
-- races are checked per buffer on sorted interval arrays (``lexsort`` / ``searchsorted``), and
-  happens-before of each overlapping (writer, reader) pair is shown by the same SM, a direct all-join
-  wait, or a counter-level closure of all-join waits (Python-int bitsets over the distinct counter
-  edges, a few hundred), else the exact vector clocks of the rule table's definition.
+  ``footprint`` once per distinct (parameter values with their types, operand shapes), as the rule
+  table memoises it;
+- races are checked per buffer on sorted interval arrays (``argsort`` / ``searchsorted``), and
+  happens-before of each read is shown per run of its writers: all on the reader's SM, or one counter
+  the reader all-joins; the reads left are split into (writer, reader) pairs: the same SM, a direct
+  all-join wait, a counter-level closure of all-join waits (Python-int bitsets over the distinct
+  counter edges, a few hundred), else the exact vector clocks of the rule table's definition.
+
+What it costs is mostly *reading* the records: ``benchmarks/amk_validate.py`` prints the read floor
+(every value the rule table reads, touched once with C-level iteration and no checks) beside it.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import numpy as np
 from mosaic_amk import columns as _columns
 from mosaic_amk.columns import Columns
 from mosaic_amk.schedule import (
+    BUFFER_KINDS,
     MAX_COUNTERS,
     MAX_ELEMENTS,
     MAX_HEAD_DIM,
@@ -56,6 +63,9 @@ _OPCODE = {name: k for k, name in enumerate(_OPS)}
 _ROW_OPS = {k: _SPECS[name].whole_prefix() for k, name in enumerate(_OPS) if _SPECS[name].whole_prefix() is not None}
 _PER_TASK_OPS = frozenset(k for k, name in enumerate(_OPS) if name not in _WHOLE_OPS and k not in _ROW_OPS)
 _INT_ONLY = frozenset((int,))
+# buffer kinds as codes: weight first, then the other kinds valid at launch, then the rest
+_KIND = {k: i for i, k in enumerate(("weight", *sorted(_INIT_KINDS - {"weight"}),
+                                     *sorted(set(BUFFER_KINDS) - _INIT_KINDS)))}
 # the counter-level closure holds a bitset of counters per counter and per reader: only for few counters
 _CLOSURE_COUNTERS = 4096
 
@@ -162,7 +172,8 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
         if not ((wt_a >= 1) & (wt_a <= np_w) & ((wt_a == 1) | (wt_a == np_w)) & (last[wc_a] < w_task)).all():
             return False
     # -- malformed: references, weights written, op table, parameters, arity ------------------------------
-    is_weight = np.fromiter(map("weight".__eq__, kinds), bool, nb)
+    kind = np.fromiter(map(_KIND.get, kinds, repeat(-1)), np.int64, nb)
+    is_weight = kind == 0
     op_in, in_keys, in_inv, in_len = _operands(c.inputs, n, MAX_INPUTS, bid)  # KeyError: unknown buffer
     op_out, out_keys, out_inv, out_len = _operands(c.task_outputs, n, MAX_OUTPUTS, bid)
     if is_weight[op_out].any() and is_weight[op_out[op_out >= 0]].any():
@@ -214,8 +225,7 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
                 return False
             if shape_sig is None:  # buffers by distinct shape: the footprint depends on shapes, not names
                 shape_sig = np.append(_distinct(shapes, nb)[1], -1)  # [-1]: no operand
-                shape_of = dict(zip(names, map(tuple, shapes), strict=True))
-            if not _footprints(spec, group, idx, shape_sig[op_in[idx]], shape_sig[op_out[idx]], c, shape_of,
+            if not _footprints(spec, group, idx, shape_sig[op_in[idx]], shape_sig[op_out[idx]], c, bid,
                                (in_lo, in_hi, out_lo, out_hi)):
                 return False
     # -- malformed: ranges (named operands only, within bounds, covering what the op touches) ------------
@@ -237,9 +247,9 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
         op_b = np.concatenate((op_in, op_out), axis=1)  # each task's operands in one row: inputs, then outputs
         lo = np.concatenate((in_lo, out_lo), axis=1)
         hi = np.concatenate((in_hi, out_hi), axis=1)
-        slot = _range_slots(r_inv, in_inv, out_inv, t_mat, u_mat, op_b)
+        slot = _range_slots(r_inv, in_inv, out_inv, t_mat, u_mat, op_b) if n_r * op_b.shape[1] > 8192 else None
         r_lo, r_hi = r_lo * rlen[r_b], r_hi * rlen[r_b]
-        if slot is None:  # a buffer in two roles of one task, or too many distinct operand tuples: entry x slot
+        if slot is None:  # few entries, a buffer in two roles of one task, or too many distinct tuples: entry x slot
             r_t = np.repeat(ar, r_len)
             hit = op_b[r_t] == r_b[:, None]
             if not hit.any(axis=1).all():
@@ -284,7 +294,7 @@ def _screen_checks(c: Any) -> bool:  # noqa: C901, PLR0911, PLR0912, PLR0915 - o
     a = np.searchsorted(k_hi, r_b2 * big + r_lo2, "right")
     b = np.searchsorted(k_lo, r_b2 * big + r_hi2, "left")
     cnt = b - a
-    init = np.fromiter(map(_INIT_KINDS.__contains__, kinds), bool, nb)
+    init = (kind >= 0) & (kind < len(_INIT_KINDS))
     need_cover = ~init[r_b2]
     if need_cover.any():
         cum = np.concatenate(([0], np.cumsum(k_hi - k_lo)))
@@ -397,7 +407,7 @@ def _buffers(shapes: Any, nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] 
 
 
 def _footprints(spec: Any, group: tuple, idx: np.ndarray, sig_in: np.ndarray, sig_out: np.ndarray, c: Any,
-                shape_of: dict, into: tuple) -> bool:
+                bid: dict, into: tuple) -> bool:
     """The op's declared footprint for each task of one op group, computed once per distinct (parameter
     names and values, their types, operand shapes) -- the rule table's memo key -- and written into the
     interval matrices. False when the declaration reports a problem (``malformed``)."""
@@ -415,16 +425,17 @@ def _footprints(spec: Any, group: tuple, idx: np.ndarray, sig_in: np.ndarray, si
         else:
             types = map(tuple, map(map, repeat(type), map(dict.values, group)))  # 1, 1.0 and True differ
         keys = zip(vals, types, map(tuple, sig_in.tolist()), map(tuple, sig_out.tolist()), strict=False)  # repeat()
-        first = np.fromiter(map(memo.setdefault, keys, count()), np.int64, m)
+        first = list(map(memo.setdefault, keys, count()))
     except TypeError:  # unhashable values (raw JSON lists): every task on its own
-        first = np.arange(m)
-    reps = np.flatnonzero(first == np.arange(m)).tolist()
+        first = list(range(m))
+    reps = [r for r, f in enumerate(first) if r == f]
     fp_in = np.zeros((len(reps), in_lo.shape[1], 2), np.int64)
     fp_out = np.zeros((len(reps), out_lo.shape[1], 2), np.int64)
     for u, r in enumerate(reps):
         i = int(idx[r])
         ins, outs = c.inputs[i], c.task_outputs[i]
-        need = spec.footprint(group[r], [shape_of[x] for x in ins], [shape_of[x] for x in outs])
+        shapes = [tuple(c.buf_shapes[bid[x]]) for x in chain(ins, outs)]
+        need = spec.footprint(group[r], shapes[:len(ins)], shapes[len(ins):])
         if isinstance(need, str):
             return False
         k = len(ins)
@@ -433,9 +444,8 @@ def _footprints(spec: Any, group: tuple, idx: np.ndarray, sig_in: np.ndarray, si
         if k:
             fp_in[u, :k] = need[:k]
         fp_out[u, :len(outs)] = need[k:]
-    where = np.empty(m, np.int64)
-    where[reps] = np.arange(len(reps))
-    pick = where[first]
+    where = dict(zip(reps, range(len(reps)), strict=True))
+    pick = list(map(where.__getitem__, first))
     got_in, got_out = fp_in[pick], fp_out[pick]  # padding slots (no operand) are masked out later
     in_lo[idx], in_hi[idx] = got_in[..., 0], got_in[..., 1]
     out_lo[idx], out_hi[idx] = got_out[..., 0], got_out[..., 1]

@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 PY312_FIND := import sys; assert sys.version_info[:2] == (3, 12); print(sys.executable)
 PYTHON312 ?= $(shell PYENV_VERSION=3.12.1 python3 -c '$(PY312_FIND)' 2>/dev/null || python3.12 -c '$(PY312_FIND)' 2>/dev/null || echo python3.12)
 VENV312   ?= .venv312
-PKGS312   := core gpu-hopper target-pallas target-cute
+PKGS312   := core gpu-hopper gpu-blackwell target-pallas target-cute
 STAMP312  := $(VENV312)/.installed
 TESTS312  := packages/target-pallas/tests packages/target-cute/tests
 

@@ -67,6 +67,23 @@ def make_checkpoint(directory: str | Path, name: str = "llama", seed: int = 0, c
     return out
 
 
+# int8 weight-only variants (mosaic_amk.int8_checkpoint, the compressed-tensors layout the importer accepts): the
+# family's tiny checkpoint, quantized; every projection's in-features must be a multiple of 32 (the overrides)
+TINY_INT8: dict[str, tuple[str, dict]] = {"llama-int8": ("llama", dict(intermediate_size=128))}
+
+
+@cache
+def tiny_int8_model(name: str = "llama-int8", seed: int = 0):
+    """The ModelSpec of a tiny int8 weight-only checkpoint (``TINY_INT8``: quantized projections)."""
+    from mosaic_amk.importer import import_checkpoint
+    from mosaic_amk.int8_checkpoint import quantize
+
+    family, overrides = TINY_INT8[name]
+    with tempfile.TemporaryDirectory(prefix=f"amk-tiny-{name}-") as d:
+        quantize(make_checkpoint(Path(d) / "f32", family, seed, **overrides), Path(d) / "int8")
+        return import_checkpoint(Path(d) / "int8")
+
+
 @cache
 def tiny_model(name: str = "llama", seed: int = 0):
     """The ModelSpec of a tiny checkpoint of family ``name`` (built and imported once per process)."""

@@ -1,9 +1,10 @@
 """The validator audit: adversarial schedules labelled by the dynamic oracle, checked by the validator.
 
-Each schedule is either a *real lowering* (tiny random-init checkpoints of every supported family,
-lowered by ``mosaic_amk.lowering.lower`` under several ScheduleConfigs, SM counts and positions), a
-*single-injection mutant* of one (one class per unsafe pattern, below), or a *random DAG* (random
-ops, buffers, waits, thresholds and SM placement, half of them built disciplined then perturbed once).
+Each schedule is either a *real lowering* (tiny random-init checkpoints of every supported family and an
+int8 weight-only one, lowered by ``mosaic_amk.lowering.lower`` under several ScheduleConfigs, SM counts and
+positions), a *single-injection mutant* of one (one class per unsafe pattern, below, and one class per
+validator rule, ``RULE_CLASSES``, whose mutants break that rule alone), or a *random DAG* (random ops,
+buffers, waits, thresholds and SM placement, half of them built disciplined then perturbed once).
 The oracle (:func:`mosaic_amk.validate.oracle.explore`, several adversarial interleavings with a deadlock
 watchdog and shadow memory) labels each one; the validator gives its verdict. A *false accept* is a
 schedule the oracle shows unsafe and the validator accepts: the audit's goal is zero. A schedule the
@@ -21,7 +22,7 @@ from multiprocessing import get_context
 
 import attrs
 
-from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
+from mosaic_amk.schedule import MAX_WAITS, Buffer, Schedule, Task, Wait
 from mosaic_amk.validate import validate
 from mosaic_amk.validate.oracle import explore
 
@@ -36,21 +37,22 @@ KV_READERS = ("attention", "attention_partial")
 # ------------------------------------------------------------------------------------------ base schedules
 
 def real_lowerings(families: tuple[str, ...] | None = None, quick: bool = False) -> list[tuple[str, Schedule]]:
-    """Real lowerings of tiny random-init checkpoints (mosaic_amk.tiny_models), several configs each."""
+    """Real lowerings of tiny random-init checkpoints (mosaic_amk.tiny_models), several configs each: every
+    family (``TINY_FAMILIES``) and the int8 weight-only variant (``TINY_INT8``) unless ``families`` names some."""
     from mosaic.gpus import DEFAULT_GPU
     from mosaic.plugins import host
 
     from mosaic_amk.config import load_candidates
     from mosaic_amk.lowering import lower
-    from mosaic_amk.tiny_models import TINY_FAMILIES, tiny_model
+    from mosaic_amk.tiny_models import TINY_FAMILIES, TINY_INT8, tiny_int8_model, tiny_model
 
     # one fixed record on every machine (CPU-only lowerings), so an audit's counts are the same wherever it runs
     gpu = host().get("gpus", DEFAULT_GPU)
     configs = load_candidates("audit", file="audit")  # configs/audit.toml
     positions = (0, 7) if quick else (0, 5, 16, 40)
     out = []
-    for fam in families or TINY_FAMILIES:
-        model = tiny_model(fam)
+    for fam in families or (*TINY_FAMILIES, *TINY_INT8):
+        model = tiny_int8_model(fam) if fam in TINY_INT8 else tiny_model(fam)
         for cname, cfg in ([*configs[:3], configs[6]] if quick else configs):
             for pos in positions:
                 out.append((f"{fam}/{cname}/pos{pos}", lower(model, cfg, gpu, pos)))
@@ -333,6 +335,166 @@ def m_unwritten_output(s: Schedule, rng: random.Random) -> Schedule | None:
     return _with_task(s2, i, outputs=tuple(spare if o == out else o for o in t.outputs), ranges=ranges)
 
 
+# ---- one class per validator rule: each injects exactly one rule's violation and nothing else, so the
+# validator rejects it with that one diagnostic code (RULE_CLASSES; tests/test_audit.py holds it). The
+# mutators read only the schedule's structure (never the validator) to keep the injection single.
+
+def _successors(s: Schedule, i: int, queue: bool = False) -> set[int]:
+    """Tasks that cannot start before task ``i`` finishes: its transitive waiters over producer -> waiter
+    edges (satisfiable thresholds), and with ``queue`` the later tasks of each SM queue reached too."""
+    waiters: dict[int, list[int]] = {}
+    for j, t in enumerate(s.tasks):
+        for w in t.waits:
+            if w.threshold >= 1:
+                waiters.setdefault(w.counter, []).append(j)
+    nxt: dict[int, int] = {}
+    if queue:
+        last: dict[int, int] = {}
+        for j, t in enumerate(s.tasks):
+            if t.sm in last:
+                nxt[last[t.sm]] = j
+            last[t.sm] = j
+    seen: set[int] = set()
+    todo = [i]
+    while todo:
+        k = todo.pop()
+        nexts = list(waiters.get(s.tasks[k].signal, ()))
+        if k in nxt:
+            nexts.append(nxt[k])
+        for j in nexts:
+            if j not in seen:
+                seen.add(j)
+                todo.append(j)
+    return seen
+
+
+def _add_wait(s: Schedule, rng: random.Random, ok: Callable[[int, list[int]], bool], tries: int = 10) -> Schedule | None:
+    """Task ``i`` (fewer than 8 waits) gains an all-join wait on a counter whose producers ``ok(i, producers)``."""
+    prods = _producers(s)
+    free = [i for i, t in enumerate(s.tasks) if len(t.waits) < MAX_WAITS]
+    for _ in range(tries):
+        i = _pick(rng, free)
+        if i is None:
+            return None
+        cands = [c for c, p in sorted(prods.items()) if i not in p and ok(i, p)]
+        c = _pick(rng, cands)
+        if c is not None:
+            return _with_task(s, i, waits=(*s.tasks[i].waits, Wait(c, len(prods[c]))))
+    return None
+
+
+def m_oob_sm(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A task placed on an SM the grid does not have (malformed)."""
+    i = rng.randrange(len(s.tasks))
+    return _with_task(s, i, sm=_pick(rng, [s.num_sms, s.num_sms + rng.randrange(1, 50), -1]))
+
+
+def m_wait_overflow(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A task's waits repeated past the descriptor's 8 slots (capacity; the repeats order nothing new)."""
+    i = _pick(rng, [i for i, t in enumerate(s.tasks) if t.waits])
+    if i is None:
+        return None
+    w = s.tasks[i].waits
+    extra = MAX_WAITS + 1 + rng.randrange(3) - len(w)
+    return _with_task(s, i, waits=w + tuple(w[k % len(w)] for k in range(extra)))
+
+
+def m_wait_unsignalled(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A task gains a wait on a fresh counter that no task signals (unsatisfiable-wait: it never passes)."""
+    i = _pick(rng, [i for i, t in enumerate(s.tasks) if len(t.waits) < MAX_WAITS])
+    if i is None:
+        return None
+    s2 = attrs.evolve(s, num_counters=s.num_counters + 1)
+    return _with_task(s2, i, waits=(*s.tasks[i].waits, Wait(s.num_counters, 1)))
+
+
+def m_cross_sm_cycle(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A task gains a wait on a counter whose later producers all transitively wait on it, none on its own
+    SM (cycle, through producer -> waiter edges alone)."""
+    def ok(i: int, p: list[int]) -> bool:
+        later = [j for j in p if j > i]
+        if not later or any(s.tasks[j].sm == s.tasks[i].sm for j in later):
+            return False
+        succ = _successors(s, i)
+        return all(j in succ for j in later)
+    return _add_wait(s, rng, ok)
+
+
+def m_wait_later_in_queue(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A task gains a wait on a counter whose later producers are all behind it in its own SM queue and do
+    not depend on it otherwise (queue-order: the SM blocks on work queued behind it)."""
+    def ok(i: int, p: list[int]) -> bool:
+        later = [j for j in p if j > i]
+        if not later or any(s.tasks[j].sm != s.tasks[i].sm for j in later):
+            return False
+        succ = _successors(s, i)
+        return not any(j in succ for j in later)
+    return _add_wait(s, rng, ok)
+
+
+def m_wait_later_in_list(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A task gains a wait on a counter produced later in the list on other SMs by tasks that do not
+    depend on it, through waits or queue order (list-order: no deadlock, the list is just not topological)."""
+    def ok(i: int, p: list[int]) -> bool:
+        later = [j for j in p if j > i]
+        if not later or any(s.tasks[j].sm == s.tasks[i].sm for j in later):
+            return False
+        succ = _successors(s, i, queue=True)
+        return not any(j in succ for j in later)
+    return _add_wait(s, rng, ok)
+
+
+def m_extra_partial_wait(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A task that all-joins a counter of >= 3 producers gains a second wait on it with 1 < threshold <
+    producers (partial-join; the all-join still orders everything, so the oracle sees nothing)."""
+    prods = _producers(s)
+    cands = [(i, w.counter) for i, t in enumerate(s.tasks) if len(t.waits) < MAX_WAITS for w in t.waits
+             if len(prods.get(w.counter, ())) >= 3 and w.threshold == len(prods[w.counter])]
+    pick = _pick(rng, cands)
+    if pick is None:
+        return None
+    i, c = pick
+    return _with_task(s, i, waits=(*s.tasks[i].waits, Wait(c, rng.randint(2, len(prods[c]) - 1))))
+
+
+def m_drop_wait_non_kv(s: Schedule, rng: random.Random) -> Schedule | None:
+    """drop-wait on a task that neither appends to nor reads a KV cache (unordered-read on activations)."""
+    i = _pick(rng, [i for i, t in enumerate(s.tasks) if t.waits and t.op not in KV_OPS and t.op not in KV_READERS])
+    if i is None:
+        return None
+    w = list(s.tasks[i].waits)
+    w.pop(rng.randrange(len(w)))
+    return _with_task(s, i, waits=tuple(w))
+
+
+def m_phantom_output(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A new schedule output that no task writes (unreachable-output)."""
+    name = f"out.phantom{rng.randrange(100)}"
+    kind = _pick(rng, ["output", "activation", "scratch"])
+    return attrs.evolve(s, buffers=(*s.buffers, Buffer(name, "f32", (rng.randint(1, 8),), kind)),
+                        outputs=(*s.outputs, name))
+
+
+def m_unread_write_race(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A copy of a task whose outputs no task reads (e.g. the final argmax), on another SM, signalling a fresh
+    counter: two unordered writers of the same elements and no reader between them (write-race)."""
+    if s.num_sms < 2:
+        return None
+    bufs = {b.name: b for b in s.buffers}
+    read = {n for t in s.tasks for n in t.inputs}
+    cands = [i for i, t in enumerate(s.tasks)
+             if t.outputs and all(o in bufs and bufs[o].kind != "weight" and o not in read for o in t.outputs)]
+    i = _pick(rng, cands)
+    if i is None:
+        return None
+    t = s.tasks[i]
+    new = attrs.evolve(t, id=max(x.id for x in s.tasks) + 1, signal=s.num_counters,
+                       sm=_pick(rng, [k for k in range(s.num_sms) if k != t.sm]))
+    tasks = list(s.tasks)
+    tasks.insert(rng.randint(i + 1, len(tasks)), new)
+    return attrs.evolve(s, tasks=tuple(tasks), num_counters=s.num_counters + 1)
+
+
 MUTATORS: dict[str, Callable[[Schedule, random.Random], Schedule | None]] = {
     "drop-wait": m_drop_wait,
     "add-cycle": m_add_cycle,
@@ -353,6 +515,31 @@ MUTATORS: dict[str, Callable[[Schedule, random.Random], Schedule | None]] = {
     "swap-buffer": m_swap_buffer,
     "narrow-range": m_narrow_range,
     "unwritten-output": m_unwritten_output,
+    # one class per validator rule (RULE_CLASSES)
+    "oob-sm": m_oob_sm,
+    "wait-overflow": m_wait_overflow,
+    "wait-unsignalled": m_wait_unsignalled,
+    "cross-sm-cycle": m_cross_sm_cycle,
+    "wait-later-in-queue": m_wait_later_in_queue,
+    "wait-later-in-list": m_wait_later_in_list,
+    "extra-partial-wait": m_extra_partial_wait,
+    "drop-wait-non-kv": m_drop_wait_non_kv,
+    "phantom-output": m_phantom_output,
+    "unread-write-race": m_unread_write_race,
+}
+# The class that targets each validator rule (diagnostic code): its mutants, when rejected, carry that code alone.
+RULE_CLASSES: dict[str, str] = {
+    "malformed": "oob-sm",
+    "capacity": "wait-overflow",
+    "unsatisfiable-wait": "wait-unsignalled",
+    "cycle": "cross-sm-cycle",
+    "queue-order": "wait-later-in-queue",
+    "list-order": "wait-later-in-list",
+    "partial-join": "extra-partial-wait",
+    "unordered-read": "drop-wait-non-kv",
+    "kv-order": "kv-read-before-append",
+    "unreachable-output": "phantom-output",
+    "write-race": "unread-write-race",
 }
 
 

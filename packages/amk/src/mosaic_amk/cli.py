@@ -344,14 +344,26 @@ def validate_cmd(schedule_path: str, as_json: bool) -> None:
 @click.option("--workers", default=0, show_default=True, type=click.IntRange(min=0), help="Processes (0: all cores).")
 @click.option("--runs", default=8, show_default=True, type=click.IntRange(min=1), help="Oracle interleavings each.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def audit_cmd(n: int, seed: int, workers: int, runs: int, as_json: bool) -> None:
+@click.option("--markdown", is_flag=True, help="The table as Markdown (ignored with --json).")
+@click.option("--json-out", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Also write the JSON report to this file.")
+@click.option("--progress", is_flag=True, help="Progress lines (schedules done, elapsed) on stderr.")
+def audit_cmd(n: int, seed: int, workers: int, runs: int, as_json: bool, markdown: bool, json_out: str | None,
+              progress: bool) -> None:
     """Audit the validator against the dynamic oracle; exit 1 on any false accept or rejected real lowering."""
     import json
+    import time
+    from pathlib import Path
 
     from mosaic_amk.validate.audit import run_audit, table
 
-    report = run_audit(n, seed=seed, workers=workers or None, runs=runs)
-    click.echo(json.dumps(report.to_json(), indent=2) if as_json else table(report))
+    t0 = time.perf_counter()
+    say = (lambda line: click.echo(f"[{time.perf_counter() - t0:8.1f}s] {line}", err=True)) if progress else None
+    report = run_audit(n, seed=seed, workers=workers or None, runs=runs, progress=say)
+    data = report.to_json()
+    if json_out:
+        Path(json_out).write_text(json.dumps(data, indent=2) + "\n")
+    click.echo(json.dumps(data, indent=2) if as_json else table(report, markdown=markdown))
     if report.false_accepts or report.real.rejected:
         raise click.exceptions.Exit(1)
 

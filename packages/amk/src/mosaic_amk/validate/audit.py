@@ -629,6 +629,8 @@ class AuditReport:
     examples: list[dict]
     seconds: float = 0.0
     workers: int = 1
+    commit: str | None = None  # git HEAD of the checkout that ran it
+    amk_clean: bool | None = None  # whether packages/amk had no uncommitted change then
 
     @property
     def total(self) -> int:
@@ -638,11 +640,47 @@ class AuditReport:
     def false_accepts(self) -> int:
         return sum(r.false_accepts for r in self.rows) + self.real.false_accepts
 
+    @property
+    def adversarial(self) -> ClassRow:
+        tot = ClassRow("total (adversarial)")
+        for r in self.rows:
+            tot.add(r)
+        return tot
+
+    @property
+    def schedules_per_s(self) -> float:
+        return self.total / self.seconds if self.seconds > 0 else 0.0
+
     def to_json(self) -> dict:
+        targets = {c: code for code, c in RULE_CLASSES.items()}
         return {"n": self.n, "total_schedules": self.total, "seed": self.seed, "oracle_runs": self.oracle_runs,
                 "bases": self.bases, "seconds": round(self.seconds, 2), "workers": self.workers,
+                "schedules_per_s": round(self.schedules_per_s, 1), "commit": self.commit, "amk_clean": self.amk_clean,
                 "false_accepts": self.false_accepts, "real_lowerings": self.real.to_json(),
-                "classes": [r.to_json() for r in self.rows], "false_accept_examples": self.examples}
+                "classes": [{**r.to_json(), "targets": targets.get(r.name), "control": r.name in CONTROL}
+                            for r in self.rows],
+                "totals": {"adversarial": self.adversarial.to_json(),
+                           "all": {k: v + getattr(self.real, k) if k != "name" else "total (all)"
+                                   for k, v in self.adversarial.to_json().items()}},
+                "false_accept_examples": self.examples}
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """(HEAD commit, packages/amk clean) of the checkout this module is in; (None, None) outside git."""
+    import subprocess
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True,
+                             check=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "packages/amk"], cwd=top, capture_output=True,
+                               text=True, check=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return head or None, not dirty
 
 
 _BASES: list[Schedule] = []
@@ -718,7 +756,7 @@ def run_audit(n: int, seed: int = 0, workers: int | None = None, runs: int = ORA
             for got, ex in results:
                 for r in got:
                     rows[r.name].add(r)
-                    done += r.schedules + r.not_applicable
+                    done += r.schedules
                 examples.extend(ex)
                 if progress:
                     progress(f"{done}/{n}")
@@ -727,27 +765,43 @@ def run_audit(n: int, seed: int = 0, workers: int | None = None, runs: int = ORA
             got, ex = _job(job)
             for r in got:
                 rows[r.name].add(r)
+                done += r.schedules
             examples.extend(ex)
+            if progress:
+                progress(f"{done}/{n} ({job[0]})")
     label = f"{len(base_list)} real lowerings of tiny random-init checkpoints (mosaic_amk.lowering)"
+    commit, clean = git_state()
     return AuditReport(n, seed, runs, label, list(rows.values()), real, examples[:10],
-                       time.perf_counter() - t0, workers)
+                       time.perf_counter() - t0, workers, commit, clean)
 
 
-def table(report: AuditReport) -> str:
-    header = ["class", "schedules", "oracle-unsafe", "rejected", "false-accepts", "stricter", "n/a"]
-    rows = [[r.name + (" (control)" if r.name in CONTROL else ""), r.schedules, r.oracle_unsafe, r.rejected,
-             r.false_accepts, r.stricter, r.not_applicable] for r in report.rows]
-    tot = ClassRow("total (adversarial)")
-    for r in report.rows:
-        tot.add(r)
-    rows.append([tot.name, tot.schedules, tot.oracle_unsafe, tot.rejected, tot.false_accepts, tot.stricter,
-                 tot.not_applicable])
+def table(report: AuditReport, markdown: bool = False) -> str:
+    """The per-class table: schedules, oracle-unsafe, rejected, false accepts, stricter, n/a, and the rule a
+    class targets (RULE_CLASSES); totals; a summary line. ``markdown``: a GitHub table."""
+    targets = {c: code for code, c in RULE_CLASSES.items()}
+    header = ["class", "targets", "schedules", "oracle-unsafe", "rejected", "false-accepts", "stricter", "n/a"]
+    cells = lambda r, name, tgt: [name, tgt, r.schedules, r.oracle_unsafe, r.rejected, r.false_accepts,  # noqa: E731
+                                  r.stricter, r.not_applicable]
+    rows = [cells(r, r.name + (" (control)" if r.name in CONTROL else ""), targets.get(r.name, "")) for r in report.rows]
+    tot = report.adversarial
     re = report.real
-    rows.append([re.name, re.schedules, re.oracle_unsafe, re.rejected, re.false_accepts, re.stricter, 0])
+    rows.append(cells(tot, tot.name, ""))
+    rows.append(cells(re, re.name, ""))
+    every = ClassRow("total (all)")
+    every.add(tot)
+    every.add(re)
+    rows.append(cells(every, every.name, ""))
+    summary = (f"real lowerings accepted: {re.schedules - re.rejected}/{re.schedules}; "
+               f"false accepts: {report.false_accepts}; {report.total} schedules in {report.seconds:.1f}s "
+               f"({report.schedules_per_s:.1f} schedules/s, {report.workers} worker(s), {report.oracle_runs} oracle "
+               f"interleavings each); seed {report.seed}, n {report.n}, commit {report.commit or 'unknown'}"
+               + ("" if report.amk_clean in (True, None) else " (packages/amk modified)"))
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if k < 2 else "---:" for k in range(len(header))) + "|"]
+        lines += ["| " + " | ".join(f"**{c}**" if k == 5 and c else str(c) for k, c in enumerate(r)) + " |" for r in rows]
+        return "\n".join([*lines, "", summary])
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(str(c).rjust(w) if k else str(c).ljust(w) for k, (c, w) in enumerate(zip(r, widths, strict=True)))  # noqa: E731
+    fmt = lambda r: "  ".join(str(c).rjust(w) if k > 1 else str(c).ljust(w) for k, (c, w) in enumerate(zip(r, widths, strict=True)))  # noqa: E731
     lines = [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
-    lines.append(f"real lowerings accepted: {re.schedules - re.rejected}/{re.schedules}; "
-                 f"false accepts: {report.false_accepts}; {report.total} schedules in {report.seconds:.1f}s "
-                 f"({report.workers} worker(s), {report.oracle_runs} oracle interleavings each)")
+    lines.append(summary)
     return "\n".join(lines)

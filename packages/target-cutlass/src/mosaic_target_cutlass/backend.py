@@ -14,10 +14,10 @@ from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, RecordError
 from mosaic.records import GpuTarget, KernelSpec, LaunchRecord
 
-from mosaic_target_cutlass import blackwell, gemm
+from mosaic_target_cutlass import attention, blackwell, gemm
 from mosaic_target_cutlass import build as _build
 
-FAMILIES = {"gemm": gemm.GemmKnobs}
+FAMILIES = {"gemm": gemm.GemmKnobs, "attention": attention.AttentionKnobs}
 
 
 def to_words(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -68,19 +68,29 @@ class CutlassBackend:
 
     def source(self, spec: KernelSpec, gpu: GpuTarget) -> str:
         knobs = self._knobs_for(spec, gpu)
-        module = blackwell if isinstance(knobs, blackwell.BlackwellGemmKnobs) else gemm
+        if isinstance(knobs, attention.AttentionKnobs):
+            module = attention
+        else:
+            module = blackwell if isinstance(knobs, blackwell.BlackwellGemmKnobs) else gemm
         found = module.problems(knobs, spec, gpu)
         if found:
             raise Unbuildable("; ".join(d.line() for d in found), knobs.label)
-        return module.render(knobs, spec.dtype)
+        return attention.render(knobs, spec) if module is attention else module.render(knobs, spec.dtype)
 
     def build(self, spec: KernelSpec, gpu: GpuTarget) -> _build.Build:
-        return _build.build(self.source(spec, gpu), gpu.arch, name="gemm")
+        return _build.build(self.source(spec, gpu), gpu.arch, name=spec.family if spec.family == "attention" else "gemm")
 
     def lower(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path) -> Lowered:
         knobs = self._knobs_for(spec, gpu)
         b = self.build(spec, gpu)
         budget = check_budgets(b, gpu)
+        if spec.family == "attention":
+            # the template's fragment maps, checked on the host by the build's shim in a child process
+            bad = attention.fragment_check(b.library)["fragment_violations"]
+            if bad:
+                raise Unbuildable(f"the attention template's fragment maps are inconsistent ({bad} violations; "
+                                  "a template bug)", b.key)
+            budget = {**budget, "fragment_maps": "ok"}
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         paths = {}
@@ -96,6 +106,10 @@ class CutlassBackend:
                        toolchain={**b.toolchain, "cutlass_build": b.key}, notes=notes, **paths)
 
     def prepare(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs: dict[str, Any]) -> GemmRunnable:
+        if spec.family == "attention":
+            raise Unbuildable("the cutlass attention template lowers on the CPU only (attention:cpu-lowering): no "
+                              "device runner yet, and its numerics are unverified until tools/attention_selfcheck.sh "
+                              "has run on an sm_90 GPU")
         b = self.build(spec, gpu)
         return GemmRunnable(b.library, spec, gpu, inputs)
 

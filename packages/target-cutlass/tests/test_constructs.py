@@ -8,21 +8,28 @@ from mosaic.proposers import Request
 from mosaic.proposers.knobs import KnobsProposer, construct_knobs
 from mosaic.records import Discrepancy
 from mosaic.run.campaign import Campaign
+from mosaic_target_cutlass.attention import AttentionKnobs
 from mosaic_target_cutlass.constructs import CONSTRUCTS
 from mosaic_target_cutlass.gemm import GemmKnobs
 
 FIELDS = {f.name for f in attrs.fields(GemmKnobs)}
+ATTENTION_FIELDS = {f.name for f in attrs.fields(AttentionKnobs)}
+#: the concepts attention adds: their knobs are AttentionKnobs fields
+ATTENTION_CONCEPTS = {"online-softmax-rescale", "exp2-log2e-fold", "two-mma-pipeline", "causal-block-skip",
+                      "gqa-head-mapping", "p-operand-source"}
 
 
-def test_every_named_knob_is_a_gemm_knob_and_every_concept_is_covered():
-    named = set()
+def test_every_named_knob_is_a_knob_of_its_family_and_every_concept_is_covered():
+    named, attention_named = set(), set()
     for c in CONSTRUCTS:
         assert c.concept in CONCEPT_NAMES
+        fields, seen = (ATTENTION_FIELDS, attention_named) if c.concept in ATTENTION_CONCEPTS else (FIELDS, named)
         for knob, _ in construct_knobs(c.expression):
-            assert knob in FIELDS, f"{c.concept}: '{knob}' is not a GemmKnobs field"
-            named.add(knob)
+            assert knob in fields, f"{c.concept}: '{knob}' is not a field of the family's knob class"
+            seen.add(knob)
     assert {"tile_m", "tile_n", "tile_k", "cluster_m", "cluster_n", "stages", "kernel_schedule",
             "epilogue_schedule", "tile_scheduler"} <= named
+    assert ATTENTION_FIELDS <= attention_named | {"block_m"}  # block_m moves with consumer_warpgroups (a rule)
     assert len({c.concept for c in CONSTRUCTS}) == len(CONCEPT_NAMES) == len(CONSTRUCTS)
     cat = catalog_from_host(host())
     assert cat.entry("pipeline-stage", "cutlass").source == "cutlass"  # from the plugin

@@ -2,14 +2,16 @@
 
 They name this plugin's real knobs so that the ``knobs`` proposer can move them: ``knob:``/``knobs:`` name :class:`~mosaic_target_cutlass.gemm.
 GemmKnobs` fields (tile_m, tile_n, tile_k, cluster_m, cluster_n, stages, kernel_schedule, epilogue_schedule,
-tile_scheduler). Where the template has no knob for a concept the expression says so (``analogue`` partial
-or none). A test checks every named knob is a GemmKnobs field.
+tile_scheduler), and in the six concepts attention adds :class:`~mosaic_target_cutlass.attention.AttentionKnobs`
+fields (block_m, block_n, stages, consumer_warpgroups, causal_skip, p_in; templates/attention_sm90.cuh). Where the
+template has no knob for a concept the expression says so (``analogue`` partial or none). A test checks every named
+knob is a field of the family's knob class.
 """
 
 from mosaic.records import Construct
 
-#: where the attention concepts are written in CUTLASS, while this plugin has no attention template
-_FMHA = "no attention template in this plugin; CUTLASS's examples/88_hopper_fmha writes it"
+#: the concepts attention adds, as the attention template (templates/attention_sm90.cuh) writes them
+_ATTENTION = "templates/attention_sm90.cuh (CuTe C++, sm_90a; lowered on the CPU, not yet run on a GPU)"
 
 
 def _x(concept: str, expression: str, analogue: str = "direct", notes: str = "") -> Construct:
@@ -73,11 +75,23 @@ CONSTRUCTS = (
     _x("fma-contraction", "nvcc -fmad=true (default)", "partial", "a compiler flag, not a knob"),
     _x("approximate-reciprocal", "cutlass::fast_divide / -prec-div=false", "none", "no division in the GEMM"),
     _x("bf16-conversion", "NumericArrayConverter<bfloat16_t, float, N, round_to_nearest> in the epilogue"),
-    # attention: this plugin builds no attention kernel yet (GEMM only); where CUTLASS's Hopper FMHA example writes each
-    _x("online-softmax-rescale", "", "none", _FMHA + ": CollectiveSoftmax (collective/fmha_collective_softmax.hpp)"),
-    _x("exp2-log2e-fold", "", "none", _FMHA + ": exp2f(scale_softmax_log2 * s - scale * max) in CollectiveSoftmax"),
-    _x("two-mma-pipeline", "", "none", _FMHA + ": the warp-specialised mainloop (fmha_collective_tma_warpspecialized.hpp)"),
-    _x("causal-block-skip", "", "none", _FMHA + ": the causal fusion's masks and trip counts (collective/fmha_fusion.hpp)"),
-    _x("gqa-head-mapping", "", "none", _FMHA),
-    _x("p-operand-source", "", "none", _FMHA),
+    # attention: the attention template's expression of the concepts it adds; knobs are AttentionKnobs fields
+    _x("online-softmax-rescale", "running row max and per-thread partial row sums in registers, the max reduced "
+       "over the quad (__shfl_xor_sync 1, 2), O rows *= exp2(m_old * c - m_new * c), the sums reduced over the quad "
+       "once in the epilogue; knobs: block_n", notes=_ATTENTION),
+    _x("exp2-log2e-fold", "c = log2(e) / sqrt(head_dim) in Params::scale_log2: ex2.approx(fma(s, c, -m * c)), one "
+       "FFMA + one MUFU.EX2 per score", notes=_ATTENTION),
+    _x("two-mma-pipeline", "two TiledMMAs per key block: S = Q K^T (ss_op_selector 64 x block_n) then O += P V "
+       "(64 x head_dim, V's smem seen MN-major), K and V in separate stages-deep mbarrier rings fed by one TMA "
+       "thread of the producer warpgroup; knobs: stages, block_n, consumer_warpgroups",
+       notes=_ATTENTION + "; no intra-warpgroup S/PV overlap and no ping-pong between consumer warpgroups yet"),
+    _x("causal-block-skip", "key blocks visited = ceil(min((m+1) block_m, seq) / block_n), masked from "
+       "m block_m / block_n (key_blocks<Cfg>); causal CTAs launched last query block first; knob: causal_skip",
+       notes=_ATTENTION),
+    _x("gqa-head-mapping", "kv_index(batch, head, heads, kv_heads) = batch * kv_heads + head / (heads / kv_heads) "
+       "picks the K/V TMA coordinate", notes=_ATTENTION + "; no packing of a kv head's query heads into one tile"),
+    _x("p-operand-source", "P as the A operand of the second wgmma: registers (rs_op_selector; the S accumulator's "
+       "values re-viewed as the ((2,2,2), MMA_M, MMA_K) A fragment) or shared memory (st.shared of value pairs into "
+       "a 128-byte swizzled tile, fence.proxy.async, a named barrier per warpgroup, ss_op_selector); knob: p_in",
+       notes=_ATTENTION),
 )

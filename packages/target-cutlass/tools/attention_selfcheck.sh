@@ -36,7 +36,7 @@ command -v nvcc >/dev/null || { echo "error: nvcc is not on PATH" >&2; exit 2; }
 mkdir -p "$(dirname "$out")"
 if [ ! -x "$out" ] || [ "$out" -ot "$here/attention_selfcheck.cu" ] || \
    [ "$out" -ot "$here/../src/mosaic_target_cutlass/templates/attention_sm90.cuh" ]; then
-  echo "building $out (nvcc, about 2-3 minutes on 2 cores)" >&2
+  echo "building $out (nvcc, about a minute on 2 cores)" >&2
   nvcc -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -cudart static \
     -I"$here/../src/mosaic_target_cutlass/templates" -I"$inc" -o "$out" "$here/attention_selfcheck.cu"
 fi

@@ -16,7 +16,7 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
-    from mosaic.records import Construct, Family, GpuTarget, Language, Oracle, Proposer, Rewrite
+    from mosaic.records import Construct, Exploit, Family, GpuTarget, Language, Oracle, Proposer, Rewrite
 
 PROJECT = "mosaic"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -82,6 +82,14 @@ def register_rewrites(register: Callable[[Rewrite], None]) -> None:
     bound, ...) for a language's kernel files; the ``rewrites`` proposer applies them without an agent.
 
     :param register: call once per :class:`~mosaic.records.Rewrite`; keyed by ``rewrite@language``.
+    """
+
+
+@hookspec
+def register_exploits(register: Callable[[Exploit], None]) -> None:
+    """Contribute adversarial kernel files for ``mosaic trust`` (and honest controls the gate must pass).
+
+    :param register: call once per :class:`~mosaic.records.Exploit`; keyed by ``exploit@language``.
     """
 
 

@@ -132,6 +132,11 @@ class KernelFile:
     knobs: tuple = attrs.field(converter=_knobs)
     sha256: str = ""
     source: str = attrs.field(default="", repr=False)
+    #: ``(dim, granule)`` pairs the file declares (``MULTIPLE_OF`` / ``// mosaic:multiple-of``): the sizes of
+    #: ``dim`` it handles are multiples of ``granule``, an int or the name of an int knob. The numerics gate's
+    #: unseen shapes (:mod:`mosaic.gate`) stay inside them; every other dimension takes any size, odd ones too.
+    multiple_of: tuple = attrs.field(default=(), converter=lambda v: tuple((str(d), g) for d, g in
+                                                                           (v.items() if isinstance(v, Mapping) else v)))
 
     @property
     def name(self) -> str:
@@ -150,6 +155,11 @@ class KernelFile:
                            f"known: {known}", "--knob")
         return {k.name: (k.parse(overrides[k.name]) if k.name in overrides else k.default) for k in self.knobs}
 
+    def granules(self, overrides: Mapping[str, Any] | None = None) -> dict[str, int]:
+        """``dim -> granule`` of :attr:`multiple_of` with knob names resolved to the knobs' values."""
+        values = self.knob_values(overrides or {})
+        return {d: int(values[g]) if isinstance(g, str) else int(g) for d, g in self.multiple_of}
+
     def check_family(self, dims: tuple, optional: Mapping | tuple = ()) -> None:
         """Every operand dimension must be one of the family's (``dims`` and its optional dims)."""
         known = (*dims, *optional)
@@ -165,6 +175,8 @@ class KernelFile:
              "knob_class": self.knob_class, "knobs": [attrs.asdict(k) for k in self.knobs]}
         for o in (*d["inputs"], *d["outputs"]):
             o["dims"] = list(o["dims"])
+        if self.multiple_of:
+            d["multiple_of"] = dict(self.multiple_of)
         if with_source:
             d["source"] = self.source
         return d
@@ -173,7 +185,7 @@ class KernelFile:
     def from_json(cls, d: Mapping) -> KernelFile:
         return cls(path=d["path"], syntax=d["syntax"], entry=d["entry"], inputs=d["inputs"], outputs=d["outputs"],
                    knob_class=d["knob_class"], knobs=d["knobs"], sha256=d.get("sha256", ""),
-                   source=d.get("source", ""))
+                   source=d.get("source", ""), multiple_of=d.get("multiple_of") or ())
 
 
 # -- reading the contract (no code of the file runs) ------------------------------------------------
@@ -198,15 +210,43 @@ def read_kernel_file(path: str | os.PathLike) -> KernelFile:
     if "\x00" in text:
         raise BadInput("kernel file holds a NUL byte (binary?)", where)
     read = _read_cxx if syntax == "c++" else _read_python
-    entry, inputs, outputs, knob_class, knobs = read(text, where)
+    entry, inputs, outputs, knob_class, knobs, multiple_of = read(text, where)
     if not inputs or not outputs:
         raise BadInput("the contract needs at least one input and one output", where)
     names = [o.name for o in (*inputs, *outputs)]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise BadInput(f"operand name(s) {', '.join(dup)} appear more than once", where)
+    _check_multiple_of(multiple_of, {d for o in (*inputs, *outputs) for d in o.dims}, knobs, where)
     return KernelFile(path=str(p.resolve()), syntax=syntax, entry=entry, inputs=inputs, outputs=outputs,
-                      knob_class=knob_class, knobs=knobs, sha256=hashlib.sha256(data).hexdigest(), source=text)
+                      knob_class=knob_class, knobs=knobs, sha256=hashlib.sha256(data).hexdigest(), source=text,
+                      multiple_of=multiple_of)
+
+
+MULTIPLE_OF_DIRECTIVE = "multiple-of"
+
+
+def _check_multiple_of(pairs: tuple, dims: set, knobs: tuple, where: str) -> None:
+    """Each declared granule names a dimension of the operands and is a positive int or an int knob's name."""
+    int_knobs = {k.name for k in knobs if k.type == "int"}
+    for dim, g in pairs:
+        if dim not in dims:
+            raise BadInput(f"MULTIPLE_OF names dimension '{dim}' that no operand has; the operands': "
+                           f"{', '.join(sorted(dims))}", where)
+        if isinstance(g, bool) or not (isinstance(g, int) and 1 <= g <= 2**20 or isinstance(g, str) and g in int_knobs):
+            raise BadInput(f"MULTIPLE_OF['{dim}'] = {g!r}: a granule is an int in [1, 2^20] or the name of an int knob "
+                           f"({', '.join(sorted(int_knobs)) or 'none'})", where)
+
+
+def _cxx_multiple_of(value: str, where: str) -> tuple:
+    """``// mosaic:multiple-of rows=block_rows cols=64`` -> (("rows", "block_rows"), ("cols", 64))."""
+    out = []
+    for item in value.split():
+        dim, sep, g = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_]\w*", dim) or not re.fullmatch(r"\d+|[A-Za-z_]\w*", g):
+            raise BadInput(f"mosaic:{MULTIPLE_OF_DIRECTIVE} item '{item}' is not dim=INT or dim=KNOB", where)
+        out.append((dim, int(g) if g.isdigit() else g))
+    return tuple(out)
 
 
 def _operand_list(text: str, what: str, where: str) -> tuple:
@@ -360,9 +400,9 @@ def _read_cxx(text: str, where: str):
     found: dict[str, str] = {}
     for m in _DIRECTIVE_RE.finditer(text):
         key, value = m.group(1), m.group(2)
-        if key not in ("entry", "inputs", "outputs", "knobs", NVCC_FLAGS_DIRECTIVE):
+        if key not in ("entry", "inputs", "outputs", "knobs", NVCC_FLAGS_DIRECTIVE, MULTIPLE_OF_DIRECTIVE):
             raise BadInput(f"unknown contract line 'mosaic:{key}'; known: entry, inputs, outputs, knobs, "
-                           f"{NVCC_FLAGS_DIRECTIVE}", where)
+                           f"{NVCC_FLAGS_DIRECTIVE}, {MULTIPLE_OF_DIRECTIVE}", where)
         if key in found:
             raise BadInput(f"contract line 'mosaic:{key}' appears twice", where)
         found[key] = value
@@ -381,7 +421,7 @@ def _read_cxx(text: str, where: str):
         raise BadInput(f"mosaic:knobs '{knob_class}' is not a C identifier", where)
     knobs, _ = cxx_knob_sites(text, knob_class, where)
     return (entry, _operand_list(found["inputs"], "inputs", where), _operand_list(found["outputs"], "outputs", where),
-            knob_class, tuple(knobs))
+            knob_class, tuple(knobs), _cxx_multiple_of(found.get(MULTIPLE_OF_DIRECTIVE, ""), where))
 
 
 def _literal(node: ast.AST, what: str, where: str) -> Any:
@@ -469,8 +509,12 @@ def _read_python(text: str, where: str):
                 raise BadInput(f"knob '{node.target.id}' has no default (every knob needs one)", where)
             default = _literal(node.value, f"knob '{node.target.id}' default", where)
             knobs.append(Knob(node.target.id, kind, Knob(node.target.id, kind).parse(default)))
+    multiple_of = _literal(consts["MULTIPLE_OF"], "MULTIPLE_OF", where) if "MULTIPLE_OF" in consts else {}
+    if not isinstance(multiple_of, dict) or not all(isinstance(d, str) for d in multiple_of):
+        raise BadInput("MULTIPLE_OF must be a dict of dimension name -> int or knob name", where)
     return (entry, _py_operands(_literal(consts["INPUTS"], "INPUTS", where), "INPUTS", where),
-            _py_operands(_literal(consts["OUTPUTS"], "OUTPUTS", where), "OUTPUTS", where), knob_class, tuple(knobs))
+            _py_operands(_literal(consts["OUTPUTS"], "OUTPUTS", where), "OUTPUTS", where), knob_class, tuple(knobs),
+            tuple(multiple_of.items()))
 
 
 # -- the child: importing a Python kernel file happens here only -------------------------------------

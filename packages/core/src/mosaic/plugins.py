@@ -20,7 +20,7 @@ import pluggy
 
 from mosaic import hookspecs
 from mosaic.errors import PluginError
-from mosaic.records import Construct, Family, GpuTarget, Language, Oracle, Proposer, Rewrite
+from mosaic.records import Construct, Exploit, Family, GpuTarget, Language, Oracle, Proposer, Rewrite
 
 GROUP = hookspecs.PROJECT
 ALLOW_ENV = "MOSAIC_LOAD_PLUGINS"
@@ -35,6 +35,7 @@ REGISTRIES: dict[str, tuple[str, type]] = {
     "families": ("register_families", Family),
     "proposers": ("register_proposers", Proposer),
     "rewrites": ("register_rewrites", Rewrite),
+    "exploits": ("register_exploits", Exploit),
 }
 SINGULAR = {"families": "family"}  # a registry kind's one-item name where dropping the "s" is wrong
 

@@ -270,6 +270,43 @@ class Rewrite:
                 "rows": list(self.rows), "side": self.side, "forms": list(self.forms), "summary": self.summary}
 
 
+#: the public exploit families ``mosaic trust`` covers (seeds/mosaicist.txt's "the harness cannot be gamed"):
+#: name -> what the candidate does; :mod:`mosaic.trust` says which run where
+EXPLOIT_KINDS = (
+    "side-stream", "lazy-output", "timer-patch", "replayed-output", "inputs-in-place", "bad-output",
+    "precision-downgrade", "partial-work", "closed-form", "seed-answer", "hard-coded-shape", "library-fallback",
+    "library-call", "timed-fast-path", "super-batching", "cache-warming", "uninitialised-smem", "data-race",
+    "writes-campaign", "control",
+)
+
+
+@attrs.frozen
+class Exploit:
+    """An adversarial kernel file of one exploit family (``register_exploits``): submitted to the numerics gate
+    the way an agent's source candidate is, it must be rejected; ``kind="control"`` is an honest kernel the gate
+    must pass (a gate that rejects everything proves nothing)."""
+
+    exploit: str = attrs.field(validator=name_field)
+    kind: str = attrs.field(validator=one_of(*EXPLOIT_KINDS))
+    language: str = attrs.field(validator=name_field)
+    family: str = attrs.field(validator=name_field)
+    path: str = attrs.field(validator=attrs.validators.instance_of(str))
+    summary: str = attrs.field(validator=attrs.validators.instance_of(str))
+    dtype: str = "bf16"
+    shape: Mapping = attrs.field(factory=dict, converter=dict)  # the campaign's shape (the family's example if empty)
+    knobs: Mapping = attrs.field(factory=dict, converter=dict)
+    needs: str = attrs.field(default="cpu", validator=one_of("cpu", "gpu"))
+
+    @property
+    def name(self) -> str:
+        return f"{self.exploit}@{self.language}"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "language": self.language, "family": self.family,
+                "path": self.path, "summary": self.summary, "dtype": self.dtype, "shape": dict(self.shape),
+                "knobs": dict(self.knobs), "needs": self.needs}
+
+
 @attrs.frozen
 class Oracle:
     """A float64 reference for one kernel family (``register_oracles``)."""

@@ -28,7 +28,9 @@ def run(fn: Callable[..., Any], *args: Any, detect_races: bool = True) -> Interp
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     gpu_callbacks.reset_gpu_interpret_mode_state()
-    params = plgpu.InterpretGPUParams(detect_races=detect_races)
+    # uninitialised memory reads NaN (jax's default, stated): an output element or a shared-memory word never
+    # written shows in the oracle's check
+    params = plgpu.InterpretGPUParams(detect_races=detect_races, uninitialized_memory="nan")
     try:
         with plgpu.force_gpu_interpret_mode(params):
             out = jax.block_until_ready(jax.jit(fn)(*args))

@@ -35,6 +35,42 @@ from mosaic_target_pallas.backend import (
 JAX_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
 
 
+#: StableHLO ops that compute (rules as data): one of them outside the Mosaic GPU call means the program does
+#: work the kernel does not (a library call instead of the kernel, a fallback, a post-pass that fixes the output);
+#: data movement (reshape, transpose, convert, broadcast_in_dim, slice, constant, ...) is allowed
+COMPUTE_OPS = frozenset({
+    "abs", "add", "atan2", "cbrt", "ceil", "clamp", "cosine", "custom_call", "divide", "dot", "dot_general",
+    "convolution", "exponential", "exponential_minus_one", "floor", "log", "log_plus_one", "logistic", "maximum",
+    "minimum", "multiply", "negate", "power", "reduce", "reduce_precision", "reduce_window", "remainder", "round_nearest_even",
+    "round_nearest_afz", "rsqrt", "scatter", "select_and_scatter", "sign", "sine", "sort", "sqrt", "subtract", "tan",
+    "tanh", "while", "fft", "cholesky", "triangular_solve", "rng", "rng_bit_generator",
+})
+MOSAIC_GPU_CALL = "mosaic_gpu"
+
+
+def program_ops(text: str) -> tuple[int, dict[str, int]]:
+    """(Mosaic GPU kernel calls, {compute op: count} outside them) of a lowered program's StableHLO text. The
+    kernel's own body is serialised inside its custom call's attributes, so every op line here is outside it."""
+    import re
+
+    calls, outside = 0, {}
+    op = re.compile(r'^\s*(?:[%\w#:, ]+=\s*)?"?stablehlo\.(\w+)"?')
+    for line in text.splitlines():
+        m = op.match(line)
+        if not m:
+            continue
+        name = m.group(1)
+        if name == "custom_call":
+            target = re.search(r"custom_call\s*@([\w.]+)", line)
+            if target and target.group(1).startswith(MOSAIC_GPU_CALL):
+                calls += 1
+                continue
+            name = f"custom_call @{target.group(1) if target else '?'}"
+        if name in COMPUTE_OPS or name.startswith("custom_call"):
+            outside[name] = outside.get(name, 0) + 1
+    return calls, outside
+
+
 class PallasFileBackend(PythonFileBackend):
     """The mosaic.backend methods for one Pallas Mosaic GPU kernel file."""
 
@@ -130,6 +166,49 @@ class PallasFileBackend(PythonFileBackend):
                               out_name=out.name)
 
 
+    def program_check(self, spec: KernelSpec) -> dict:
+        """What the lowered program holds at ``spec``'s shape (no GPU): its Mosaic GPU calls and the compute outside
+        them (the gate's ``kernel`` stage, :mod:`mosaic.gate`)."""
+        key = tuple(sorted(spec.shape.items()))
+        cache = self.__dict__.setdefault("_programs", {})
+        if key not in cache:
+            fn, args, _ = self._fn(spec)
+            calls, outside = program_ops(self._trace_lower(fn, args).as_text())
+            cache[key] = {"language": "Mosaic GPU", "kernels": calls, "outside": outside,
+                          "what": "the entry lowers to no Mosaic GPU custom call" if not calls else ""}
+        return cache[key]
+
+
+    def interpret_unavailable(self) -> str | None:
+        """Why this machine cannot run :meth:`interpret` (None when it can): jax's GPU interpreter with its race
+        detector needs jax >= 0.11.2 (Python >= 3.12)."""
+        try:
+            from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # noqa: F401
+            from jax.experimental.pallas import mosaic_gpu as plgpu
+        except ImportError as exc:
+            return f"jax's Pallas GPU interpreter is not importable here ({exc}); it needs jax >= 0.11.2 (Python 3.12)"
+        if not hasattr(plgpu, "InterpretGPUParams"):
+            return "this jax has no Pallas GPU interpreter (plgpu.InterpretGPUParams); it needs jax >= 0.11.2"
+        return None
+
+    def interpret(self, spec: KernelSpec, inputs: dict[str, Any]) -> dict:
+        """Run the file's entry on ``inputs`` in jax's GPU interpreter on the CPU (``interpret.py``: race detector on,
+        uninitialised memory NaN): ``{"outputs": {name: float32 array}, "races": bool}``. The output must be the one
+        array the contract names; anything else is returned as it is for the gate to refuse."""
+        import jax.numpy as jnp
+        import numpy as np
+
+        from mosaic_target_pallas import interpret
+
+        fn, _, dtype = self._fn(spec)
+        args = [jnp.asarray(np.asarray(inputs[o.name], np.float32), dtype) for o in self.kfile.inputs]
+        result = interpret.run(fn, *args, detect_races=True)
+        outs = result.outputs
+        name = self.kfile.outputs[0].name
+        return {"outputs": {name: outs[0]} if len(outs) == 1 else {f"{name}[{i}]": o for i, o in enumerate(outs)},
+                "races": result.races_found}
+
+
 class PallasFiles(PallasBackend):
     """The pallas backend that also builds Pallas Mosaic GPU kernel files: ``kernel_file(kfile)``."""
 
@@ -137,3 +216,4 @@ class PallasFiles(PallasBackend):
 
     def kernel_file(self, kfile: KernelFile) -> PallasFileBackend:
         return PallasFileBackend(kfile)
+

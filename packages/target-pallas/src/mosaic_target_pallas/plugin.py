@@ -58,6 +58,14 @@ def register_constructs(register):
 
 
 @hookimpl
+def register_exploits(register):
+    from mosaic_target_pallas.exploits import exploits  # file paths only: no DSL import
+
+    for exploit in exploits():
+        register(exploit)
+
+
+@hookimpl
 def register_rewrites(register):
     from mosaic_target_pallas.rewrites import REWRITES  # ast edits only: no DSL import
 

@@ -19,5 +19,6 @@ from mosaic.commands.lift import lift
 from mosaic.commands.mcp import mcp
 from mosaic.commands.plugins import plugins
 from mosaic.commands.run import run
+from mosaic.commands.trust import trust
 
-VERBS = (plugins, gpus, families, bundle, catalog_cmd, lift, diff, check, capture, run, doctor, mcp, cache)
+VERBS = (plugins, gpus, families, bundle, catalog_cmd, lift, diff, check, capture, run, doctor, mcp, cache, trust)

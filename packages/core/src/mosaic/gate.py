@@ -1,0 +1,425 @@
+"""The numerics gate as an adversary would meet it: shapes the candidate never saw, seeds drawn per run,
+every adversarial value distribution of its family, and the checks that name what a candidate tried.
+
+A gate that runs the campaign's one shape with one seed passes a kernel that hard-codes that shape or
+regenerates the seed-0 answer. :func:`draw_plan` makes the cases instead: the campaign's shape and two
+**unseen shapes** (odd sizes, or odd multiples of what the kernel declares it needs: a kernel file's
+``MULTIPLE_OF``), crossed with **two seeds** drawn from the operating system's random source for this run
+(never 0 by construction, never written anywhere the candidate reads before it ran) and **every value
+distribution** of the family (``normal``, ``int``, ``large``, ``equal-rows``, ``denormal`` ...).
+
+The candidate runs in a child process (``python -m mosaic.gate REQUEST.json``: :func:`run_cpu_gate`), which
+only *runs* it: the parent makes the inputs (the request holds no seed), and the parent judges
+(:func:`judge`), stage by stage, with the first failure named:
+
+========== ===========================================================================================
+stage      what it catches
+========== ===========================================================================================
+kernel     no kernel of the language in the program, or arithmetic outside it (a library call instead
+           of the kernel, a try/except fallback to one)
+run        the candidate crashed, or refused a shape inside what it declares it handles
+output     not one array of the output's shape and a floating dtype (a lazy or proxy object)
+inputs     the inputs' bytes changed (modified in place)
+race       the language's race detector reported a data race (jax's GPU interpreter for Pallas)
+oracle     the float64 oracle refused the output (zero, constant or NaN output, partial work, a
+           precision downgrade, a closed form, the seed-0 answer, a replayed or cached output -- right for
+           one case's inputs, wrong for the others' --, uninitialised shared memory)
+writes     a file changed in a directory the candidate must not write (the campaign, its bundles)
+========== ===========================================================================================
+
+The rules are data (:data:`STAGES`); ``mosaic trust`` (:mod:`mosaic.trust`) submits one kernel file per
+public exploit family through this gate and prints the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+
+from mosaic.errors import BadInput
+
+#: stage -> what failing it means (the order is the order of the checks within one case)
+STAGES: Mapping[str, str] = {
+    "kernel": "the program holds no kernel of the language, or computes outside it",
+    "run": "the candidate crashed or refused a shape it declares it handles",
+    "output": "the output is not one array of the output's shape",
+    "inputs": "the candidate modified its inputs",
+    "race": "the race detector reported a data race",
+    "oracle": "the float64 oracle refused the output",
+    "writes": "a file changed in a directory the candidate must not write",
+}
+#: the unseen shapes' size when the gate runs on the CPU (jax's GPU interpreter runs one CTA at a time)
+CPU_MAX_ELEMENTS = 1 << 15
+UNSEEN_SHAPES = 2
+SEEDS = 2
+
+
+@attrs.frozen
+class GateCase:
+    """One run of the candidate: a shape, a seed and a value distribution."""
+
+    shape: Mapping[str, int] = attrs.field(converter=dict)
+    seed: int
+    values: str
+    seen: bool = True  # the campaign's own shape (False: one the candidate never saw before the gate)
+
+    def label(self) -> str:
+        return f"{'x'.join(str(v) for v in self.shape.values())} {self.values}{'' if self.seen else ' (unseen shape)'}"
+
+    def to_json(self) -> dict:
+        return {"shape": dict(self.shape), "seed": self.seed, "values": self.values, "seen": self.seen}
+
+
+@attrs.frozen
+class GatePlan:
+    """Every case the gate runs for one candidate, with the seeds and shapes it drew."""
+
+    family: str
+    dtype: str
+    shapes: tuple
+    seeds: tuple
+    distributions: tuple
+    cases: tuple
+
+    def to_json(self) -> dict:
+        return {"family": self.family, "dtype": self.dtype, "shapes": [dict(s) for s in self.shapes],
+                "seeds": list(self.seeds), "distributions": list(self.distributions),
+                "cases": [c.to_json() for c in self.cases]}
+
+
+def _odd_multiple(rng: secrets.SystemRandom, granule: int, lo: int, hi: int, avoid: set[int]) -> int:
+    """A multiple of ``granule`` in [lo, hi] whose multiplier is odd (an odd size when the granule is 1; an odd
+    number of the kernel's tiles otherwise), avoiding ``avoid`` where that leaves a choice."""
+    ks = [k for k in range(max(1, -(-lo // granule)), max(1, hi // granule) + 1) if k % 2 == 1 or k == 1]
+    choice = [k for k in ks if k * granule not in avoid] or ks or [1]
+    return rng.choice(choice) * granule
+
+
+def unseen_shapes(dims: Sequence[str], campaign: Mapping[str, int], granules: Mapping[str, int],
+                  rng: secrets.SystemRandom | None = None, count: int = UNSEEN_SHAPES,
+                  max_elements: int | None = None) -> list[dict[str, int]]:
+    """``count`` shapes unlike the campaign's and each other: every dimension an odd size (or an odd multiple of
+    its granule), drawn between one granule and twice the campaign's size; with ``max_elements`` the product of
+    the sizes stays under it (the largest dimension shrinks first)."""
+    rng = rng or secrets.SystemRandom()
+    out: list[dict[str, int]] = []
+    for _ in range(count):
+        for _attempt in range(64):
+            shape = {}
+            for d in dims:
+                g = max(1, int(granules.get(d, 1)))
+                hi = max(2 * int(campaign[d]), 3 * g)
+                shape[d] = _odd_multiple(rng, g, g, hi, {int(campaign[d])} | {s[d] for s in out})
+            while max_elements and int(np.prod(list(shape.values()))) > max_elements:
+                big = max(shape, key=lambda d: shape[d] / max(1, granules.get(d, 1)))
+                g = max(1, int(granules.get(big, 1)))
+                if shape[big] <= g:
+                    break
+                shape[big] = _odd_multiple(rng, g, g, max(g, shape[big] // 2), set())
+            if shape != dict(campaign) and shape not in out:
+                break
+        out.append(shape)
+    return out
+
+
+def draw_seeds(count: int = SEEDS, rng: secrets.SystemRandom | None = None) -> tuple[int, ...]:
+    """``count`` distinct seeds in [1, 2^31), from the OS's random source: never the 0 every test uses."""
+    rng = rng or secrets.SystemRandom()
+    seeds: list[int] = []
+    while len(seeds) < count:
+        s = rng.randrange(1, 2**31)
+        if s not in seeds:
+            seeds.append(s)
+    return tuple(seeds)
+
+
+def draw_plan(family: str, shape: Mapping[str, int], dtype: str, granules: Mapping[str, int] | None = None,
+              max_elements: int | None = None, distributions: Sequence[str] | None = None,
+              rng: secrets.SystemRandom | None = None) -> GatePlan:
+    """The gate's cases for one candidate: (campaign shape + :data:`UNSEEN_SHAPES` unseen) x :data:`SEEDS` seeds
+    x the family's distributions."""
+    from mosaic import families
+
+    fam = families.get(family)
+    if fam is None:
+        raise BadInput(f"no family '{family}'", "--family")
+    dims = tuple(fam.dims)
+    missing = [d for d in dims if d not in shape]
+    if missing:
+        raise BadInput(f"{family} shape lacks {', '.join(missing)}", "--shape")
+    granules = dict(granules or {})
+    bad = [d for d, g in granules.items() if d in shape and int(shape[d]) % int(g)]
+    if bad:
+        raise BadInput(f"the campaign's shape {dict(shape)} is not a multiple of what the kernel declares for "
+                       f"{', '.join(f'{d} ({granules[d]})' for d in bad)}", "--shape")
+    shapes = [dict(shape)] + unseen_shapes(dims, shape, granules, rng, max_elements=max_elements)
+    seeds = draw_seeds(rng=rng)
+    dists = tuple(distributions or fam.distributions or ("normal",))
+    cases = tuple(GateCase({d: int(s[d]) for d in dims}, seed, values, seen=i == 0)
+                  for i, s in enumerate(shapes) for seed in seeds for values in dists)
+    return GatePlan(family, dtype, tuple(shapes), seeds, dists, cases)
+
+
+# -- what the child reports, and the parent's judgement ---------------------------------------------------
+
+@attrs.frozen
+class Finding:
+    """The first failed stage of the gate: which, in which case, and why."""
+
+    stage: str = attrs.field(validator=attrs.validators.in_(tuple(STAGES)))
+    reason: str
+    case: int | None = None
+
+    def to_json(self) -> dict:
+        return {"stage": self.stage, "reason": self.reason, "case": self.case}
+
+
+@attrs.frozen
+class GateVerdict:
+    """The gate's decision: ``passed`` when no stage failed in any case; ``findings`` every failure, first first."""
+
+    passed: bool
+    findings: tuple = ()
+    cases_run: int = 0
+    plan: GatePlan | None = None
+    wall_s: float = 0.0
+    unavailable: str = ""  # this machine cannot run the candidate's language (no verdict; ``passed`` is False)
+
+    @property
+    def first(self) -> Finding | None:
+        return self.findings[0] if self.findings else None
+
+    def reason(self) -> str:
+        if self.unavailable:
+            return f"not run here: {self.unavailable}"
+        if self.passed:
+            return f"passed {self.cases_run} cases (3 shapes x 2 seeds x distributions)"
+        f = self.first
+        return f"[{f.stage}] {f.reason}"
+
+    def to_json(self) -> dict:
+        return {"passed": self.passed, "reason": self.reason(), "cases_run": self.cases_run,
+                "findings": [f.to_json() for f in self.findings], "wall_s": round(self.wall_s, 2),
+                "unavailable": self.unavailable,
+                "plan": self.plan.to_json() if self.plan else None}
+
+
+def digest(arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 over the names, shapes, dtypes and bytes of ``arrays`` (sorted by name)."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.shape}|{a.dtype}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def snapshot(roots: Sequence[str | os.PathLike]) -> dict[str, tuple]:
+    """Every file under ``roots`` (links not followed) -> (size, SHA-256): what :func:`changed_files` compares."""
+    seen: dict[str, tuple] = {}
+    for root in roots:
+        root = Path(root)
+        if not root.exists():
+            continue
+        for p in sorted(root.rglob("*")):
+            if p.is_symlink():
+                seen[str(p)] = ("link", os.readlink(p))
+            elif p.is_file():
+                seen[str(p)] = (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+    return seen
+
+
+def changed_files(before: Mapping[str, tuple], after: Mapping[str, tuple]) -> list[str]:
+    """Paths created, removed or changed between two snapshots."""
+    return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+
+
+def judge(plan: GatePlan, inputs: Sequence[Mapping[str, np.ndarray]], report: Mapping[str, Any],
+          outputs: Sequence[Mapping[str, np.ndarray] | None], output_shapes: Sequence[Mapping[str, tuple]],
+          written: Sequence[str] = (), check: Callable | None = None) -> GateVerdict:
+    """Judge what the child ran: ``report["cases"][i]`` is its record of case i (``error``, ``kernel``,
+    ``races``, ``inputs_after``, ``output_types``), ``outputs[i]`` the arrays it returned (None when it
+    returned none), ``inputs[i]`` what the parent gave it. ``check(family, inputs, outputs, dtype)`` is the
+    oracle (:func:`mosaic.oracle.check` by default)."""
+    if check is None:
+        from mosaic.oracle import check
+    findings: list[Finding] = []
+    records = list(report.get("cases") or [])
+    if report.get("error") and not records:
+        findings.append(Finding("run", str(report["error"])[:400], None))
+    ran = 0
+    for i, case in enumerate(plan.cases):
+        rec = records[i] if i < len(records) else {"error": report.get("error") or "the child stopped before this case"}
+        where = f"case {i} ({case.label()})"
+        ran += 1
+        kernel = rec.get("kernel") or {}
+        if kernel and not kernel.get("kernels"):
+            findings.append(Finding("kernel", f"{where}: the program holds no {kernel.get('language', '')} kernel "
+                                              f"({kernel.get('what', 'no kernel call')})", i))
+            continue
+        if kernel.get("outside"):
+            ops = ", ".join(f"{k} x{v}" for k, v in sorted(kernel["outside"].items()))
+            findings.append(Finding("kernel", f"{where}: the program computes outside the kernel: {ops}", i))
+            continue
+        if rec.get("error"):
+            findings.append(Finding("run", f"{where}: {str(rec['error'])[:400]}", i))
+            continue
+        out = outputs[i] if i < len(outputs) else None
+        want = output_shapes[i]
+        if out is None or sorted(out) != sorted(want) or any(
+                tuple(out[k].shape) != tuple(want[k]) or out[k].dtype.kind != "f" for k in want):
+            got = {k: (tuple(v.shape), str(v.dtype)) for k, v in (out or {}).items()}
+            findings.append(Finding("output", f"{where}: returned {got or rec.get('output_types') or 'nothing'}; "
+                                              f"the output is {dict(want)} floating point", i))
+            continue
+        if rec.get("inputs_after") != digest(inputs[i]):
+            findings.append(Finding("inputs", f"{where}: the inputs' bytes changed during the run", i))
+            continue
+        if rec.get("races"):
+            findings.append(Finding("race", f"{where}: {rec.get('race_report') or 'the race detector found a race'}", i))
+            continue
+        verdict = check(plan.family, inputs[i], out, plan.dtype)
+        if not verdict.passed:
+            findings.append(Finding("oracle", f"{where}: {verdict.reason}", i))
+    if written:  # a whole-run finding, and the gravest: first
+        shown = ", ".join(written[:3]) + (f" and {len(written) - 3} more" if len(written) > 3 else "")
+        findings.insert(0, Finding("writes", f"changed {shown}", None))
+    return GateVerdict(not findings, tuple(findings), ran, plan)
+
+
+# -- the child: runs the candidate, judges nothing ---------------------------------------------------------
+
+def _child(request: Mapping[str, Any]) -> dict:
+    """Run every case of ``request`` through the language backend's ``interpret`` (CPU) and record what the
+    candidate did; outputs go to ``outputs-<i>.npz`` in the work directory."""
+    from mosaic.kernel_files import KernelFile, file_backend
+    from mosaic.records import KernelSpec
+
+    kfile = KernelFile.from_json(request["kernel_file"])
+    backend = file_backend(kfile, request["language"])
+    run = getattr(backend, "interpret", None)
+    if run is None:
+        return {"unavailable": f"language '{request['language']}' has no CPU run of a kernel file (interpret); its "
+                               "gate runs on the GPU", "cases": []}
+    why = getattr(backend, "interpret_unavailable", lambda: None)()
+    if why:  # this machine cannot run the language: no verdict on the candidate
+        return {"unavailable": why, "cases": []}
+    program = getattr(backend, "program_check", None)
+    work = Path(request["work"])
+    cases = []
+    for i, case in enumerate(request["cases"]):
+        spec = KernelSpec(family=request["family"], shape=case["shape"], dtype=request["dtype"],
+                          language=request["language"], knobs=request.get("knobs") or {})
+        with np.load(work / f"inputs-{i}.npz", allow_pickle=False) as z:
+            inputs = {k: z[k] for k in z.files}
+        rec: dict[str, Any] = {}
+        try:
+            if program is not None:
+                rec["kernel"] = program(spec)
+            result = run(spec, {k: v.copy() for k, v in inputs.items()} if request.get("copy_inputs") else inputs)
+            outs = result["outputs"]
+            rec["output_types"] = {k: type(v).__name__ for k, v in outs.items()}
+            arrays = {k: v for k, v in outs.items() if isinstance(v, np.ndarray)}
+            np.savez(work / f"outputs-{i}.npz", **arrays)
+            rec["races"] = bool(result.get("races"))
+            if result.get("race_report"):
+                rec["race_report"] = str(result["race_report"])[:600]
+        except Exception as exc:  # noqa: BLE001 - the candidate's failure is a finding, recorded
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+            rec["error"] = f"{type(exc).__name__}: {first[:400]}"
+        rec["inputs_after"] = digest(inputs)
+        cases.append(rec)
+    return {"cases": cases}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m mosaic.gate REQUEST.json", file=sys.stderr)
+        return 2
+    request = json.loads(Path(args[0]).read_text())
+    try:
+        report = _child(request)
+    except Exception as exc:  # noqa: BLE001 - a broken candidate or plugin: one line for the parent
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        report = {"error": f"{type(exc).__name__}: {first[:400]}", "cases": []}
+    Path(request["work"], "report.json").write_text(json.dumps(report))
+    return 0
+
+
+# -- the parent ----------------------------------------------------------------------------------------------
+
+def output_shapes(kfile, case: GateCase) -> dict[str, tuple]:
+    return {o.name: o.shape(case.shape) for o in kfile.outputs}
+
+
+def run_cpu_gate(kfile, language: str, family: str, dtype: str, shape: Mapping[str, int],
+                 knobs: Mapping[str, Any] | None = None, guard: Sequence[str | os.PathLike] = (),
+                 timeout: float = 600.0, plan: GatePlan | None = None,
+                 progress: Callable[[str], None] | None = None) -> GateVerdict:
+    """Draw the plan (unless given), make every case's inputs here, run the candidate in a child process whose
+    working directory, HOME and TMPDIR are a fresh directory of its own, and judge what it returned; a file
+    changed under ``guard`` (the campaign directory) is a ``writes`` finding."""
+    from mosaic.families import make_inputs
+    from mosaic.records import KernelSpec
+
+    knobs = dict(knobs or {})
+    plan = plan or draw_plan(family, shape, dtype, kfile.granules(knobs), max_elements=CPU_MAX_ELEMENTS)
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mosaic-gate-") as tmp:
+        work = Path(tmp)
+        inputs = []
+        for i, case in enumerate(plan.cases):
+            spec = KernelSpec(family=family, shape=dict(case.shape), dtype=dtype, language=language, knobs=knobs)
+            arrays = make_inputs(spec, case.seed, case.values)
+            np.savez(work / f"inputs-{i}.npz", **arrays)
+            inputs.append(arrays)
+        request = {"kernel_file": kfile.to_json(), "language": language, "family": family, "dtype": dtype,
+                   "knobs": knobs, "work": str(work), "cases": [{"shape": dict(c.shape)} for c in plan.cases]}
+        req = work / "request.json"
+        req.write_text(json.dumps(request))
+        before = snapshot(guard)
+        env = {**os.environ, "HOME": str(work), "TMPDIR": str(work), "PYTHONDONTWRITEBYTECODE": "1"}
+        if progress:
+            progress(f"gate: {len(plan.cases)} cases ({len(plan.shapes)} shapes x {len(plan.seeds)} seeds x "
+                     f"{len(plan.distributions)} distributions) in a child process")
+        try:
+            proc = subprocess.run([sys.executable, "-m", "mosaic.gate", str(req)], cwd=work, env=env,
+                                  capture_output=True, text=True, timeout=timeout)
+            report = json.loads((work / "report.json").read_text()) if (work / "report.json").is_file() else \
+                {"error": f"the child exited {proc.returncode} without a report: "
+                          f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:] or ''}", "cases": []}
+        except subprocess.TimeoutExpired:
+            report = {"error": f"the child ran past {timeout:.0f} s and was killed", "cases": []}
+        written = changed_files(before, snapshot(guard))
+        if report.get("unavailable") and not written:
+            return GateVerdict(False, (), 0, plan, time.monotonic() - t0, unavailable=str(report["unavailable"]))
+        outputs: list = []
+        for i in range(len(plan.cases)):
+            p = work / f"outputs-{i}.npz"
+            if p.is_file():
+                with np.load(p, allow_pickle=False) as z:
+                    outputs.append({k: z[k] for k in z.files})
+            else:
+                outputs.append(None)
+        verdict = judge(plan, inputs, report, outputs, [output_shapes(kfile, c) for c in plan.cases], written)
+    return attrs.evolve(verdict, wall_s=time.monotonic() - t0)
+
+
+__all__ = ["CPU_MAX_ELEMENTS", "Finding", "GateCase", "GatePlan", "GateVerdict", "STAGES", "changed_files",
+           "digest", "draw_plan", "draw_seeds", "judge", "run_cpu_gate", "snapshot", "unseen_shapes"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -726,6 +726,7 @@ def run_audit(n: int, seed: int = 0, workers: int | None = None, runs: int = ORA
     """Audit ``n`` adversarial schedules (a quarter random DAGs, the rest split evenly over the
     mutation classes) plus every real lowering used as a base."""
     t0 = time.perf_counter()
+    commit, clean = git_state()  # the code that runs: HEAD when the audit starts
     base_list = bases if bases is not None else real_lowerings(quick=n < 5000)
     real = ClassRow("real-lowerings")
     for _, s in base_list:
@@ -770,7 +771,6 @@ def run_audit(n: int, seed: int = 0, workers: int | None = None, runs: int = ORA
             if progress:
                 progress(f"{done}/{n} ({job[0]})")
     label = f"{len(base_list)} real lowerings of tiny random-init checkpoints (mosaic_amk.lowering)"
-    commit, clean = git_state()
     return AuditReport(n, seed, runs, label, list(rows.values()), real, examples[:10],
                        time.perf_counter() - t0, workers, commit, clean)
 

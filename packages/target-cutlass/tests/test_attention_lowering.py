@@ -61,6 +61,7 @@ REFUSED = (
     ("bf16", 96, {}, {}, "h200", "CUTLASS-ATT-HEAD-DIM"),
     ("f32", 128, {}, {}, "h200", "CUTLASS-DTYPE"),
     ("bf16", 128, {}, {"kv_heads": 3}, "h200", "CUTLASS-ATT-SHAPE"),
+    ("bf16", 128, {}, {"heads": 70000, "kv_heads": 70000}, "h200", "CUTLASS-ATT-GRID"),
     ("bf16", 128, {}, {}, "b200", "CUTLASS-ATT-ARCH"),
 )
 

@@ -171,8 +171,12 @@ def _shape(k, spec, gpu):
     if pr["heads"] % pr["kv_heads"]:
         yield Diagnostic("CUTLASS-ATT-SHAPE", "shape.kv_heads", f"a divisor of heads={pr['heads']}", pr["kv_heads"],
                          "grouped-query heads: heads must be a multiple of kv_heads")
+
+
+def _grid(k, spec, gpu):
+    pr = problem(spec)
     for d in ("batch", "heads"):
-        if pr[d] > GRID_LIMIT:
+        if pr[d] is not None and pr[d] > GRID_LIMIT:
             yield Diagnostic("CUTLASS-ATT-GRID", f"shape.{d}", f"<= {GRID_LIMIT}", pr[d],
                              f"{d} is a grid dimension of the launch (one CTA per query block, head, batch)")
 
@@ -237,6 +241,7 @@ RULES = (
     Rule("CUTLASS-ATT-ARCH", ("gpu",), "wgmma/TMA/setmaxnreg: sm_90a only", _arch),
     Rule("CUTLASS-DTYPE", ("dtype",), "16-bit inputs", _dtype),
     Rule("CUTLASS-ATT-SHAPE", ("shape",), "batch, seq, heads, head_dim present; kv_heads divides heads", _shape),
+    Rule("CUTLASS-ATT-GRID", ("shape.batch", "shape.heads"), "heads and batch fit the grid's y and z", _grid),
     Rule("CUTLASS-ATT-HEAD-DIM", ("shape.head_dim",), "head_dim 64 or 128", _head_dim),
     Rule("CUTLASS-ATT-ROWS", ("block_m", "consumer_warpgroups"), "64 or 128 rows per consumer warpgroup", _rows),
     Rule("CUTLASS-ATT-P-SMEM", ("p_in", "block_n"), "a staged P tile needs block_n % 64 == 0", _p_smem_tile),

@@ -4,12 +4,15 @@
 // it checks the fragment maps every configuration relies on (no GPU needed: `--host-only` stops there).
 //
 // Build and run: tools/attention_selfcheck.sh (nvcc, static cudart). Exit status: 0 all passed, 1 a case failed,
-// 2 no usable GPU (the host checks still ran and passed).
+// 2 no usable GPU (the host checks still ran and passed). A launch that has not finished after 30 s (a hang) is a
+// FAIL line and ends the program with status 1.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "attention_sm90.cuh"
@@ -120,8 +123,23 @@ bool run_case(Problem pr, unsigned seed) {
   CHECK_CUDA(cudaMemset(dout, 0xFF, nq * sizeof(E)));  // NaN: an element never written cannot pass
 
   auto params = ma::make_params<Cfg>(dq, dk, dv, dout, pr.batch, pr.seq, pr.heads, pr.kv_heads);
+  cudaEvent_t done;
+  CHECK_CUDA(cudaEventCreate(&done));
   CHECK_CUDA(ma::launch<Cfg>(params, 0));
+  CHECK_CUDA(cudaEventRecord(done, 0));
+  // a wrong barrier protocol hangs rather than fails: give the launch 30 s, then report it and end the process
+  auto const start = std::chrono::steady_clock::now();
+  while (cudaEventQuery(done) == cudaErrorNotReady) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30)) {
+      std::printf("gpu   %-52s b=%d seq=%d heads=%d kv_heads=%d: no result after 30 s (a hang)  FAIL\n", label<Cfg>(),
+                  pr.batch, pr.seq, pr.heads, pr.kv_heads);
+      std::fflush(stdout);
+      std::_Exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   CHECK_CUDA(cudaDeviceSynchronize());
+  cudaEventDestroy(done);
   CHECK_CUDA(cudaMemcpy(o.data(), dout, nq * sizeof(E), cudaMemcpyDeviceToHost));
   cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dout);
 

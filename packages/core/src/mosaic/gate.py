@@ -231,9 +231,9 @@ def snapshot(roots: Sequence[str | os.PathLike]) -> dict[str, tuple]:
     seen: dict[str, tuple] = {}
     for root in roots:
         root = Path(root)
-        if not root.exists():
+        if not root.exists() and not root.is_symlink():
             continue
-        for p in sorted(root.rglob("*")):
+        for p in ([root] if not root.is_dir() or root.is_symlink() else sorted(root.rglob("*"))):
             if p.is_symlink():
                 seen[str(p)] = ("link", os.readlink(p))
             elif p.is_file():
@@ -418,8 +418,46 @@ def run_cpu_gate(kfile, language: str, family: str, dtype: str, shape: Mapping[s
     return attrs.evolve(verdict, wall_s=time.monotonic() - t0)
 
 
+def cpu_shape(family: str, granules: Mapping[str, int]) -> dict[str, int]:
+    """The campaign shape of the CPU stage: the family's example shape, each dimension rounded up to a multiple
+    of what the kernel declares (the interpreter runs one CTA after another: a campaign's own shape is too large)."""
+    from mosaic import families
+
+    fam = families.get(family)
+    if fam is None:
+        raise BadInput(f"no family '{family}'", "--family")
+    out = {}
+    for d in fam.dims:
+        g = max(1, int(granules.get(d, 1)))
+        out[d] = -(-max(int(fam.example[d]), g) // g) * g
+    return out
+
+
+def interprets(kfile, language: str) -> bool:
+    """True when ``language``'s backend runs this kernel file on the CPU (``interpret``); nothing is imported
+    beyond the plugin's backend."""
+    from mosaic.errors import MosaicError
+    from mosaic.kernel_files import file_backend
+
+    try:
+        return hasattr(file_backend(kfile, language), "interpret")
+    except MosaicError:
+        return False
+
+
+def cpu_stage(kfile, language: str, family: str, dtype: str, knobs: Mapping[str, Any] | None = None,
+              guard: Sequence[str | os.PathLike] = (), timeout: float = 600.0,
+              progress: Callable[[str], None] | None = None) -> GateVerdict:
+    """The gate's CPU stage for one kernel file, before any hardware: :func:`run_cpu_gate` at :func:`cpu_shape`
+    and two unseen shapes, in the language's interpreter (Pallas: jax's, race detector on)."""
+    own = {k: v for k, v in dict(knobs or {}).items() if kfile.knob(k) is not None}
+    return run_cpu_gate(kfile, language, family, dtype, cpu_shape(family, kfile.granules(own)), own, guard=guard,
+                        timeout=timeout, progress=progress)
+
+
 __all__ = ["CPU_MAX_ELEMENTS", "Finding", "GateCase", "GatePlan", "GateVerdict", "STAGES", "changed_files",
-           "digest", "draw_plan", "draw_seeds", "judge", "run_cpu_gate", "snapshot", "unseen_shapes"]
+           "cpu_shape", "cpu_stage", "digest", "draw_plan", "draw_seeds", "interprets", "judge", "run_cpu_gate", "snapshot",
+           "unseen_shapes"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

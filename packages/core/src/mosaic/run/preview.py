@@ -12,6 +12,9 @@ Every step of a campaign that needs no device runs; every step that needs one is
    file, its knobs the file's class), lowered here in its own process with a timeout, for the GPU record:
    PTX, SASS, ptxas log and the shared-memory/register budget check. An unbuildable setting is reported with
    its reason.
+   A start file in a language that runs kernel files on the CPU (Pallas) then meets the gate's CPU stage
+   (:func:`mosaic.gate.cpu_stage`: jax's interpreter with its race detector, three shapes, two drawn seeds, every
+   distribution), as in a live campaign: ``preview.json``'s ``gate`` holds the verdict.
 4. The diff reference -> naive translation: the ranked rows the loop would start from.
 5. The proposer's first edits for the naive translation, best first: what the loop would build first.
 
@@ -84,13 +87,15 @@ class Preview:
     rows: list = attrs.Factory(list)
     layers: list = attrs.Factory(list)
     edits: list = attrs.Factory(list)
+    gate: dict | None = None              # the start file's CPU gate stage (mosaic.gate.cpu_stage), where it ran
 
     def to_json(self) -> dict:
         return {"format": FORMAT, "version": 1, "campaign": self.campaign.to_json(), "gpu": self.gpu.name,
                 "gpu_provenance": self.gpu_provenance, "no_gpu": self.why_no_gpu,
                 "done": [{"step": s, "what": w} for s, w in self.done],
                 "skipped": [{"step": s, "why": w} for s, w in self.skipped], "reference": self.reference,
-                "naive": self.naive, "layers": self.layers, "rows": self.rows, "edits": self.edits}
+                "naive": self.naive, "layers": self.layers, "rows": self.rows, "edits": self.edits,
+                "gate": self.gate}
 
 
 def _edit_label(edit: dict | None) -> str:
@@ -194,6 +199,8 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
         else:
             p.skipped.append(("naive translation", with_doctor_hint(f"lowering {r.status}: {r.message}")))
             naive_dest = None
+    if naive_dest is not None and naive_source is not None:
+        _cpu_gate(c, naive_spec, out, p, progress)
 
     # 4. the diff and 5. the proposer's first edits
     if p.reference is not None and naive_dest is not None:
@@ -255,6 +262,31 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
     safe_paths.write_atomic(out, "preview.json", json.dumps(p.to_json(), indent=1) + "\n")
     safe_paths.write_atomic(out, "preview.md", render(p))
     return p
+
+
+CPU_GATE = "numerics gate on the CPU"
+
+
+def _cpu_gate(c, spec: KernelSpec, out: Path, p: Preview, progress) -> None:
+    """The start file through the gate's CPU stage (:func:`mosaic.gate.cpu_stage`) where its language runs kernel
+    files on the CPU: as in a live campaign, before any hardware; the verdict goes into ``p.gate``."""
+    from mosaic import gate
+    from mosaic.run.loop import start_file
+
+    kfile = start_file(c)
+    if not gate.interprets(kfile, c.target):
+        p.skipped.append((CPU_GATE, f"language '{c.target}' runs no kernel file on the CPU; its gate is the device's"))
+        return
+    progress(f"{CPU_GATE}: {kfile.name} in the {c.target} interpreter, a child process")
+    v = gate.cpu_stage(kfile, c.target, c.family, c.dtype, spec.knobs, guard=[out], progress=progress)
+    p.gate = v.to_json()
+    if v.unavailable:
+        p.skipped.append((CPU_GATE, v.reason()))
+        return
+    shapes = ", ".join("x".join(str(x) for x in s.values()) for s in v.plan.shapes)
+    what = (f"{v.reason()}: shapes {shapes}, seeds drawn for this run, "
+            f"distributions {', '.join(v.plan.distributions)}")
+    p.done.append((CPU_GATE, what if v.passed else f"REJECTED {what}; the device would never run it"))
 
 
 DOCTOR_HINT = "`mosaic doctor` says what this environment can build and what to install"

@@ -565,14 +565,56 @@ class LiveWorkbench:
             return Built(kernel.key, False, reason, "unbuildable", str(dest), self.cost(kernel.key))
         update_bundle(dest, extra={**run_meta(kernel.key, "candidate", True, "", t_lower, lower_wait_s=round(t_lower, 3)),
                                    "lowering": record})
-        where = "its own process" if self.isolation == "step" else "the worker"
-        self.progress(f"build {kernel.key}: lowered in {t_lower:.1f} s; numerics gate in {where}")
-        checked = self._gate(kernel, dest)
+        checked = self._cpu_gate(kernel, dest) if kernel.source is not None else None
+        if checked is None:  # no CPU stage for this candidate, or it passed: the device's gate
+            where = "its own process" if self.isolation == "step" else "the worker"
+            self.progress(f"build {kernel.key}: lowered in {t_lower:.1f} s; numerics gate in {where}")
+            checked = self._gate(kernel, dest)
         self.checked[kernel.key] = checked
         self.progress(f"gate {kernel.key}: {'pass' if checked.passed else 'FAIL'}"
                       + ("" if checked.passed else f" ({checked.reason}); never timed") + f" ({self._gate_note})")
         # the gate's cost is part of the build step: one figure, the bundle's, for live and offline alike
         return Built(kernel.key, True, "", "", str(dest), self.cost(kernel.key))
+
+    def _cpu_gate(self, kernel: Kernel, dest: Path) -> Checked | None:
+        """A source candidate in a language that runs kernel files on the CPU (Pallas: jax's GPU interpreter with
+        its race detector) meets the gate's CPU stage first (:func:`mosaic.gate.cpu_stage`: three shapes, two
+        seeds drawn for it, every distribution, the campaign directory watched). A rejection is the gate's verdict,
+        recorded in the bundle (``gate-cpu.json``), and the device never runs the kernel; None when there is no CPU
+        stage here or it passed."""
+        from mosaic import gate
+        from mosaic.errors import MosaicError
+        from mosaic.kernel_files import write_source
+
+        with tempfile.TemporaryDirectory(prefix="mosaic-cpu-gate-") as tmp:
+            try:
+                kfile = write_source(kernel.spec, kernel.source, tmp)
+            except MosaicError:
+                return None  # the lowering read it; what it could not is the device gate's to report
+            if not gate.interprets(kfile, kernel.spec.language):
+                return None
+            self.progress(f"gate {kernel.key}: the CPU stage first ({kernel.spec.language} interpreter, a child process)")
+            v = gate.cpu_stage(kfile, kernel.spec.language, kernel.spec.family, kernel.spec.dtype, kernel.spec.knobs,
+                               # what the loop does not write while a build runs (prefetched lowerings write
+                               # candidate bundles beside it): the journal and the reference's bundle
+                               guard=[self.dir / "journal.jsonl", self.dest(REFERENCE)], progress=self.progress)
+        record = {"gate-cpu.json": ("metrics", json.dumps(v.to_json(), indent=1))}
+        if v.unavailable or v.passed:
+            update_bundle(dest, files=record)
+            self.progress(f"gate {kernel.key}: CPU stage {v.reason()} ({v.wall_s:.1f} s)")
+            return None
+        from mosaic.bundle import load_bundle
+
+        reason = f"rejected by the gate's CPU stage before any hardware: {v.reason()}"
+        meta = dict(load_bundle(dest).manifest["mosaic_run"])
+        meta["cost_s"] = round(float(meta.get("cost_s", 0.0)) + v.wall_s, 3)
+        update_bundle(dest, files=record, extra={
+            "mosaic_run": meta,
+            "capture": {"status": "numerics-failed", "lower_only": False, "gate": True, "stage": "cpu",
+                        "message": reason, "summary": {"numerics_pass": False, "gate_cpu": v.first.to_json()},
+                        "wall_s": round(v.wall_s, 3)}})
+        self._gate_note = f"CPU stage, {v.wall_s:.1f} s"
+        return Checked(kernel.key, False, reason, 0.0)
 
     def _gate(self, kernel: Kernel, dest: Path) -> Checked:
         """Poison, one run, float64 oracle (capture's ``check_and_time``, one short self-pair for the launch

@@ -90,3 +90,4 @@ def test_live_campaign_sends_an_honest_candidate_on_to_the_device_gate(tmp_path)
     checked, bundle, _ = _live_cpu_gate(tmp_path, "honest_softmax.py")
     assert checked is None  # passed here: the device's gate runs next
     assert json.loads(bundle.read_bytes("gate-cpu.json"))["passed"] is True
+    assert bundle.manifest["mosaic_run"]["cost_s"] > 1.0  # the stage's seconds are counted

@@ -598,16 +598,16 @@ class LiveWorkbench:
                                # what the loop does not write while a build runs (prefetched lowerings write
                                # candidate bundles beside it): the journal and the reference's bundle
                                guard=[self.dir / "journal.jsonl", self.dest(REFERENCE)], progress=self.progress)
-        record = {"gate-cpu.json": ("metrics", json.dumps(v.to_json(), indent=1))}
-        if v.unavailable or v.passed:
-            update_bundle(dest, files=record)
-            self.progress(f"gate {kernel.key}: CPU stage {v.reason()} ({v.wall_s:.1f} s)")
-            return None
         from mosaic.bundle import load_bundle
 
-        reason = f"rejected by the gate's CPU stage before any hardware: {v.reason()}"
-        meta = dict(load_bundle(dest).manifest["mosaic_run"])
+        record = {"gate-cpu.json": ("metrics", json.dumps(v.to_json(), indent=1))}
+        meta = dict(load_bundle(dest).manifest["mosaic_run"])  # the stage's seconds are held-device seconds too
         meta["cost_s"] = round(float(meta.get("cost_s", 0.0)) + v.wall_s, 3)
+        if v.unavailable or v.passed:
+            update_bundle(dest, files=record, extra={"mosaic_run": meta})
+            self.progress(f"gate {kernel.key}: CPU stage {v.reason()} ({v.wall_s:.1f} s)")
+            return None
+        reason = f"rejected by the gate's CPU stage before any hardware: {v.reason()}"
         update_bundle(dest, files=record, extra={
             "mosaic_run": meta,
             "capture": {"status": "numerics-failed", "lower_only": False, "gate": True, "stage": "cpu",

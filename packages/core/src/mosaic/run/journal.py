@@ -219,6 +219,14 @@ _ANY = lambda v: True  # noqa: E731
 _ROW = _fields(layer=_STR, key=_STR, edit=_STR, why=_opt(_STR))
 _EDIT = _opt(lambda v: isinstance(v, dict) and _opt(_fields(layer=_STR, key=_STR, rank=_ANY))(v.get("row"))
              and _opt(_MAP)(v.get("knobs")))
+def _samples(v) -> bool:
+    from mosaic.timing.throttle import sample_problem
+
+    return isinstance(v, list) and all(sample_problem(x) is None for x in v)
+
+
+#: the device that timed a comparison: {index, uuid, name, clocks, power_rounds} (a record of the live workbench)
+_GPU = _fields(uuid=_opt(_STR), power_rounds=_opt(_samples))
 _TIMES = {"t_candidate": _opt(_num), "t_incumbent": _opt(_num), "d_candidate": _opt(_num),
           "d_incumbent": _opt(_num)}
 #: event kind -> field -> check; a field a check names is required (``_opt`` lets it be null or absent)
@@ -235,7 +243,7 @@ EVENT_FIELDS: dict[str, dict] = {
               "distance": _opt(_num), "step": _opt(_int)},
     "numerics": {"key": _STR, "passed": _BOOL, "reason": _STR, "cost_s": _num},
     "timed": {"key": _STR, "against": _STR, "incumbent_blocks": _blocks, "candidate_blocks": _blocks,
-              "order": _STR, "source": _STR, "cost_s": _num},
+              "order": _STR, "source": _STR, "cost_s": _num, "gpu": _opt(_GPU)},
     "verdict": {"key": _STR, "step": _int, "decision": _STR, "reason_code": _STR, "reason": _STR,
                 "closer_but_slower": _opt(_BOOL), "edit": _EDIT, **_TIMES},
     "incumbent": {"key": _STR, "time_ns": _num},

@@ -115,11 +115,38 @@ class PowerSample:
 
     @classmethod
     def from_json(cls, d) -> PowerSample:
-        """A sample as recorded (unknown keys ignored, missing ones default): old and new records alike."""
+        """A sample as recorded (unknown keys ignored, missing ones default): old and new records alike. A
+        malformed one (:func:`sample_problem`) is an unknown state that says which field was wrong."""
         if not isinstance(d, dict) or "state" not in d:
             return cls("unknown", "no sample recorded")
+        problem = sample_problem(d)
+        if problem:
+            return cls("unknown", f"malformed sample: {problem}")
         names = {a.name for a in attrs.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+_SAMPLE_NUMBERS = ("sm_mhz", "max_sm_mhz", "mem_mhz", "temperature_c", "power_w", "power_limit_w",
+                   "enforced_power_limit_w", "after_round_ms")
+_SAMPLE_TEXTS = ("state", "reason", "source", "device")
+
+
+def sample_problem(d) -> str | None:
+    """Why a recorded power sample (its JSON) cannot be read, naming the field; None when it can."""
+    if not isinstance(d, dict):
+        return "a sample must be an object"
+    for name in _SAMPLE_TEXTS:
+        if name in d and not isinstance(d[name], str):
+            return f"{name} must be a string"
+    for name in _SAMPLE_NUMBERS:
+        v = d.get(name)
+        if v is not None and not (isinstance(v, int | float) and not isinstance(v, bool)):
+            return f"{name} must be a number or null"
+    if d.get("reasons_mask") is not None and not isinstance(d["reasons_mask"], str):
+        return "reasons_mask must be a string or null"
+    if "reasons" in d and not (isinstance(d["reasons"], list) and all(isinstance(r, str) for r in d["reasons"])):
+        return "reasons must be a list of strings"
+    return None
 
 
 def parse_row(line: str, prefix: str, device: str = "") -> PowerSample:

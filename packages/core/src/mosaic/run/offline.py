@@ -60,15 +60,25 @@ class OfflineWorkbench:
             if not isinstance(meta, Mapping) or "key" not in meta:
                 continue
             _check_meta(meta, path)
+            _check_capture(b.manifest, path)
             b.manifest["mosaic_run"] = {**meta, "build": _build_of(b.manifest, meta)}
-            if meta.get("role") == "yardstick":
+            role = meta.get("role")
+            if role in ("reference", "yardstick"):  # one bundle each: a second one is never silently preferred
+                held = self.reference_bundle if role == "reference" else self.yardstick_bundle
+                if held is not None:
+                    raise BundleError(f"two bundles claim the {role}'s role (mosaic_run.role = {role!r}): "
+                                      f"{Path(held.root).name} and {path.name}; a campaign records one", str(root))
+            if role == "yardstick":
                 self.yardstick_bundle = b
                 continue
-            if meta.get("role") == "reference-gpu":
+            if role == "reference-gpu":
                 self.gpu_references.append(b)
                 continue
-            if meta.get("role") == "reference":
+            if role == "reference":
                 self.reference_bundle = b
+            if meta["key"] in self.by_key:
+                raise BundleError(f"two bundles record the kernel {meta['key'][:80]!r} (mosaic_run.key): "
+                                  f"{Path(self.by_key[meta['key']].root).name} and {path.name}", str(root))
             self.by_key[meta["key"]] = b
         if self.reference_bundle is None:
             raise BadInput("no reference bundle (manifest mosaic_run.role = 'reference') among the bundles",
@@ -88,6 +98,10 @@ class OfflineWorkbench:
         if blocks is None or not all(_run_times(x) for x in blocks):
             raise BundleError("timings.json 'blocks' must be lists of per-run times (ns)", str(b.root))
         sessions = data.get("sessions") or []
+        for i, x in enumerate(sessions if isinstance(sessions, list) else []):
+            problem = _gpu_problem(x.get("gpu")) if isinstance(x, Mapping) else None
+            if problem:
+                raise BundleError(f"timings.json sessions[{i}].gpu {problem}", str(b.root))
         if not isinstance(sessions, list) or not all(
                 isinstance(x, Mapping) and isinstance(x.get("against"), str) and _blocks(x.get("incumbent_blocks"))
                 and _blocks(x.get("candidate_blocks")) and isinstance(x.get("order", "ABAB"), str) for x in sessions):
@@ -128,6 +142,7 @@ class OfflineWorkbench:
             cap = b.manifest.get("capture") if isinstance(b.manifest.get("capture"), Mapping) else {}
             limit = cap.get("timeout") if isinstance(cap.get("timeout"), Mapping) else {}
             if cap.get("status") == "timeout" and limit.get("budget"):  # the live gate was cut by the budget
+                # capture.timeout's fields were checked on load (_check_capture)
                 return Checked(kernel.key, False, f"budget: the gate was killed after {limit.get('s', 0):.0f} s, when "
                                "the device-minute budget ran out (no verdict on the kernel's numerics)", judged=False)
             summary = cap.get("summary") if isinstance(cap.get("summary"), Mapping) else {}
@@ -175,6 +190,9 @@ class OfflineWorkbench:
             uuid = ((b.manifest["mosaic_run"].get("gpu") or {}).get("uuid"))
             if not isinstance(uuid, str):
                 raise BundleError("a reference-gpu bundle must name its GPU (mosaic_run.gpu.uuid)", str(b.root))
+            if uuid in out:
+                raise BundleError(f"two reference-gpu bundles claim the GPU {uuid[:80]!r} (mosaic_run.gpu.uuid)",
+                                  str(b.root))
             out[uuid] = self._timings(b).get("blocks") or []
         primary = (self.reference_bundle.manifest["mosaic_run"].get("gpu") or {}).get("uuid")
         if not isinstance(primary, str):
@@ -264,8 +282,66 @@ def _check_meta(meta: Mapping, path: Path) -> None:
     elif "build" in meta and not (isinstance(meta["build"], Mapping)
                                   and isinstance(meta["build"].get("ok", True), bool)):
         problem = "mosaic_run.build must be an object with a boolean 'ok'"
+    elif meta.get("gpu") is not None and (gpu := _gpu_problem(meta["gpu"])):
+        problem = f"mosaic_run.gpu {gpu}"
     if problem:
         raise BundleError(problem, str(path / "manifest.json"))
+
+
+def _gpu_problem(gpu) -> str | None:
+    """Why a recorded device (a timing session's or a bundle's ``gpu``: {index, uuid, name, clocks, power_rounds})
+    cannot be read; None when it can (or is absent)."""
+    from mosaic.timing.throttle import sample_problem
+
+    if gpu is None:
+        return None
+    if not isinstance(gpu, Mapping):
+        return f"must be an object naming the device that timed it (index, uuid, name), not {_short(gpu)}"
+    if gpu.get("uuid") is not None and not isinstance(gpu["uuid"], str):
+        return f"uuid must be a string, not {_short(gpu['uuid'])}"
+    rounds = gpu.get("power_rounds")
+    if rounds is not None:
+        if not isinstance(rounds, list):
+            return f"power_rounds must be a list of samples, not {_short(rounds)}"
+        for i, x in enumerate(rounds):
+            if (problem := sample_problem(x)) is not None:
+                return f"power_rounds[{i}]: {problem}"
+    return None
+
+
+def _check_capture(manifest: Mapping, path: Path) -> None:
+    """The manifest's ``capture`` fields the offline gate reads (status, summary.numerics_pass, timeout.s and
+    timeout.budget): one line naming the bundle and the field when one has the wrong type."""
+    cap = manifest.get("capture")
+    problem = None
+    if cap is None:
+        return
+    if not isinstance(cap, Mapping):
+        problem = f"capture must be an object, not {_short(cap)}"
+    elif cap.get("status") is not None and not isinstance(cap["status"], str):
+        problem = f"capture.status must be a string, not {_short(cap['status'])}"
+    elif cap.get("summary") is not None and not isinstance(cap["summary"], Mapping):
+        problem = f"capture.summary must be an object, not {_short(cap['summary'])}"
+    elif (cap.get("summary") or {}).get("numerics_pass") is not None \
+            and not isinstance(cap["summary"]["numerics_pass"], bool):
+        problem = f"capture.summary.numerics_pass must be true or false, not {_short(cap['summary']['numerics_pass'])}"
+    elif cap.get("timeout") is not None:
+        limit = cap["timeout"]
+        if not isinstance(limit, Mapping):
+            problem = f"capture.timeout must be an object (s, why, budget), not {_short(limit)}"
+        elif "s" in limit and not (_number(limit["s"]) and limit["s"] >= 0):
+            problem = f"capture.timeout.s must be a non-negative number of seconds, not {_short(limit['s'])}"
+        elif "budget" in limit and not isinstance(limit["budget"], bool):
+            problem = f"capture.timeout.budget must be true or false, not {_short(limit['budget'])}"
+    if problem:
+        raise BundleError(problem, str(path / "manifest.json"))
+
+
+def _short(value) -> str:
+    import json
+
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _build_of(manifest: Mapping, meta: Mapping) -> dict:
@@ -331,6 +407,120 @@ def compare_verdicts(recorded: list[dict], redecided: list[dict], stop_too: bool
     return problems
 
 
+#: the shipped report files a campaign directory may hold, each checked against the figures of its bundles
+SHIPPED = ("report.json", "report.md", "report.html")
+JOURNAL = "the journal"
+
+
+def compare_figures(recorded: list[dict], redecided: list[dict], src: Path, interrupted: bool = False) -> list[str]:
+    """Every figure the report prints (:func:`mosaic.run.report.report_figures`: each time of the edits table and
+    its reasons, the reference's time and noise, the yardstick's times and fractions, the final incumbent against
+    the reference, the beams, the stop), recomputed from the bundles (the re-decided journal ``redecided``), against
+    what the recorded journal and the shipped ``report.json``, ``report.md`` and ``report.html`` of ``src`` claim.
+    One line per figure that disagrees: who claims what, and what the bundles give. ``interrupted``: the recorded
+    journal has no stop, so only the figures it (and a report) states are compared."""
+    from mosaic.run.report import build_report, markdown_figures, markdown_of_html, report_figures
+
+    expected = report_figures(build_report(redecided))
+    claims: list[tuple[str, dict, bool]] = [(JOURNAL, _figures_or_none(recorded, build_report, report_figures), False)]
+    problems: list[str] = []
+    for name in SHIPPED:
+        path = src / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            text = _shipped_text(path)
+            if name == "report.json":
+                claims.append((name, _report_json_figures(text, report_figures), False))
+            else:
+                claims.append((name, markdown_figures(text if name == "report.md" else markdown_of_html(text)), True))
+        except (BadInput, OSError, ValueError) as exc:
+            what = exc.what if isinstance(exc, BadInput) else str(exc)
+            problems.append(f"figures of {name}: not read ({what[:200]}); the bundles give the report "
+                            "mosaic run --offline writes")
+    if claims[0][1] is None:
+        problems.append("figures of the journal: its events do not make a report")
+        claims = claims[1:]
+    last = max((e["step"] for e in recorded if e["event"] == "proposal"), default=-1)
+    wrong: dict[str, list[tuple]] = {}  # figure -> [(source, what it claims, claimed as printed text)]
+    for source, figures, printed in claims:
+        if figures is None:
+            continue
+        names = list(expected) if not interrupted else []
+        names += [n for n in figures if n not in names and not (interrupted and _past(n, last))]
+        for name in names:
+            want = expected.get(name)
+            if printed and want is not None and want[1] is None:  # a figure only report.json holds
+                continue
+            if source == JOURNAL and name.endswith(" outcome"):  # the journal's verdicts: compare_verdicts
+                continue
+            got = figures.get(name)
+            if not _same(want, got, printed):
+                wrong.setdefault(name, []).append((source, got, printed))
+    for name, found in wrong.items():
+        want = expected.get(name)
+        # two values that print alike are shown with every digit (a report.json edited below the printed precision)
+        precise = want is not None and any(not printed and got is not None and got[1] == want[1]
+                                           for _, got, printed in found)
+        by_text: dict[str, list[str]] = {}
+        for source, got, printed in found:
+            text = "nothing" if got is None else got if printed else got[2] if precise or got[1] is None else got[1]
+            by_text.setdefault(text, []).append(source)
+        said = "; ".join(f"{_sources(who)} {'claims' if len(who) == 1 else 'claim'} {text}"
+                         for text, who in by_text.items())
+        given = "nothing" if want is None else want[2] if precise or want[1] is None else want[1]
+        problems.append(f"figure {name}: {said}; the bundles give {given}")
+    return problems
+
+
+def _past(name: str, last: int) -> bool:
+    """A figure of a step after ``last`` (the interrupted step of a journal with no stop, never re-decided)."""
+    import re
+
+    m = re.match(r"(?:step (\d+) |beam \d+ \(after step (\d+)\))", name)
+    return bool(m) and int(m.group(1) or m.group(2)) > last
+
+
+def _figures_or_none(events, build_report, report_figures):
+    try:
+        return report_figures(build_report(events))
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+
+
+def _shipped_text(path: Path) -> str:
+    from mosaic import safe_paths
+
+    return safe_paths.read_bytes(path, "text_bytes").decode("utf-8", errors="replace")
+
+
+def _report_json_figures(text: str, report_figures) -> dict:
+    from mosaic import limits
+
+    rep = limits.loads_json(text, "report.json")
+    if not isinstance(rep, Mapping) or rep.get("format") != "mosaic-run-report":
+        raise ValueError("not a mosaic run report (format 'mosaic-run-report')")
+    try:
+        return report_figures(dict(rep))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"a field of the wrong shape ({type(exc).__name__}: {str(exc)[:80]})") from None
+
+
+def _same(want, got, printed: bool) -> bool:
+    if want is None or got is None:
+        return want is None and got is None
+    if printed:
+        return want[1] == got
+    a, b = want[0], got[0]
+    if _number(a) and _number(b):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    return a == b and type(a) is type(b)
+
+
+def _sources(who: list[str]) -> str:
+    return who[0] if len(who) == 1 else ", ".join(who[:-1]) + " and " + who[-1]
+
+
 def _show(v) -> str:
     if v is None:
         return "nothing"
@@ -351,6 +541,7 @@ class Redecision:
     note: str | None = None
     report: Any = None  # report.json's content (mosaic.run.report.write_report), written under the lock
     interrupted: str | None = None  # the recorded journal has no stop: what was and was not re-decided
+    figure_problems: int = 0  # how many of ``problems`` are figures (compare_figures), not verdicts
 
 
 def require_target(campaign, where: str) -> None:
@@ -436,20 +627,40 @@ def redecide(src: Path, out: Path | None = None, quiet: bool = False, command: t
         if reports and not force:
             raise BadInput(f"{', '.join(reports)} here belong to another campaign; choose a fresh --out directory "
                            "or pass --force to replace them", str(out))
-        bench = OfflineWorkbench(src, campaign.family, campaign.dtype)
-        recorded = Recorded(recorded_events, measurements=False) if recorded_events else None
-        outcome = run_campaign(campaign, bench, journal, gpu_record, recorded,
-                               header={"source_dir": str(src.resolve()), "source_bundles": bench.fingerprint,
-                                       "replays_journal": recorded_events is not None},
-                               quiet=quiet, proposer=proposer)
-        rep = write_report(out)
-        if recorded_events is None:
-            return Redecision(out, outcome, None, note=note, report=rep)
-        redecided, _ = read_campaign_journal(out / NAME)
+        try:
+            bench = OfflineWorkbench(src, campaign.family, campaign.dtype)
+            recorded = Recorded(recorded_events, measurements=False) if recorded_events else None
+            outcome = run_campaign(campaign, bench, journal, gpu_record, recorded,
+                                   header={"source_dir": str(src.resolve()), "source_bundles": bench.fingerprint,
+                                           "replays_journal": recorded_events is not None},
+                                   quiet=quiet, proposer=proposer)
+            rep = write_report(out)
+            if recorded_events is None:
+                return Redecision(out, outcome, None, note=note, report=rep)
+            redecided, _ = read_campaign_journal(out / NAME)
+        except Exception:
+            # a re-decision that failed (a bundle refused mid-run, a report that could not be written) leaves no
+            # journal or report of its own behind: the rerun after the fix starts afresh instead of being refused
+            _remove_failed_run(out, journal, keep=reports)
+            raise
     n = sum(1 for e in recorded_events if e["event"] == "verdict")
     if stopped is not None:  # an interrupted journal: only the recorded steps are compared (the naive kernel of a
         # journal killed in step 0 is decided again by the loop, but there is nothing recorded to compare it with)
         last = max((e["step"] for e in recorded_events if e["event"] == "proposal"), default=-1)
         redecided = [e for e in redecided if not (e["event"] == "verdict" and e["step"] > last)]
     problems = compare_verdicts(recorded_events, redecided, stop_too=stopped is None)
-    return Redecision(out, outcome, n, tuple(problems), note, rep, stopped)
+    figures = compare_figures(recorded_events, redecided, src, interrupted=stopped is not None)
+    return Redecision(out, outcome, n, tuple(problems + figures), note, rep, stopped, len(figures))
+
+
+def _remove_failed_run(out: Path, journal, keep: list[str]) -> None:
+    """Remove what a failed offline run wrote to ``out``: its journal and the report files that were not there
+    before it (``keep``: another campaign's, replaced only under --force). A killed run (kill -9) removes
+    nothing: its journal is resumed with --resume."""
+    from mosaic.run.report import FILES
+
+    journal.close()
+    for name in (journal.path.name, *(f for f in FILES if f not in keep)):
+        path = out / name
+        if path.is_file() and not path.is_symlink():
+            path.unlink()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from pathlib import Path
 
 from mosaic import safe_paths
@@ -164,7 +165,8 @@ def build_report(events: list[dict]) -> dict:
                        t_candidate_ns=v.get("t_candidate"), t_incumbent_ns=v.get("t_incumbent"),
                        d_candidate=v.get("d_candidate"), d_incumbent=v.get("d_incumbent"),
                        closer_but_slower=bool(v.get("closer_but_slower")))
-            power = capped_text(((timed.get(key) or {}).get("gpu") or {}).get("power_rounds"))
+            gpu = (timed.get(key) or {}).get("gpu")  # checked by the journal's schema (journal.check_events)
+            power = capped_text(gpu.get("power_rounds")) if isinstance(gpu, dict) else ""
             if power:  # per-round clock/power samples (journals from before them have none)
                 row["power"] = power
         elif key in numerics and not numerics[key]["passed"]:
@@ -308,6 +310,152 @@ def to_markdown(rep: dict) -> str:
               f"{json.dumps(r['reference'])[:80]}, candidate {json.dumps(r['candidate'])[:80]} — {r['why']}"
               + (f". Not fixed: {r['unfixed']['text']}" if r.get("unfixed") else "")
               for r in rep["remaining_differences"]] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+#: the edits table's columns counted from its end (an edit's text or an agent's "why" may hold a '|')
+_OUTCOME, _WHY, _T_CAND, _T_INC = -6, -5, -4, -3
+_TIMES_US = re.compile(r"(\d+(?:\.\d+)?) us\b")
+
+
+def _pct(v) -> str:
+    return f"{v:.1%}"
+
+
+def reason_times(reason) -> str | None:
+    """The times (us, as printed) a timed verdict's reason names: "203.06 us, 210.43 us, 1.15 us"; None if none."""
+    found = _TIMES_US.findall(reason or "") if isinstance(reason, str) else []
+    return ", ".join(f"{t} us" for t in found) or None
+
+
+def report_figures(rep: dict) -> dict[str, tuple]:
+    """Every figure the report prints, by name: ``(value, printed, precise)`` where ``value`` is the report.json
+    value, ``printed`` the text report.md prints for it (None: a figure only report.json holds) and ``precise`` the
+    value in the same unit with every digit that matters (shown when two values print alike). What
+    :func:`mosaic.run.offline.compare_figures` recomputes from the bundles and compares with every claim."""
+    out: dict[str, tuple] = {}
+
+    def put(name, value, printed=...):
+        if printed is ... or not isinstance(value, int | float) or isinstance(value, bool):
+            precise = str(value)
+        elif name.endswith("(us)"):
+            precise = f"{value / 1e3:.6f}"
+        elif printed and printed.endswith("%"):
+            precise = f"{value:.6%}"
+        else:
+            precise = repr(value)
+        out[name] = (value, str(value) if printed is ... else printed, precise)
+
+    ref = rep.get("reference")
+    if ref:
+        n = ref["noise"]
+        put("reference time (us)", ref["time_ns"], _us(ref["time_ns"]))
+        put("reference noise (us)", n["value_ns"], _us(n["value_ns"]))
+        put("reference noise (relative)", n["relative"], f"{n['relative']:.2%}")
+        put("reference noise blocks", n["blocks"])
+        put("physical floor (us)", ref["floor_ns"], _us(ref["floor_ns"]))
+    yard, f = rep.get("yardstick"), rep.get("final")
+    if yard:
+        put("yardstick", yard["name"])
+        put("yardstick timed alone (us)", yard["time_ns"], _us(yard["time_ns"]))
+        pair = (f or {}).get("yardstick_paired")
+        if pair:
+            put("yardstick paired: the yardstick (us)", pair["t_yardstick_ns"], _us(pair["t_yardstick_ns"]))
+            put("yardstick paired: the incumbent (us)", pair["t_incumbent_ns"], _us(pair["t_incumbent_ns"]))
+            put("fraction of the yardstick, paired", pair["fraction"], _pct(pair["fraction"]))
+    if f:
+        put("final incumbent", f["incumbent"])
+        put("final incumbent time (us)", f["t_incumbent_ns"], _us(f["t_incumbent_ns"]))
+        put("final reference time (us)", f["t_reference_ns"], _us(f["t_reference_ns"]))
+        put("final noise (us)", f["noise_ns"], None)  # printed as the reference's noise
+        put("final: within the noise or faster", f["within_noise_or_faster"],
+            "within the noise or faster" if f["within_noise_or_faster"] else "NOT within the noise")
+        if "fraction_of_yardstick" in f and yard:
+            put("fraction of the yardstick timed alone", f["fraction_of_yardstick"], _pct(f["fraction_of_yardstick"]))
+        put("timed candidates", f["timed_candidates"])
+        put("steps", f["steps"])
+        put("device minutes", f["device_minutes"], f"{f['device_minutes']:.2f}")
+    if rep.get("stop"):
+        put("stop", rep["stop"]["code"], None)
+        put("stop reason", rep["stop"]["reason"])
+    for e in rep.get("edits") or []:
+        s = e["step"]
+        put(f"step {s} outcome", f"{e['outcome']} ({e['reason_code']})")
+        put(f"step {s} t cand (us)", e.get("t_candidate_ns"), _us(e.get("t_candidate_ns")))
+        put(f"step {s} t inc (us)", e.get("t_incumbent_ns"), _us(e.get("t_incumbent_ns")))
+        if e.get("t_candidate_ns") is not None and (times := reason_times(e.get("reason"))):
+            put(f"step {s} times in its why", times)
+    for i, b in enumerate(rep.get("beams") or [], 1):
+        for m in b["members"]:
+            put(f"beam {i} (after step {b['step']}): {m['key']} (us)", m.get("time_ns"), _us(m.get("time_ns")))
+            put(f"beam {i} (after step {b['step']}): {m['key']} role", m["role"])
+    return out
+
+
+_LINES = (
+    (re.compile(r"Reference: (\S+) us; noise (\S+) us \(([^,]+), .* over (\d+) blocks\); physical floor (\S+) us\.$"),
+     ("reference time (us)", "reference noise (us)", "reference noise (relative)", "reference noise blocks",
+      "physical floor (us)")),
+    (re.compile(r"Yardstick: (.+) (\S+) us \(timed in the same run, alone, after the reference\)\.$"),
+     ("yardstick", "yardstick timed alone (us)")),
+    (re.compile(r"Yardstick paired with the final incumbent \(interleaved rounds\): .+ (\S+) us vs incumbent "
+                r"(\S+) us: (\S+) of .+\.$"),
+     ("yardstick paired: the yardstick (us)", "yardstick paired: the incumbent (us)",
+      "fraction of the yardstick, paired")),
+    (re.compile(r"Final: (\S+) (\S+) us vs reference (\S+) us \(interleaved\) — (within the noise or faster|NOT within "
+                r"the noise)(?:; (\S+) of .+ timed alone)?(?:, (\S+) paired)?\. (\d+) timed candidates, (\d+) steps, "
+                r"(\S+) device minutes\.$"),
+     ("final incumbent", "final incumbent time (us)", "final reference time (us)",
+      "final: within the noise or faster", "fraction of the yardstick timed alone", None, "timed candidates",
+      "steps", "device minutes")),
+    (re.compile(r"Stopped: (.*)\.$"), ("stop reason",)),
+)
+_BEAM_MEMBER = re.compile(r"(incumbent|held|kept) (\S+) (\S+) us(?:, \d+ more step\(s\))? \[[^\]]*\]")
+
+
+def markdown_figures(text: str) -> dict[str, str]:
+    """The figures a report.md prints (or :func:`markdown_of_html` of a report.html), by the names of
+    :func:`report_figures`, as printed. Lines it does not know are passed over."""
+    out: dict[str, str] = {}
+    section, beam = None, 0
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+            continue
+        if section is None:
+            for pattern, names in _LINES:
+                m = pattern.match(line)
+                if m:
+                    out.update({n: v for n, v in zip(names, m.groups(), strict=True) if n and v is not None})
+        elif section == "Edits" and line.startswith("| ") and not line.startswith("| step"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) < 9 or not cells[0].isdigit():
+                continue
+            s = int(cells[0])
+            out[f"step {s} outcome"] = cells[_OUTCOME]
+            out[f"step {s} t cand (us)"], out[f"step {s} t inc (us)"] = cells[_T_CAND], cells[_T_INC]
+            if cells[_T_CAND] != "-" and (times := reason_times(re.sub(r" \[[^\]]*\]$", "", cells[_WHY]))):
+                out[f"step {s} times in its why"] = times
+        elif section == "Beam lineage" and (m := re.match(r"- after step (\d+): (.*)$", line)):
+            beam += 1
+            for role, key, t in _BEAM_MEMBER.findall(m.group(2)):
+                out[f"beam {beam} (after step {m.group(1)}): {key} (us)"] = t
+                out[f"beam {beam} (after step {m.group(1)}): {key} role"] = role
+    return out
+
+
+def markdown_of_html(text: str) -> str:
+    """The report.md lines a report.html was rendered from (:func:`to_html`: headings, paragraphs, list items and
+    the edits table's rows), for :func:`markdown_figures`; the plots are passed over."""
+    lines = []
+    for m in re.finditer(r"<(h1|h2|p|li|tr)>(.*?)</\1>", text, re.S):
+        tag, body = m.groups()
+        if tag == "tr":
+            cells = re.findall(r"<t[dh]>(.*?)</t[dh]>", body, re.S)
+            lines.append("| " + " | ".join(html.unescape(c) for c in cells) + " |")
+        else:
+            prefix = {"h1": "# ", "h2": "## ", "li": "- "}.get(tag, "")
+            lines.append(prefix + html.unescape(body))
     return "\n".join(lines) + "\n"
 
 

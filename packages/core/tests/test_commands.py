@@ -7,7 +7,8 @@ import click
 from mosaic.cli import cli
 from mosaic.commands import VERBS
 
-CORE_VERBS = {"plugins", "gpus", "families", "bundle", "catalog", "lift", "diff", "check", "capture", "run", "doctor", "mcp", "cache"}
+CORE_VERBS = {"plugins", "gpus", "families", "bundle", "catalog", "lift", "diff", "check", "capture", "run", "doctor", "mcp", "cache",
+              "trust", "fuzz"}
 
 
 def test_every_core_verb_lives_in_its_own_commands_module_and_is_registered():

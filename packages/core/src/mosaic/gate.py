@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -368,10 +369,12 @@ def output_shapes(kfile, case: GateCase) -> dict[str, tuple]:
 def run_cpu_gate(kfile, language: str, family: str, dtype: str, shape: Mapping[str, int],
                  knobs: Mapping[str, Any] | None = None, guard: Sequence[str | os.PathLike] = (),
                  timeout: float = 600.0, plan: GatePlan | None = None,
-                 progress: Callable[[str], None] | None = None) -> GateVerdict:
+                 progress: Callable[[str], None] | None = None, keep: str | os.PathLike | None = None) -> GateVerdict:
     """Draw the plan (unless given), make every case's inputs here, run the candidate in a child process whose
     working directory, HOME and TMPDIR are a fresh directory of its own, and judge what it returned; a file
-    changed under ``guard`` (the campaign directory) is a ``writes`` finding."""
+    changed under ``guard`` (the campaign directory) is a ``writes`` finding. ``keep``: a directory that receives
+    every case's ``inputs-<i>.npz`` / ``outputs-<i>.npz`` and the child's ``report.json`` before the work
+    directory goes."""
     from mosaic.families import make_inputs
     from mosaic.records import KernelSpec
 
@@ -415,6 +418,11 @@ def run_cpu_gate(kfile, language: str, family: str, dtype: str, shape: Mapping[s
             else:
                 outputs.append(None)
         verdict = judge(plan, inputs, report, outputs, [output_shapes(kfile, c) for c in plan.cases], written)
+        if keep is not None:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            for p in work.glob("*.npz"):
+                shutil.copyfile(p, Path(keep) / p.name)
+            (Path(keep) / "report.json").write_text(json.dumps(report))
     return attrs.evolve(verdict, wall_s=time.monotonic() - t0)
 
 

@@ -14,6 +14,7 @@ from mosaic.commands.check import check
 from mosaic.commands.diff import diff
 from mosaic.commands.doctor import doctor
 from mosaic.commands.families import families
+from mosaic.commands.fuzz import fuzz
 from mosaic.commands.gpus import gpus
 from mosaic.commands.lift import lift
 from mosaic.commands.mcp import mcp
@@ -21,4 +22,4 @@ from mosaic.commands.plugins import plugins
 from mosaic.commands.run import run
 from mosaic.commands.trust import trust
 
-VERBS = (plugins, gpus, families, bundle, catalog_cmd, lift, diff, check, capture, run, doctor, mcp, cache, trust)
+VERBS = (plugins, gpus, families, bundle, catalog_cmd, lift, diff, check, capture, run, doctor, mcp, cache, trust, fuzz)

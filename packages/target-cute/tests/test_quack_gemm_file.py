@@ -78,6 +78,11 @@ def test_quack_gemm_lowers_on_the_cpu_and_lifts(tmp_path):
     # read MN-major (trans-b 1): the family's row-major k x n b as it lies in memory
     assert {m[1:] for m in mmas} == {("1", "1", "0", "1")}
     assert "multicast::cluster" in ptx  # the 2 x 1 cluster shares B's tiles by TMA multicast
+    # the launch, read from the host code quack's launch compiled to (no GPU): one 2 x 1 cluster (the scheduler
+    # bound stands in at 1 without a device), quack's 384 threads and its shared storage as dynamic shared memory
+    launch = json.loads(b.one("launch").read_text())
+    assert launch["cluster"] == [2, 1, 1] and launch["grid"] == [2, 1, 1] and launch["block"] == [384, 1, 1]
+    assert 0 < launch["dynamic_smem"] <= 232448
     lift = mosaic("lift", "q.bundle", "--json", cwd=tmp_path)
     assert lift.returncode == 0, lift.stderr
     doc = json.loads(lift.stdout)

@@ -11,6 +11,11 @@ called with the tensors and the stream only) and ``stream`` a ``CUstream``.
 with ``ptxas -v`` for the resource log when those tools are found, and checks shared memory, registers
 and the PTX's ``.reqntid`` threads against the GpuTarget record. ``prepare`` (GPU) compiles the same entry
 for torch-backed tensors with the same layouts.
+
+A family's optional shape entries (attention's ``kv_heads`` and ``causal``) reach the file in two ways: an operand
+may name one as a dimension (``k[batch,kv_heads,seq,head_dim]``), sized from the shape or, where the shape leaves
+it out because it holds its default, from that default (:func:`full_shape`); and a knob named after one is that
+entry (:func:`shape_knobs`): it takes the problem's value, so the file sees the shape it is compiled for.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from typing import Any
 import numpy as np
 from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
-from mosaic.kernel_files import KernelFile, PythonFileBackend, failure
+from mosaic.errors import BadInput
+from mosaic.kernel_files import KernelFile, PythonFileBackend, failure, make_knobs
 from mosaic.records import GpuTarget, KernelSpec, ResourceUsage
 from mosaic.toolchain.cubin import read_cubin
 
@@ -43,11 +49,72 @@ def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def optional_default(family, shape: dict, name: str):
+    """The value of the optional shape entry ``name`` when ``shape`` leaves it out: the value the family's
+    ``canonical`` drops (it drops exactly the optional entries that hold their default), tried among 0, 1 and
+    the shape's own values (attention: ``causal`` 0, ``kv_heads`` = ``heads``); None when none is dropped."""
+    if family.canonical is None:
+        return None
+    for value in (0, 1, *shape.values()):
+        try:
+            if name not in family.canonical({**shape, name: value}):
+                return value
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def full_shape(spec: KernelSpec) -> dict:
+    """``spec.shape`` with every optional entry of its family filled in (its default where the canonical shape
+    dropped it), so an operand may name ``kv_heads`` and a knob ``causal`` whatever the shape holds."""
+    from mosaic.families import get
+
+    shape = dict(spec.shape)
+    fam = get(spec.family)
+    for name in getattr(fam, "optional_dims", {}) or {}:
+        if name not in shape:
+            value = optional_default(fam, shape, name)
+            if value is not None:
+                shape[name] = value
+    return shape
+
+
+def shape_knobs(kfile: KernelFile, spec: KernelSpec) -> dict:
+    """The file's knob values with each knob named after one of the family's optional shape entries set from the
+    problem (``causal`` from ``--shape ...,causal=1``). A value given for it that contradicts the shape is one
+    error line, except the knob's own default: a full knob set (a campaign's candidate) carries it without
+    choosing it, and the shape decides."""
+    from mosaic.families import get
+
+    values = kfile.knob_values(spec.knobs)
+    fam = get(spec.family)
+    shape = full_shape(spec)
+    for name in getattr(fam, "optional_dims", {}) or {}:
+        knob = kfile.knob(name)
+        if knob is None or name not in shape or knob.type not in ("bool", "int"):
+            continue
+        want = bool(shape[name]) if knob.type == "bool" else int(shape[name])
+        if name in spec.knobs and values[name] != want and values[name] != knob.default:
+            raise BadInput(f"knob {name}={values[name]} of {kfile.name} contradicts the problem's {name}="
+                           f"{shape[name]} (the shape sets it: --shape ...,{name}={int(values[name])})", "--knob")
+        values[name] = want
+    return values
+
+
 class CuteFileBackend(PythonFileBackend):
     """The mosaic.backend methods for one CuTe DSL kernel file (``check``: the family's dimensions, then
     import the file and build its knob instance, in the child)."""
 
     module_name = "mosaic_cute_kernel_file"
+
+    def __init__(self, kfile: KernelFile):
+        super().__init__(kfile)
+        self._launches: dict[str, tuple] = {}  # spec -> (the cubin's main kernel, its HostLaunch or None)
+
+    def knob_instance(self, spec):
+        """The file's knob class with the spec's knobs over its defaults, and the shape's optional entries over
+        the knobs named after them (:func:`shape_knobs`)."""
+        return make_knobs(self.module(), self.kfile, shape_knobs(self.kfile, spec))
 
     def _compile(self, spec: KernelSpec, gpu: GpuTarget, dump: Path, tensors=None, stream=None):
         import cutlass.cute as cute
@@ -77,9 +144,9 @@ class CuteFileBackend(PythonFileBackend):
         from cutlass.cute.runtime import make_fake_tensor
 
         t = getattr(cutlass, CUTE_DTYPES[spec.dtype])
-        out = []
+        out, full = [], full_shape(spec)
         for op in (*self.kfile.inputs, *self.kfile.outputs):
-            shape = op.shape(spec.shape)
+            shape = op.shape(full)
             out.append(make_fake_tensor(t, shape, row_major(shape), assumed_align=16))
         return out
 
@@ -87,7 +154,8 @@ class CuteFileBackend(PythonFileBackend):
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         dump = workdir / "cute_dump"
-        _, _, seconds = self._compile(spec, gpu, dump)
+        compiled, _, seconds = self._compile(spec, gpu, dump)
+        launch = self._host_launch(compiled)
         ptxs, cubins = sorted(dump.glob("*.ptx")), sorted(dump.glob("*.cubin"))
         if not ptxs or not cubins:
             raise Unbuildable(f"cute.compile wrote no PTX/cubin under {dump}", self.kfile.name)
@@ -100,26 +168,76 @@ class CuteFileBackend(PythonFileBackend):
         main = max(kernels, key=lambda k: k.code_bytes)
         found = REQNTID_RE.search(ptx.read_text(errors="replace"))
         threads = int(np.prod([int(g) for g in found.groups() if g])) if found else None
-        problems = fit.diagnose(fit.Footprint(where=self.kfile.name, smem_bytes=main.static_smem,
-                                              registers=main.registers, threads=threads), gpu,
-                                ("smem-per-block", "regs-per-thread", "regs-per-block", "threads-per-block"))
+        if threads is None and launch is not None:
+            threads = int(np.prod(launch.block))
+        smem = main.static_smem + (launch.dynamic_smem if launch is not None else 0)
+        problems = fit.diagnose(fit.Footprint(where=self.kfile.name, smem_bytes=smem,
+                                              registers=main.registers, threads=threads,
+                                              cluster_size=int(np.prod(launch.cluster)) if launch else None), gpu,
+                                ("smem-per-block", "regs-per-thread", "regs-per-block", "threads-per-block",
+                                 "cluster-size"))
         if problems:
             raise Unbuildable(f"does not fit {gpu.name}: " + "; ".join(p.line() for p in problems), self.kfile.name)
         sass = disassemble(cubin, workdir / "kernel.sass")
         log = ptxas_log(ptx, gpu.arch, workdir / "ptxas.log")
         source = workdir / self.kfile.name
         source.write_text(self.kfile.source)  # the text that was read and hashed (the child checked the file)
-        values = self.kfile.knob_values(spec.knobs)
+        values = shape_knobs(self.kfile, spec)
         notes = (f"kernel file {self.kfile.name} sha256 {self.kfile.sha256}",
                  f"knobs {self.kfile.knob_class}({', '.join(f'{k}={v}' for k, v in values.items())})",
                  f"kernels in the cubin: {', '.join(k.name[:80] for k in kernels)}",
                  f"threads={threads} (PTX .reqntid)" if threads else "threads: the PTX states no .reqntid",
+                 (f"launch grid={list(launch.grid)} block={list(launch.block)} cluster={list(launch.cluster)} "
+                  f"dynamic_smem={launch.dynamic_smem} (the host code's cudaLaunchConfig_t)") if launch else
+                 "launch: not read from the host code (its launch configuration is not constant)",
                  f"compile_seconds={seconds:.2f}")
+        self._launches[self._key(spec, gpu)] = (main, launch)
+        if launch is not None:
+            self.planned_launch = self.launch_record
         from mosaic_target_cute.backend import _toolchain
 
         return Lowered(kernel_name=main.name, ptx=ptx, cubin=cubin, sass=sass, ptxas_log=log, source=source,
                        resources=ResourceUsage(registers=main.registers, static_smem=main.static_smem),
                        toolchain=_toolchain(), notes=notes)
+
+    @staticmethod
+    def _key(spec: KernelSpec, gpu: GpuTarget) -> str:
+        import json
+
+        return json.dumps([spec.to_json(), gpu.name], sort_keys=True, default=str)
+
+    @staticmethod
+    def _host_launch(compiled):
+        """The one constant launch of the compiled host code (:mod:`mosaic_target_cute.host_launch`), or None."""
+        from mosaic_target_cute.host_launch import read_launches
+
+        module = getattr(compiled, "ir_module", None)
+        if module is None:
+            return None
+        launches = read_launches(str(module))
+        return launches[0] if len(launches) == 1 else None
+
+    def launch_record(self, spec: KernelSpec, gpu: GpuTarget):
+        """The launch record of the :meth:`lower` of ``spec``: grid, block, cluster and dynamic shared memory from
+        the host code, registers and static shared memory from the cubin (lowers first when this object has not
+        lowered ``spec``). A lowering that read a constant launch also sets ``planned_launch`` to this method, the
+        hook :func:`mosaic.capture.capture` writes ``launch.json`` of a ``--lower-only`` capture from; a host
+        code whose launch is not constant gets no launch record, as before."""
+        from mosaic.records import LaunchRecord
+
+        key = self._key(spec, gpu)
+        if key not in self._launches:
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="mosaic-cute-launch-") as tmp:
+                self.lower(spec, gpu, Path(tmp))
+        main, launch = self._launches[key]
+        if launch is None:
+            raise Unbuildable("the host code's launch configuration is not constant: no launch record",
+                              self.kfile.name)
+        return LaunchRecord(kernel_name=main.name, grid=launch.grid, block=launch.block, cluster=launch.cluster,
+                            static_smem=main.static_smem, dynamic_smem=launch.dynamic_smem,
+                            registers_per_thread=main.registers or 0, source="cubin")
 
     def prepare(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs: dict[str, Any]):
         return CuteFileRunnable(self, spec, gpu, Path(workdir), inputs)
@@ -144,13 +262,13 @@ class CuteFileRunnable:
                               f"{', '.join(o.name for o in kfile.inputs)}", kfile.name)
         tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[spec.dtype]
         self.torch = torch
-        self.inputs = []
+        self.inputs, full = [], full_shape(spec)
         for op in kfile.inputs:
             arr = np.asarray(inputs[op.name], np.float32)
-            if tuple(arr.shape) != op.shape(spec.shape):
+            if tuple(arr.shape) != op.shape(full):
                 raise Unbuildable(f"input {op.name} has shape {arr.shape}; the file says {op.text()}", kfile.name)
             self.inputs.append(torch.as_tensor(arr).to("cuda", tdt).contiguous())
-        self.outputs = {op.name: torch.empty(op.shape(spec.shape), device="cuda", dtype=tdt) for op in kfile.outputs}
+        self.outputs = {op.name: torch.empty(op.shape(full), device="cuda", dtype=tdt) for op in kfile.outputs}
         views = [from_dlpack(t, assumed_align=16) for t in (*self.inputs, *self.outputs.values())]
         want = [(tuple(f.shape), tuple(f.stride)) for f in backend.fake_tensors(spec)]
         got = [(tuple(v.shape), tuple(v.stride)) for v in views]

@@ -33,7 +33,7 @@ def test_fuzz_finds_shrinks_and_writes_the_hard_coded_grid(tmp_path):
     b = load_bundle(res["bundle"])  # verified on load
     rec = json.loads(b.read_bytes("fuzz.json"))
     assert rec["reproduced"] is True and sorted(b.arrays("inputs")) == ["x"]
-    v = mosaic("fuzz", res["bundle"], "--minutes", "5", "--json")  # a bundle of a kernel file fuzzes again
+    v = mosaic("fuzz", res["bundle"], "--minutes", "5", "--json", "--out", str(tmp_path / "again"))  # a bundle of a kernel file fuzzes again
     assert v.returncode == 1 and json.loads(v.stdout)["smallest"] is not None
 
 

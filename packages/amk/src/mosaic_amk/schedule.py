@@ -42,11 +42,32 @@ MAX_SMS = 1024
 MAX_COUNTERS = 2**24
 MAX_ELEMENTS = 2**36
 MAX_HEAD_DIM = 1024
+# The page protocol (docs/amk-schedule.md "Pages"): per task at most this many page acquires, uses and releases (the
+# descriptor's fixed slots), and a pool no larger than an SM's shared memory (sm_90: 227 KiB per block, opt-in).
+MAX_PAGE_OPS = 8
+MAX_POOL_BYTES = 232448
+# bytes per element of each dtype as the device lays a row out; the block formats add per-block or per-row scales
+# (row_bytes): int8 a float32 scale per row, q8_0 34 bytes per 32 elements, q4_1 20 bytes per 32
+_ELEMENT_BYTES = {"bf16": 2, "f32": 4, "i8": 1, "i32": 4, "int8": 1}
 
 
 class ScheduleFormatError(BadInput):
     """Not a schedule at all: not JSON, wrong format tag, wrong version, or (for ``load_schedule``)
     a structure the records cannot hold. Exit 2."""
+
+
+def row_bytes(dtype: str, shape: tuple) -> int:
+    """Bytes of one row (axis 0) of a buffer as the device stores it: what a page holding that row takes."""
+    cols = 1
+    for d in shape[1:]:
+        cols *= d
+    if dtype == "i4":
+        return -(-cols // 2)
+    if dtype == "q8_0":
+        return -(-cols // 32) * 34
+    if dtype == "q4_1":
+        return -(-cols // 32) * 20
+    return cols * _ELEMENT_BYTES[dtype] + (4 if dtype == "int8" else 0)
 
 
 def _int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -151,6 +172,98 @@ def _waits_check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         fail(inst, attribute, value, "a list of waits {counter, threshold}")
 
 
+def _of(kind: type, what: str):
+    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, tuple) or any(not isinstance(v, kind) for v in value):
+            fail(inst, attribute, value, what)
+
+    return check
+
+
+@attrs.frozen
+class PagePool:
+    """One SM's pool of shared-memory pages: ``count`` pages (ids ``0 .. count-1``) of ``page_bytes`` bytes each."""
+
+    sm: int = attrs.field(validator=_int)
+    count: int = attrs.field(validator=_int)
+    page_bytes: int = attrs.field(validator=_int)
+
+    def to_json(self) -> dict:
+        return {"sm": self.sm, "count": self.count, "page_bytes": self.page_bytes}
+
+    @classmethod
+    def from_json(cls, data: Any) -> PagePool:
+        return _build(cls, data, ("sm", "count", "page_bytes"), ())
+
+
+def _rows_check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not (isinstance(value, tuple) and len(value) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in value)):
+        fail(inst, attribute, value, "[lo, hi] rows of axis 0")
+
+
+@attrs.frozen
+class PageFill:
+    """A page the SM's loader acquires and fills: rows ``[lo, hi)`` of axis 0 of ``buffer`` copied into page ``page``
+    of the SM's pool, once every wait ``(counter, threshold)`` holds (what the loaded data, or the page's reuse,
+    depends on). The loader walks the SM's queue ahead of the compute warps and waits on nothing else."""
+
+    page: int = attrs.field(validator=_int)
+    buffer: str = attrs.field(validator=_str)
+    rows: tuple = attrs.field(converter=_tuple, validator=_rows_check)
+    waits: tuple = attrs.field(default=(), converter=_waits, validator=_waits_check)
+
+    def to_json(self) -> dict:
+        out = {"page": self.page, "buffer": self.buffer, "rows": list(self.rows)}
+        if self.waits:
+            out["waits"] = [w.to_json() for w in self.waits]
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> PageFill:
+        return _build(cls, data, ("page", "buffer", "rows"), ("waits",))
+
+
+def _fills(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(PageFill.from_json(v) if isinstance(v, Mapping) else v for v in value)
+    return value
+
+
+@attrs.frozen
+class TaskPages:
+    """A task's page operations: ``acquire``, the fills the SM's loader makes at this task's place in the SM's
+    queue; ``use``, the pages the task reads (each holds rows of one of its inputs, read from the page instead of
+    global memory); ``release``, the pages it gives back after it runs (their contents are undefined from then on)."""
+
+    acquire: tuple = attrs.field(default=(), converter=_fills, validator=_of(PageFill, "a list of page fills"))
+    use: tuple = attrs.field(default=(), converter=_tuple, validator=_int_tuple)
+    release: tuple = attrs.field(default=(), converter=_tuple, validator=_int_tuple)
+
+    def to_json(self) -> dict:
+        out: dict = {}
+        if self.acquire:
+            out["acquire"] = [f.to_json() for f in self.acquire]
+        if self.use:
+            out["use"] = list(self.use)
+        if self.release:
+            out["release"] = list(self.release)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> TaskPages:
+        return _build(cls, data, (), ("acquire", "use", "release"))
+
+
+def _task_pages(value: Any) -> Any:
+    return TaskPages.from_json(value) if isinstance(value, Mapping) else value
+
+
+def _task_pages_check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not isinstance(value, TaskPages):
+        fail(inst, attribute, value, "an object {acquire, use, release}")
+
+
 @attrs.frozen(eq=True, hash=False)
 class Task:
     """One unit of work on one SM: wait -> op -> signal.
@@ -169,6 +282,8 @@ class Task:
     signal: int = attrs.field(validator=_int)
     params: dict = attrs.field(factory=dict, validator=_params_check)
     ranges: dict = attrs.field(factory=dict, converter=_ranges, validator=_ranges_check)
+    # the page protocol (optional): None for a task without page operations
+    pages: TaskPages | None = attrs.field(default=None, converter=_task_pages, validator=_task_pages_check)
 
     def to_json(self) -> dict:
         out = {"id": self.id, "op": self.op, "sm": self.sm, "inputs": list(self.inputs),
@@ -176,12 +291,14 @@ class Task:
                "signal": self.signal, "params": _jsonable(self.params)}
         if self.ranges:
             out["ranges"] = {k: list(v) for k, v in self.ranges.items()}
+        if self.pages is not None:
+            out["pages"] = self.pages.to_json()
         return out
 
     @classmethod
     def from_json(cls, data: Any) -> Task:
         return _build(cls, data, ("id", "op", "sm", "inputs", "outputs", "waits", "signal", "params"),
-                      ("ranges",))
+                      ("ranges", "pages"))
 
     def range_of(self, buffer: str, rows: int) -> tuple[int, int]:
         """Rows of ``buffer`` this task touches (the whole extent unless ``ranges`` narrows it)."""
@@ -200,12 +317,10 @@ def _tasks(value: Any) -> Any:
     return value
 
 
-def _of(kind: type, what: str):
-    def check(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if not isinstance(value, tuple) or any(not isinstance(v, kind) for v in value):
-            fail(inst, attribute, value, what)
-
-    return check
+def _pools(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(PagePool.from_json(v) if isinstance(v, Mapping) else v for v in value)
+    return value
 
 
 @attrs.frozen(eq=True, hash=False)
@@ -219,6 +334,12 @@ class Schedule:
     tasks: tuple = attrs.field(converter=_tasks, validator=_of(Task, "a list of tasks"))
     outputs: tuple = attrs.field(converter=_tuple, validator=_str_tuple)
     meta: dict = attrs.field(factory=dict, validator=_params_check)
+    # the page protocol (optional): one pool per SM that has pages; empty for a schedule without pages
+    page_pools: tuple = attrs.field(default=(), converter=_pools, validator=_of(PagePool, "a list of page pools"))
+
+    def has_pages(self) -> bool:
+        """Whether the schedule uses the page protocol (a pool, or a task with page operations)."""
+        return bool(self.page_pools) or any(t.pages is not None for t in self.tasks)
 
     # ---- helpers -------------------------------------------------------------------------------
     def buffer_map(self) -> dict[str, Buffer]:
@@ -251,6 +372,8 @@ class Schedule:
                "tasks": [t.to_json() for t in self.tasks], "outputs": list(self.outputs)}
         if self.meta:
             out["meta"] = _jsonable(self.meta)
+        if self.page_pools:
+            out["page_pools"] = [p.to_json() for p in self.page_pools]
         return out
 
     def dumps(self, indent: int | None = None) -> str:
@@ -269,7 +392,8 @@ class Schedule:
         check_header(data, where)
         body = {k: v for k, v in data.items() if k not in ("format", "version")}
         try:
-            return _build(cls, body, ("num_sms", "buffers", "num_counters", "tasks", "outputs"), ("meta",))
+            return _build(cls, body, ("num_sms", "buffers", "num_counters", "tasks", "outputs"),
+                          ("meta", "page_pools"))
         except BadInput as exc:
             raise ScheduleFormatError(exc.what, where) from None
 

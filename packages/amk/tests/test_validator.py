@@ -226,7 +226,8 @@ def test_write_race():
 
 def test_every_code_is_documented_and_exercised():
     assert set(CODES) == {"malformed", "capacity", "unsatisfiable-wait", "cycle", "queue-order", "list-order",
-                          "partial-join", "unordered-read", "kv-order", "unreachable-output", "write-race"}
+                          "partial-join", "unordered-read", "kv-order", "unreachable-output", "write-race",
+                          "page-oversubscribed", "page-unheld", "page-reuse", "page-fill-ahead"}  # test_pages.py
 
 
 # ---- totality ---------------------------------------------------------------------------------------------
@@ -327,7 +328,7 @@ def test_kv_append_must_write_a_kv_cache():
 def test_the_rule_table_has_one_rule_per_code():
     """Rules as data: one rule function per diagnostic code, each code documented, none shared."""
     assert [r.code for r in RULES] == list(CODES)
-    assert len({r.run for r in RULES}) == len(RULES) == len(CODES) == 11
+    assert len({r.run for r in RULES}) == len(RULES) == len(CODES) == 15  # 11 + the 4 page rules
     assert all(r.run.__doc__ and r.doc == CODES[r.code] for r in RULES)
 
 

@@ -12,7 +12,8 @@ Two builders:
   ``list``/``tuple``, no unknown or missing fields, no bools where integers go). Anything else returns
   ``None`` and the caller takes the exact path (records built leniently, every problem a diagnostic).
   So for data it accepts, the columns hold exactly what ``Schedule.from_json`` would hold (sequences
-  may be lists instead of tuples).
+  may be lists instead of tuples). The page protocol's fields (``page_pools``, a task's ``pages``) are not
+  columns: a schedule that has them returns ``None`` too (an unknown field here), so the rule table checks it.
 """
 
 from __future__ import annotations

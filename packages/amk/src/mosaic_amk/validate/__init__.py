@@ -7,6 +7,8 @@ execution model in docs/amk-schedule.md; the argument, rule by rule, is in docs/
 
 - :mod:`~mosaic_amk.validate.facts`: the derived graph facts the rules share (references, producers,
   footprints, backward edges, happens-before, conflicting accesses);
+- :mod:`~mosaic_amk.validate.pages`: the page protocol's facts (pools, loader fills, the walk of each SM's
+  queue, the extended list of events the happens-before clocks run over);
 - :mod:`~mosaic_amk.validate.rules`: one rule function per diagnostic code (``RULES``, ``CODES``); every
   rule runs; ``validate_rules`` is the table alone;
 - :mod:`~mosaic_amk.validate.screen`: the accelerated path, the same rules as whole-column numpy checks
@@ -35,7 +37,10 @@ def validate(schedule: Any) -> ValidationResult:
     """Check a :class:`Schedule` (or its raw JSON object). Total: returns every diagnostic, never raises
     on bad data (an internal failure is itself reported as ``malformed``, so the verdict fails closed).
 
-    The columnar screen may only say "no problem at all"; anything else goes to the rule table."""
+    The columnar screen may only say "no problem at all"; anything else goes to the rule table. A schedule that
+    uses the page protocol (``Schedule.has_pages``; in raw JSON a ``page_pools`` field or a task's ``pages``, which
+    the columns do not read) goes to the rule table directly: the screen does not restate the page rules
+    (``screen_records`` says no to it, ``columns.from_raw`` returns None)."""
     if isinstance(schedule, Schedule):
         if screen_records(schedule):
             return ValidationResult((), len(schedule.tasks))

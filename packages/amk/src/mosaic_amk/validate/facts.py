@@ -33,6 +33,7 @@ from mosaic_amk import ops as _ops
 from mosaic_amk.footprints import numel, row_len
 from mosaic_amk.schedule import Buffer, Schedule, Task
 from mosaic_amk.validate.clocks import inclusive_clocks, slots_of
+from mosaic_amk.validate.pages import PageFacts
 
 INIT_KINDS = frozenset(("weight", "input", "kv_cache"))  # valid before the launch starts
 SPECS = _ops.OP_SPECS
@@ -80,8 +81,12 @@ class Facts:
         self.segments: dict[str, list] = {}  # filled by conflicts(): buffer -> [starts, writers, readers]
         self._ordering: Ordering | None = None
         self._conflicts: list | None = None
+        self.fill_conflicts: list[tuple[str, int, str, set]] = []  # filled by conflicts(): see there
+        self.page_order: list[tuple[int, list[int]]] = []  # filled by conflicts(): (refill, tasks not before it)
         self._scan()
         self._order()
+        # the page protocol (validate/pages.py), only for a schedule that uses it
+        self.pages = PageFacts(self) if s.has_pages() else None
 
     # 1. references, producers, footprints --------------------------------------------------------------
     def _scan(self) -> None:
@@ -269,22 +274,50 @@ class Facts:
         predecessor), ``uninit`` (a read of rows nothing writes before it), ``waw`` (unordered writers),
         ``war`` (a write over rows that unordered readers may not have read yet). Empty when the list is
         cyclic or not topological (happens-before is undefined there; the ordering rules report it), and
-        when a malformed schedule spreads its tasks over more SMs than any GPU has (clocks.MAX_SLOTS)."""
+        when a malformed schedule spreads its tasks over more SMs than any GPU has (clocks.MAX_SLOTS).
+
+        With the page protocol the walk is over the extended list (``PageFacts.events``: each loader fill an
+        event before its acquiring task, reading the rows it loads) and also fills :attr:`fill_conflicts`
+        (``(kind, acquiring task index, buffer, other task indices)``, kinds ``fill-raw`` / ``fill-uninit``: the
+        fill's rows have a writer not ordered before it, or none; ``fill-war``: a later writer not ordered after
+        the fill; ``fill-stale``: a writer between the fill and a task that reads the page) and
+        :attr:`page_order` (a refill not ordered after the readers and the releaser of the page's previous fill)."""
         if self._conflicts is not None:
             return self._conflicts
-        got = None if (self.backward or self.self_waits) else self.clocks()
+        pg = self.pages
+        if pg is None:
+            got = None if (self.backward or self.self_waits) else self.clocks()
+            if got is not None:
+                clocks, slot = got
+                events, ev_task, fill_ev, of_fill, task_ev = self.access, range(self.n), {}, {}, None
+        else:
+            got = None if (self.backward or self.self_waits or pg.backward) else self._page_clocks(pg)
+            if got is not None:
+                clocks, slot, events, ev_task, fill_ev, task_ev, of_fill = got
         if got is None:
             self._conflicts = []
             return self._conflicts
-        clocks, slot = got
         bufs = self.bufs
         segs = self.segments
         found: dict[tuple, set] = {}
-        for i, (reads, writes) in enumerate(self.access):
+        last_user: dict[int, int] = {}  # fill event -> the event of its last user
+        if fill_ev:
+            for fid, users in pg.users.items():
+                if users:
+                    last_user[of_fill[fid]] = task_ev[users[-1]]
+        for i, (reads, writes) in enumerate(events):
             clk = next(clocks)
+            fid = fill_ev.get(i) if fill_ev else None
+            if fid is not None and fid in pg.refill:  # a refill: after the previous fill's readers and releaser
+                mine = clk.tolist()
+                late = [j for j in pg.refill[fid][1] if mine[slot[task_ev[j]]] < task_ev[j]]
+                if late:
+                    self.page_order.append((fid, late))
             if not reads and not writes:
                 continue
             mine = clk.tolist()  # j happens before i (or is i) iff mine[slot[j]] >= j
+            ti = ev_task[i]
+            raw, uninit = ("raw", "uninit") if fid is None else ("fill-raw", "fill-uninit")
             for name, lo, hi in reads:
                 st = segs.get(name)
                 if st is None:
@@ -295,9 +328,9 @@ class Facts:
                     w = writers[k]
                     if w >= 0:
                         if mine[slot[w]] < w:
-                            found.setdefault(("raw", i, name), set()).add(w)
+                            found.setdefault((raw, ti, name), set()).add(ev_task[w])
                     elif w == _UNINIT:
-                        found.setdefault(("uninit", i, name), set())
+                        found.setdefault((uninit, ti, name), set())
                     rd = readers[k]
                     if not rd or rd[-1] != i:
                         rd.append(i)
@@ -310,14 +343,35 @@ class Facts:
                 for k in range(a, b):
                     w = writers[k]
                     if w >= 0 and mine[slot[w]] < w:
-                        found.setdefault(("waw", i, name), set()).add(w)
+                        found.setdefault(("waw", ti, name), set()).add(ev_task[w])
                     bad = [r for r in readers[k] if mine[slot[r]] < r]
+                    if fill_ev:
+                        for r in readers[k]:
+                            if r in fill_ev:
+                                if last_user.get(r, -1) > i:  # the page's reader comes after this write
+                                    found.setdefault(("fill-stale", ev_task[r], name), set()).add(ti)
+                                if r in bad:
+                                    found.setdefault(("fill-war", ev_task[r], name), set()).add(ti)
+                        bad = [r for r in bad if r not in fill_ev]
                     if bad:
-                        found.setdefault(("war", i, name), set()).update(bad)
+                        found.setdefault(("war", ti, name), set()).update(ev_task[r] for r in bad)
                     writers[k] = i
                     readers[k] = []
-        self._conflicts = [(kind, i, name, others) for (kind, i, name), others in found.items()]
+        self._conflicts = [(kind, i, name, others) for (kind, i, name), others in found.items()
+                           if not kind.startswith("fill-")]
+        self.fill_conflicts = [(kind, i, name, others) for (kind, i, name), others in found.items()
+                               if kind.startswith("fill-")]
         return self._conflicts
+
+    def _page_clocks(self, pg: PageFacts):
+        """The clocks of the extended list (fills as loader events; ``PageFacts.events``), or None when the
+        schedule spreads over more agents than clocks are built for."""
+        agents, signals, waits, access, ev_task, fill_ev, task_ev, of_fill = pg.events(self)
+        slot = slots_of(agents)
+        if slot is None:
+            return None
+        clocks = inclusive_clocks(agents, signals, waits, self.s.num_counters + len(pg.fills), slot)
+        return clocks, [slot[a] for a in agents], access, ev_task, fill_ev, task_ev, of_fill
 
 
 def op_elems(t: Any, bufs: Mapping[str, Any], memo: dict | None = None) -> list[tuple[str, int, int]] | str:

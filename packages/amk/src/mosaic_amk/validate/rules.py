@@ -30,6 +30,7 @@ from mosaic_amk.schedule import (
     MAX_WAITS,
     VERSION,
     Buffer,
+    PagePool,
     Schedule,
     Task,
 )
@@ -121,7 +122,12 @@ def rule_malformed(f: Facts) -> Found:
                                               "wait on an out-of-bounds counter")))
         for k, (expected, actual, message) in enumerate(unfit.get(i, ())):
             add(((3, i, 5, k), Diagnostic("malformed", where(tid), expected, actual, message)))
-    return out
+    return out + _paged(f, "malformed")
+
+
+def _paged(f: Facts, code: str) -> Found:
+    """The page protocol's static problems of one code (validate/pages.py), none without pages."""
+    return f.pages.found(code) if f.pages is not None else []
 
 
 def rule_capacity(f: Facts) -> Found:
@@ -153,7 +159,7 @@ def rule_capacity(f: Facts) -> Found:
         if _is_int(hd) and hd > MAX_HEAD_DIM:
             out.append(((3, i, 3, 1), Diagnostic("capacity", where(t.id), f"head_dim <= {MAX_HEAD_DIM}", _short(hd),
                                                  "head_dim larger than any VM's attention")))
-    return out
+    return out + _paged(f, "capacity")
 
 
 def _short(v: int) -> Any:
@@ -169,6 +175,12 @@ def rule_unsatisfiable_wait(f: Facts) -> Found:
             out.append(((4, i, k), Diagnostic("unsatisfiable-wait", where(tasks[i].id),
                                               f"1 <= threshold <= {n} producer(s)", th,
                                               f"wait on counter {c}" + ("" if n else " which no task signals"))))
+    for fid, k, c, th, n in f.pages.wait_sites if f.pages is not None else ():
+        fl = f.pages.fills[fid]
+        if th < 1 or n == 0 or th > n:
+            out.append(((4, fl.task, 8, fl.k, k), Diagnostic(
+                "unsatisfiable-wait", where(tasks[fl.task].id), f"1 <= threshold <= {n} producer(s)", th,
+                f"fill of page {fl.page}: wait on counter {c}" + ("" if n else " which no task signals"))))
     return out
 
 
@@ -180,6 +192,13 @@ def rule_partial_join(f: Facts) -> Found:
             out.append(((4, i, k), Diagnostic("partial-join", where(tasks[i].id, *(tasks[j].id for j in f.prods[c])),
                                               f"threshold {n} (all producers) or 1", th,
                                               f"counter {c} has {n} producers: a first-{th}-of-{n} wait")))
+    for fid, k, c, th, n in f.pages.wait_sites if f.pages is not None else ():
+        fl = f.pages.fills[fid]
+        if 1 < th < n:
+            out.append(((4, fl.task, 8, fl.k, k), Diagnostic(
+                "partial-join", where(tasks[fl.task].id, *(tasks[j].id for j in f.prods[c])),
+                f"threshold {n} (all producers) or 1", th,
+                f"fill of page {fl.page}: counter {c} has {n} producers: a first-{th}-of-{n} wait")))
     return out
 
 
@@ -213,10 +232,19 @@ def rule_list_order(f: Facts) -> Found:
     """A wait whose producer comes later in the task list (which must be a topological order) without
     forming a cycle."""
     tasks = f.tasks
-    return [((5, 4, k), Diagnostic("list-order", where(tasks[i].id, tasks[j].id),
-                                   f"producer {tasks[j].id} listed before consumer {tasks[i].id}", "after",
-                                   "the task list is not a topological order"))
-            for k, (j, i) in enumerate(f.ordering().list_pairs)]
+    out = [((5, 4, k), Diagnostic("list-order", where(tasks[i].id, tasks[j].id),
+                                  f"producer {tasks[j].id} listed before consumer {tasks[i].id}", "after",
+                                  "the task list is not a topological order"))
+           for k, (j, i) in enumerate(f.ordering().list_pairs)]
+    for k, (fid, j) in enumerate(f.pages.backward if f.pages is not None else ()):
+        fl = f.pages.fills[fid]
+        i = fl.task
+        out.append(((5, 5, k), Diagnostic("list-order", where(tasks[i].id, tasks[j].id),
+                                          f"producer {tasks[j].id} listed before task {tasks[i].id}, whose fill "
+                                          f"of page {fl.page} waits on it", "at or after",
+                                          "a loader fill waits on a counter produced at or after its acquiring task "
+                                          "(the loader would wait on work queued behind it)")))
+    return out
 
 
 _MESSAGES = {"waw": "{op} writes {name} unordered with writer(s) {ids}",
@@ -288,6 +316,61 @@ def rule_unreachable_output(f: Facts) -> Found:
     return out
 
 
+def rule_page_oversubscribed(f: Facts) -> Found:
+    """More pages held than an SM's pool: a page outside the pool (or an SM without one), a fill larger than a
+    page, or a pool larger than an SM's shared memory."""
+    return _paged(f, "page-oversubscribed")
+
+
+def rule_page_unheld(f: Facts) -> Found:
+    """A use of a page that the task's SM did not acquire before it (in queue order) or released already, or a
+    release of a page the SM does not hold."""
+    return _paged(f, "page-unheld")
+
+
+def rule_page_reuse(f: Facts) -> Found:
+    """A page re-acquired before its previous reader released it: an acquire of a page still held, or a refill
+    not ordered (happens-before, through the fill's waits) after every reader of the page's previous fill and the
+    task that released it."""
+    out = _paged(f, "page-reuse")
+    if f.pages is None:
+        return out
+    f.conflicts()
+    tasks = f.tasks
+    for k, (fid, late) in enumerate(f.page_order):
+        fl = f.pages.fills[fid]
+        ids = sorted({tasks[j].id for j in late})
+        out.append(((8, 4, k), Diagnostic("page-reuse", where(tasks[fl.task].id, *ids), "happens-before",
+                                          "unordered", f"the fill of page {fl.page} of SM {fl.sm} is not ordered "
+                                          f"after task(s) {ids}, which read or release its previous contents")))
+    return out
+
+
+_FILL_MESSAGES = {
+    "fill-raw": "the fill of {name} rows into page {page} may run ahead of writer(s) {ids} (not ordered before it)",
+    "fill-uninit": "the fill of {name} rows into page {page} loads rows that no earlier task writes",
+    "fill-war": "writer(s) {ids} of {name} are not ordered after the fill of page {page}, which loads those rows",
+    "fill-stale": "writer(s) {ids} of {name} run between the fill of page {page} and a task that reads the page"}
+
+
+def rule_page_fill_ahead(f: Facts) -> Found:
+    """A loader fill that runs ahead of a counter its data depends on: the rows it loads have a writer not ordered
+    before the fill (or none), a later writer is not ordered after it, or a writer runs between the fill and a
+    reader of the page (the page would hold data older than the reader's)."""
+    if f.pages is None:
+        return []
+    f.conflicts()
+    tasks, out = f.tasks, []
+    for k, (kind, i, name, others) in enumerate(f.fill_conflicts):
+        ids = sorted(tasks[j].id for j in others)
+        pages = sorted({fl.page for fl in f.pages.fills if fl.task == i and fl.buffer == name})
+        out.append(((8, 5, k), Diagnostic("page-fill-ahead", where(tasks[i].id, *ids), "happens-before",
+                                          "unordered" if ids else "none",
+                                          _FILL_MESSAGES[kind].format(name=name, ids=ids,
+                                                                      page="/".join(map(str, pages))))))
+    return out
+
+
 RULES: tuple[Rule, ...] = (
     Rule("malformed", "bad reference, bad arity, missing parameter, out-of-bounds counter, SM, buffer or rows, "
                       "duplicate id or name, a write to a weight, not a schedule structure", rule_malformed),
@@ -309,6 +392,18 @@ RULES: tuple[Rule, ...] = (
     Rule("unreachable-output", "an output buffer (or rows of it) that no task writes", rule_unreachable_output),
     Rule("write-race", "two writers of overlapping rows of one buffer with no happens-before between them",
          rule_write_race),
+    # the page protocol (docs/amk-schedule.md "Pages"; validate/pages.py)
+    Rule("page-oversubscribed", "more pages held than an SM's pool: a page outside the pool (or an SM without one), "
+                                "a fill larger than a page, or a pool larger than an SM's shared memory",
+         rule_page_oversubscribed),
+    Rule("page-unheld", "a use of a page the task's SM did not acquire before it or released already, or a release "
+                        "of a page the SM does not hold", rule_page_unheld),
+    Rule("page-reuse", "a page re-acquired before its previous reader released it: an acquire of a page still held, "
+                       "or a refill not ordered after the readers and the releaser of the page's previous fill",
+         rule_page_reuse),
+    Rule("page-fill-ahead", "a loader fill that runs ahead of a counter its data depends on: a writer of the rows it "
+                            "loads not ordered before it (or none), a later writer not ordered after it, or a writer "
+                            "between the fill and a reader of the page", rule_page_fill_ahead),
 )
 CODES: dict[str, str] = {r.code: r.doc for r in RULES}
 
@@ -354,7 +449,7 @@ def _build_lenient(data: Any) -> tuple[Schedule | None, list[Diagnostic]]:
         bad("schedule", f"format tag must be {FORMAT!r}", data.get("format"))
     if data.get("version") != VERSION or isinstance(data.get("version"), bool):
         bad("schedule", f"version must be {VERSION}", data.get("version"))
-    known = {"format", "version", "num_sms", "buffers", "num_counters", "tasks", "outputs", "meta"}
+    known = {"format", "version", "num_sms", "buffers", "num_counters", "tasks", "outputs", "meta", "page_pools"}
     for k in sorted(set(map(str, data)) - known):
         bad("schedule", "unknown top-level field", k)
     for k in ("num_sms", "num_counters"):
@@ -362,7 +457,9 @@ def _build_lenient(data: Any) -> tuple[Schedule | None, list[Diagnostic]]:
             bad("schedule", f"{k} must be an integer", data.get(k))
     if "meta" in data and not isinstance(data["meta"], Mapping):
         bad("schedule", "meta must be a JSON object", type(data["meta"]).__name__)
-    for key, cls in (("buffers", Buffer), ("tasks", Task)):
+    for key, cls in (("buffers", Buffer), ("tasks", Task), ("page_pools", PagePool)):
+        if key == "page_pools" and key not in data:
+            continue
         items = data.get(key)
         if not isinstance(items, list):
             bad("schedule", f"{key} must be a list", type(items).__name__)

@@ -79,8 +79,12 @@ def screen(c: Any) -> bool:
 
 
 def screen_records(s: Any) -> bool:
-    """:func:`screen` of a :class:`~mosaic_amk.schedule.Schedule`, read by :func:`read_records`."""
+    """:func:`screen` of a :class:`~mosaic_amk.schedule.Schedule`, read by :func:`read_records`. False for a
+    schedule with the page protocol: the screen does not restate the page rules, so the rule table decides (raw JSON
+    with pages never reaches :func:`screen`: ``columns.from_raw`` does not read page fields and returns None)."""
     try:
+        if s.has_pages():
+            return False
         return _screen_checks(read_records(s))
     except Exception:  # noqa: BLE001
         return False

@@ -23,6 +23,25 @@ What the oracle reports (each a :class:`Finding`):
   covers;
 - ``unwritten-output``: an output buffer with elements no task wrote.
 
+The page protocol (docs/amk-schedule.md "Pages"), when a schedule has it: each SM also runs a *loader* agent that
+walks the SM's queue ahead of the compute warps and makes each task's fills in order, waiting only on the fills'
+own waits (acquiring what their first ``t`` increments released, like a task). A compute warp reading a page waits
+for the fill it reads (the latest acquire of that page on its SM at or before the task: the page's full barrier)
+and acquires the loader's knowledge at that fill; a release hands the page back (its contents are undefined from
+then on). Shadow state per page: the fill it holds (owner and what the loader knew), released or not, and the
+reads of that fill. Findings:
+
+- ``page-race`` (a reuse race): a fill overwrites a page while a read of its previous contents is not ordered
+  before it, or a task reads a page whose current fill is not ordered before the read;
+- ``page-unfilled``: a task reads a page that no fill wrote, that was released, or that holds no rows of its
+  inputs;
+- ``fill-unwritten`` (a fill that reads data not yet written): a fill reads elements whose writer is not ordered
+  before it (or that nothing wrote), a later writer of elements a fill read is not ordered after the fill, or a task
+  reads a page filled before a write of those rows that the task itself sees (the page is stale);
+- ``fault`` for what the loader would hit (a page outside the SM's pool or a pool larger than shared memory, a
+  fill larger than a page or outside its buffer, too many page operations or fill waits, a fill waiting on a counter
+  that does not exist), ``deadlock`` when a loader is stuck too.
+
 Footprints: the op's declared footprint (``ops.OpSpec.footprint``, flattened element intervals; the
 one declaration the validator reads too), never the schedule's ``ranges`` (which the oracle ignores, so
 a lying ``ranges`` shows up as a race). The declaration itself is not trusted: the *probe*
@@ -49,7 +68,17 @@ import numpy as np
 from mosaic.errors import MosaicError
 
 from mosaic_amk import ops as _ops
-from mosaic_amk.schedule import MAX_INPUTS, MAX_OUTPUTS, MAX_RANK, MAX_WAITS, Schedule, Task
+from mosaic_amk.schedule import (
+    MAX_INPUTS,
+    MAX_OUTPUTS,
+    MAX_PAGE_OPS,
+    MAX_POOL_BYTES,
+    MAX_RANK,
+    MAX_WAITS,
+    Schedule,
+    Task,
+    row_bytes,
+)
 
 STRATEGIES = ("random", "priority", "pct")
 _INITIALISED = frozenset(("weight", "input", "kv_cache"))
@@ -140,6 +169,61 @@ class _Loaded:
         for name in s.outputs:
             if name not in bufs:
                 fault(Finding("fault", (), name, "output buffer does not exist"))
+        self.paged = any(t.pages is not None for t in s.tasks) or bool(s.page_pools)
+        if self.paged:
+            self._load_pages()
+
+    def _load_pages(self) -> None:
+        """The loader's program per SM (its fills in queue order) and, per task, the fill each page use reads (the
+        latest acquire of that page on the SM at or before the task), or the faults the loader would hit."""
+        s, bufs, fault = self.s, self.bufs, self.faults.append
+        pools: dict[int, tuple[int, int]] = {}
+        for pool in s.page_pools:
+            if not 0 <= pool.sm < s.num_sms or pool.sm in pools:
+                fault(Finding("fault", (), None, f"page pool for SM {pool.sm}: no such SM, or a second pool"))
+            elif pool.count < 1 or pool.page_bytes < 1 or pool.count * pool.page_bytes > MAX_POOL_BYTES:
+                fault(Finding("fault", (), None, f"page pool of SM {pool.sm} ({pool.count} x {pool.page_bytes} "
+                                                 "bytes) does not fit an SM's shared memory"))
+            else:
+                pools[pool.sm] = (pool.count, pool.page_bytes)
+        # fills: (task index, sm, page, buffer, element lo, element hi, waits); loader programs; uses
+        self.fills: list[tuple] = []
+        self.program: list[list[int]] = [[] for _ in range(max(s.num_sms, 0))]
+        self.uses: list[list[tuple[int, int | None]]] = []  # per task: (page, fill it reads or None)
+        latest: dict[tuple[int, int], int] = {}
+        for i, t in enumerate(s.tasks):
+            pg = t.pages
+            tid = (t.id,)
+            if pg is None:
+                self.uses.append([])
+                continue
+            if max(len(pg.acquire), len(pg.use), len(pg.release)) > MAX_PAGE_OPS:
+                fault(Finding("fault", tid, None, "page operations overflow the task descriptor"))
+            pool = pools.get(t.sm)
+            for fl in pg.acquire:
+                b = bufs.get(fl.buffer)
+                lo, hi = fl.rows
+                if len(fl.waits) > MAX_WAITS:
+                    fault(Finding("fault", tid, None, "a fill's waits overflow the descriptor"))
+                if any(not 0 <= w.counter < s.num_counters for w in fl.waits):
+                    fault(Finding("fault", tid, None, "a fill waits on a counter that does not exist"))
+                if b is None or not b.shape or not 0 <= lo < hi <= b.shape[0]:
+                    fault(Finding("fault", tid, fl.buffer, f"fill of rows [{lo}, {hi}) of a buffer without them"))
+                    continue
+                if pool is None or not 0 <= fl.page < pool[0]:
+                    fault(Finding("fault", tid, fl.buffer, f"fill of page {fl.page}, outside SM {t.sm}'s pool"))
+                    continue
+                if (hi - lo) * row_bytes(b.dtype, b.shape) > pool[1]:
+                    fault(Finding("fault", tid, fl.buffer, f"fill of {(hi - lo) * row_bytes(b.dtype, b.shape)} "
+                                                          f"bytes into a {pool[1]}-byte page"))
+                    continue
+                per_row = prod(b.shape[1:]) if len(b.shape) > 1 else 1
+                fid = len(self.fills)
+                self.fills.append((i, t.sm, fl.page, fl.buffer, lo * per_row, hi * per_row, fl.waits))
+                if 0 <= t.sm < s.num_sms:
+                    self.program[t.sm].append(fid)
+                latest[(t.sm, fl.page)] = fid
+            self.uses.append([(p, latest.get((t.sm, p))) for p in pg.use])
 
     def _footprint(self, t: Task) -> tuple[list, str | None]:
         spec = _ops.OP_SPECS.get(t.op)
@@ -277,13 +361,18 @@ def _run(ld: _Loaded, seed: int, strategy: str, run_task, stop_at_first: bool) -
         return Execution(strategy, seed, (), tuple(ld.faults), False)
     s = ld.s
     tasks = s.tasks
+    n = len(tasks)
     rng = random.Random(seed)
     findings: list[Finding] = []
     counters = [0] * s.num_counters
     hist: list[list[int]] = [[0] for _ in range(s.num_counters)]
     queues = ld.queues
-    head = [0] * len(queues)
-    know = [0] * len(queues)
+    nsm = len(queues)
+    head = [0] * nsm
+    # agents: the SMs' compute warps 0 .. nsm-1, and with pages each SM's loader nsm + sm
+    paged = ld.paged
+    n_agents = 2 * nsm if paged else nsm
+    know = [0] * n_agents
     waiting_on: dict[int, list[int]] = {}
     ready: list[int] = []
     prio = [rng.random() for _ in queues]
@@ -291,35 +380,82 @@ def _run(ld: _Loaded, seed: int, strategy: str, run_task, stop_at_first: bool) -
     shadow: dict[str, list[tuple[int, int, int, bool]]] = {}
     init_kind = {n: b.kind in _INITIALISED for n, b in ld.bufs.items()}
     order: list[int] = []
+    if paged:
+        prio += [rng.random() for _ in queues]
+        fills, program, uses = ld.fills, ld.program, ld.uses
+        lhead = [0] * nsm
+        fill_know: dict[int, int] = {}  # fill -> the loader's knowledge once it is done (its own bit included)
+        waiting_fill: dict[int, list[int]] = {}
+        # per (sm, page): [the fill it holds or None, released since?, the reads of that fill (event bits)]
+        pshadow: dict[tuple[int, int], list] = {}
 
-    def arm(sm: int) -> None:
-        q = queues[sm]
-        if head[sm] >= len(q):
-            return
-        for w in tasks[q[head[sm]]].waits:
-            if counters[w.counter] < w.threshold:
-                waiting_on.setdefault(w.counter, []).append(sm)
+    def arm(agent: int) -> None:
+        if agent >= nsm:  # a loader: its next fill's waits
+            sm = agent - nsm
+            if lhead[sm] >= len(program[sm]):
                 return
-        ready.append(sm)
+            for w in fills[program[sm][lhead[sm]]][6]:
+                if counters[w.counter] < w.threshold:
+                    waiting_on.setdefault(w.counter, []).append(agent)
+                    return
+            ready.append(agent)
+            return
+        q = queues[agent]
+        if head[agent] >= len(q):
+            return
+        i = q[head[agent]]
+        for w in tasks[i].waits:
+            if counters[w.counter] < w.threshold:
+                waiting_on.setdefault(w.counter, []).append(agent)
+                return
+        if paged:
+            for _, fid in uses[i]:  # the fills its page reads need (the full barrier of each page)
+                if fid is not None and fid not in fill_know:
+                    waiting_fill.setdefault(fid, []).append(agent)
+                    return
+        ready.append(agent)
 
-    for sm in range(len(queues)):
-        arm(sm)
+    for agent in range(n_agents):
+        arm(agent)
     steps = 0
     while ready:
         if strategy == "random":
             k = rng.randrange(len(ready))
         else:
             k = max(range(len(ready)), key=lambda j: prio[ready[j]])
-        sm = ready[k]
+        agent = ready[k]
         ready[k] = ready[-1]
         ready.pop()
+        if agent >= nsm:
+            sm = agent - nsm
+            fid = program[sm][lhead[sm]]
+            kn = know[agent]
+            for w in fills[fid][6]:
+                if w.threshold >= 1:
+                    kn |= hist[w.counter][w.threshold]
+            _fill(fid, n, tasks, fills, kn, shadow, pshadow, init_kind, findings)
+            kn |= 1 << (n + fid)
+            know[agent] = fill_know[fid] = kn
+            lhead[sm] += 1
+            arm(agent)
+            for other in waiting_fill.pop(fid, ()):
+                arm(other)
+            if findings and stop_at_first:
+                return Execution(strategy, seed, tuple(order), tuple(findings), False)
+            continue
+        sm = agent
         i = queues[sm][head[sm]]
         t = tasks[i]
         kn = know[sm]
         for w in t.waits:
             if w.threshold >= 1:
                 kn |= hist[w.counter][w.threshold]
-        _check_accesses(i, tasks, ld.foot[i], kn, shadow, init_kind, findings)
+        if paged:
+            for _, fid in uses[i]:
+                if fid is not None:
+                    kn |= fill_know[fid]
+            _read_pages(i, n, tasks, fills, uses[i], kn, fill_know, shadow, pshadow, findings)
+        _check_accesses(i, tasks, ld.foot[i], kn, shadow, init_kind, findings, n, fills if paged else ())
         if run_task is not None:
             try:
                 run_task(t)
@@ -327,6 +463,9 @@ def _run(ld: _Loaded, seed: int, strategy: str, run_task, stop_at_first: bool) -
                 findings.append(Finding("fault", (t.id,), None, f"{t.op} raised {type(exc).__name__}: {exc}"))
         kn |= 1 << i
         know[sm] = kn
+        if paged and t.pages is not None:
+            for p in t.pages.release:  # the page goes back to the pool: its contents are undefined from now on
+                pshadow.setdefault((sm, p), [None, True, []])[1] = True
         order.append(t.id)
         c = t.signal
         counters[c] += 1
@@ -341,14 +480,16 @@ def _run(ld: _Loaded, seed: int, strategy: str, run_task, stop_at_first: bool) -
             prio[sm] = -rng.random()  # demote the SM that just ran
         if findings and stop_at_first:
             return Execution(strategy, seed, tuple(order), tuple(findings), False)
-    blocked = [sm for sm in range(len(queues)) if head[sm] < len(queues[sm])]
-    if blocked:
+    blocked = [sm for sm in range(nsm) if head[sm] < len(queues[sm])]
+    loaders = [sm for sm in range(nsm) if paged and lhead[sm] < len(program[sm])]
+    if blocked or loaders:
         heads = tuple(tasks[queues[sm][head[sm]]].id for sm in blocked)
         waits = {tasks[queues[sm][head[sm]]].id: [(w.counter, w.threshold, counters[w.counter])
                                                  for w in tasks[queues[sm][head[sm]]].waits
                                                  if counters[w.counter] < w.threshold] for sm in blocked}
+        stuck = f"; loaders of SMs {loaders} blocked on a fill" if loaders else ""
         findings.append(Finding("deadlock", heads, None,
-                                f"no SM can progress; blocked heads (counter, threshold, value): {waits}"))
+                                f"no SM can progress; blocked heads (counter, threshold, value): {waits}{stuck}"))
         return Execution(strategy, seed, tuple(order), tuple(findings), False)
     for name in s.outputs:
         if not init_kind.get(name, False) and not _covered(shadow.get(name, ()), 0, ld.numel[name], -1):
@@ -358,7 +499,70 @@ def _run(ld: _Loaded, seed: int, strategy: str, run_task, stop_at_first: bool) -
     return Execution(strategy, seed, tuple(order), tuple(findings), not findings)
 
 
-def _check_accesses(i: int, tasks, foot, kn: int, shadow, init_kind, findings) -> None:
+def _ids(j: int, n: int, tasks, fills) -> int:
+    """The task id of an event: a task, or (a fill) the task that acquired it."""
+    return tasks[j].id if j < n else tasks[fills[j - n][0]].id
+
+
+def _fill(fid: int, n: int, tasks, fills, kn: int, shadow, pshadow, init_kind, findings) -> None:
+    """The loader fills a page: it overwrites the page (every read of its previous contents must be ordered before:
+    else a reuse race) and reads rows of a buffer (whose writers must be ordered before: else it read data not yet
+    written; the read stays in the buffer's shadow, so a later unordered writer is caught too)."""
+    i, sm, page, name, lo, hi, _ = fills[fid]
+    me = n + fid
+    st = pshadow.setdefault((sm, page), [None, False, []])
+    late = [r for r in st[2] if not (kn >> r) & 1]
+    if late:
+        findings.append(Finding("page-race", (tasks[i].id, *sorted({tasks[r].id for r in late})), name,
+                                f"fill of page {page} of SM {sm} overwrites it while reads of its previous contents "
+                                "are not ordered before the fill (reuse race)"))
+    st[0], st[1], st[2] = fid, False, []
+    if hi <= lo:
+        return
+    acc = shadow.setdefault(name, [])
+    racing = [j for (j, a_lo, a_hi, a_w) in acc if a_w and a_lo < hi and lo < a_hi and not (kn >> j) & 1]
+    if racing:
+        findings.append(Finding("fill-unwritten", (tasks[i].id, *sorted({_ids(j, n, tasks, fills) for j in racing})),
+                                name, f"fill of page {page} reads elements [{lo}, {hi}) unordered with their writer "
+                                      "(it may run ahead of the data)"))
+    elif not init_kind[name] and not _covered(acc, lo, hi, kn):
+        findings.append(Finding("fill-unwritten", (tasks[i].id,), name,
+                                f"fill of page {page} reads elements [{lo}, {hi}) no earlier write covers"))
+    acc.append((me, lo, hi, False))
+
+
+def _read_pages(i: int, n: int, tasks, fills, uses, kn: int, fill_know, shadow, pshadow, findings) -> None:
+    """A task reads its pages: each must hold a fill ordered before the read (not released since) of rows of one of
+    its inputs, and that fill must have seen every write of those rows the task itself sees."""
+    t = tasks[i]
+    for page, _ in uses:
+        st = pshadow.get((t.sm, page))
+        if st is None or st[0] is None:
+            findings.append(Finding("page-unfilled", (t.id,), None, f"reads page {page}, which no fill wrote"))
+            continue
+        fid = st[0]
+        fi, _, _, name, lo, hi, _ = fills[fid]
+        if st[1]:
+            findings.append(Finding("page-unfilled", (t.id,), name, f"reads page {page} after it was released"))
+        elif not (kn >> (n + fid)) & 1:
+            findings.append(Finding("page-race", (t.id, tasks[fi].id), name,
+                                    f"reads page {page}, whose fill (acquired by task {tasks[fi].id}) is not ordered "
+                                    "before the read (reuse race)"))
+        elif name not in t.inputs:
+            findings.append(Finding("page-unfilled", (t.id,), name, f"reads page {page}, which holds {name}, not one "
+                                                                    "of its inputs"))
+        else:
+            seen = fill_know[fid]
+            stale = [j for (j, a_lo, a_hi, a_w) in shadow.get(name, ())
+                     if a_w and a_lo < hi and lo < a_hi and (kn >> j) & 1 and not (seen >> j) & 1]
+            if stale:
+                findings.append(Finding("fill-unwritten", (t.id, tasks[fi].id, *sorted(tasks[j].id for j in stale)),
+                                        name, f"reads page {page}, filled before writes of {name} it sees (the fill "
+                                              "read data not yet written)"))
+        st[2].append(i)
+
+
+def _check_accesses(i: int, tasks, foot, kn: int, shadow, init_kind, findings, n: int = 0, fills=()) -> None:
     t = tasks[i]
     for name, lo, hi, write in foot:
         acc = shadow.setdefault(name, [])
@@ -366,8 +570,13 @@ def _check_accesses(i: int, tasks, foot, kn: int, shadow, init_kind, findings) -
                   if j != i and (write or a_w) and a_lo < hi and lo < a_hi and not (kn >> j) & 1]
         if racing:
             what = "write" if write else "read"
-            findings.append(Finding("race", (t.id, *sorted({tasks[j].id for j in racing})), name,
-                                    f"{t.op} {what}s elements [{lo}, {hi}) unordered with a conflicting access"))
+            others = (t.id, *sorted({_ids(j, n, tasks, fills) if fills else tasks[j].id for j in racing}))
+            if fills and all(j >= n for j in racing):  # only loader fills read these elements before
+                findings.append(Finding("fill-unwritten", others, name, f"{t.op} writes elements [{lo}, {hi}) that a "
+                                        "fill not ordered before it loads (the fill may read data not yet written)"))
+            else:
+                findings.append(Finding("race", others, name,
+                                        f"{t.op} {what}s elements [{lo}, {hi}) unordered with a conflicting access"))
         elif not write and not init_kind[name] and not _covered(acc, lo, hi, kn):
             findings.append(Finding("uninitialized", (t.id,), name,
                                     f"{t.op} reads elements [{lo}, {hi}) no earlier write covers"))

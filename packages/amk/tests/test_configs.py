@@ -90,6 +90,9 @@ AUDIT = [  # validate/audit.py real_lowerings' configs, from the old ScheduleCon
     ("rr8-r8-kvh2", {"gemv_rows_per_task": 8, "attention_kv_heads_per_task": 2, "fusion": ["gate_up_silu"], "num_sms": 8}),
     ("fused-all", {"gemv_rows_per_task": 16, "fusion": ["residual", "gate_up_silu", "rope_append", "rmsnorm_gemv", "gemv_rope_append", "split_kv", "split_argmax"], "attention_kv_splits": 3, "argmax_rows_per_task": 16, "num_sms": 6, "kv_page_tokens": 4}),
     ("fused-ll4", {"gemv_rows_per_task": 8, "attention_kv_heads_per_task": 2, "fusion": ["rmsnorm_gemv", "gemv_rope_append", "split_kv", "split_argmax"], "attention_kv_splits": 2, "argmax_rows_per_task": 40, "sm_policy": "least_loaded", "num_sms": 4}),
+    # the page protocol (issue #36): to_json carries pages and page_bytes once they differ from the defaults
+    ("pages-rr4", {"gemv_rows_per_task": 8, "num_sms": 4, "pages": 2, "page_bytes": 1024}),
+    ("pages-fused-ll5", {"gemv_rows_per_task": 16, "fusion": ["residual", "gate_up_silu", "rope_append", "rmsnorm_gemv", "gemv_rope_append", "split_kv", "split_argmax"], "attention_kv_splits": 2, "argmax_rows_per_task": 32, "sm_policy": "least_loaded", "num_sms": 5, "kv_page_tokens": 4, "pages": 3, "page_bytes": 2048}),
 ]
 LM_ROWS = {49152: 384, 128256: 1024, 256: 64}  # lm_head_rows_per_task where a candidate splits it
 
@@ -169,9 +172,9 @@ def test_audit_configs_from_toml_are_the_old_ones_field_by_field():
         assert cfg.to_json() == {**DEFAULTS, **delta}, name
     from mosaic_amk.validate.audit import real_lowerings
 
-    quick = real_lowerings(families=("llama",), quick=True)  # the quick set: the first three and fused-all
-    assert [k for k, _ in quick] == [f"llama/{n}/pos{p}" for n in ("default", "rr4-r8-nofuse", "ll3-r16", "fused-all")
-                                     for p in (0, 7)]
+    quick = real_lowerings(families=("llama",), quick=True)  # the quick set: the first three, fused-all, pages-rr4
+    assert [k for k, _ in quick] == [f"llama/{n}/pos{p}" for n in ("default", "rr4-r8-nofuse", "ll3-r16", "fused-all",
+                                                                   "pages-rr4") for p in (0, 7)]
 
 
 def test_a_per_model_lm_head_split_needs_the_vocab_size():

@@ -60,6 +60,9 @@ WEIGHT_PRELOADS = (0, 2, 6, 8)
 # docs/amk-cuda.md "Weight stream"), WS_PIECE bytes each; 0 = off. Exclusive with weight_preload.
 WEIGHT_STREAMS = (0, 2, 4)
 WS_PIECE = 2048  # bytes per ring slot (kernels/common.cuh WS_PIECE)
+# pages: the page protocol (docs/amk-schedule.md "Pages"): 0 = off, else the pages of each SM's pool (at most the
+# descriptor's MAX_PAGE_OPS acquires per task), page_bytes each, on top of smem_bytes
+MAX_CONFIG_PAGES = 8
 
 
 def _fusion(inst, attribute, value) -> None:
@@ -87,6 +90,11 @@ def _preload(inst, attribute, value) -> None:
 def _stream(inst, attribute, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value not in WEIGHT_STREAMS:
         fail(inst, attribute, value, f"one of {', '.join(map(str, WEIGHT_STREAMS))}")
+
+
+def _pages(inst, attribute, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not (value == 0 or 2 <= value <= MAX_CONFIG_PAGES):
+        fail(inst, attribute, value, f"0 (off) or 2 .. {MAX_CONFIG_PAGES}")
 
 
 def _warp_multiple(inst, attribute, value) -> None:
@@ -159,6 +167,13 @@ class ScheduleConfig:
       staging cannot hold, the CudaVM runs the standard order (cuda_vm.staged_rope_order).
     - ``kv_page_tokens``, ``kv_max_tokens``: KV cache page size and capacity in tokens (0: the model's
       max_position_embeddings rounded up to a page).
+    - ``pages`` / ``page_bytes``: the page protocol (schedule structure; docs/amk-schedule.md "Pages"): 0 (off), or
+      each SM gets a pool of ``pages`` shared-memory pages of ``page_bytes`` bytes, and every GEMV-family task's
+      weight rows (as many of its first rows as fit a page) are prefetched by the SM's loader into a page of a
+      ring, acquired ahead (``pages - 1`` GEMV tasks ahead, or as soon as the page's previous reader's stage has
+      finished), read by the task and released after it. The CPU VMs and the CUDA VM run such a schedule reading
+      global memory (the pages are copies); the validator and the oracle check the protocol. Left out of
+      ``to_json`` while both are at their defaults (earlier configs keep their JSON).
     """
 
     gemv_rows_per_task: int = attrs.field(default=64, validator=_int_pos)
@@ -187,6 +202,8 @@ class ScheduleConfig:
     gemv_pingpong: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     attention_stage: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     rope_order: str = attrs.field(default="standard", validator=one_of(*ROPE_ORDERS))
+    pages: int = attrs.field(default=0, validator=_pages)
+    page_bytes: int = attrs.field(default=16384, validator=_int_pos)
 
     @attention_placement.validator
     def _apart_round_robin(self, attribute, value):
@@ -238,6 +255,11 @@ class ScheduleConfig:
                                     ("smem-per-block",)):
             problems.append(f"smem_bytes={self.smem_bytes} + weight_stream ring {ring} > {gpu.name} "
                             f"smem_per_block {gpu.smem_per_block}")
+        pool = self.pool_bytes()
+        if pool and budget.diagnose(budget.Footprint(where="config", smem_bytes=self.smem_bytes + ring + pool), gpu,
+                                    ("smem-per-block",)):
+            problems.append(f"smem_bytes={self.smem_bytes} + weight_stream ring {ring} + page pool {pool} > {gpu.name} "
+                            f"smem_per_block {gpu.smem_per_block}")
         need = self.prefetch_depth * self.prefetch_tile_bytes
         if need > self.smem_bytes:
             problems.append(f"prefetch_depth*prefetch_tile_bytes={need} > smem_bytes {self.smem_bytes}")
@@ -246,6 +268,10 @@ class ScheduleConfig:
     def ring_bytes(self) -> int:
         """Shared memory of the weight stream's ring (0 without it): every warp's slots."""
         return self.threads_per_block // 32 * self.weight_stream * WS_PIECE
+
+    def pool_bytes(self) -> int:
+        """Shared memory of each SM's page pool (0 without pages)."""
+        return self.pages * self.page_bytes
 
     def for_gpu(self, gpu: GpuTarget) -> ScheduleConfig:
         problems = self.check(gpu)
@@ -257,8 +283,11 @@ class ScheduleConfig:
         return self.num_sms or gpu.sm_count
 
     def to_json(self) -> dict:
-        return {a.name: (list(v) if isinstance(v := getattr(self, a.name), tuple) else v)
-                for a in attrs.fields(ScheduleConfig)}
+        out = {a.name: (list(v) if isinstance(v := getattr(self, a.name), tuple) else v)
+               for a in attrs.fields(ScheduleConfig)}
+        if self.pages == 0 and self.page_bytes == 16384:  # the page protocol off: the JSON of earlier configs
+            del out["pages"], out["page_bytes"]
+        return out
 
     @classmethod
     def from_mapping(cls, data: Any, where: str = "config") -> ScheduleConfig:

@@ -16,6 +16,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 from mosaic.errors import BadInput
 from mosaic.records import GpuTarget
@@ -25,7 +26,7 @@ from mosaic_amk.config import AUTO_APART_MAX_WEIGHTS_PER_SM, ScheduleConfig
 from mosaic_amk.footprints import split_range
 from mosaic_amk.model import INV_FREQ, ModelSpec
 from mosaic_amk.ops import OP_SPECS
-from mosaic_amk.schedule import Buffer, Schedule, Task, Wait
+from mosaic_amk.schedule import Buffer, PageFill, PagePool, Schedule, Task, TaskPages, Wait, row_bytes
 
 TOKEN = "token"
 LOGITS = "logits"
@@ -411,8 +412,75 @@ def lower(model: ModelSpec, config: ScheduleConfig, gpu: GpuTarget, position: in
 
     meta = {"model": m.family, "layers": m.num_layers, "position": position, "gpu": gpu.name,
             "kv_capacity": capacity, "config": c.to_json()}
+    tasks, pools = tuple(b.tasks), ()
+    if c.pages:
+        tasks, pools = page_protocol(tasks, b.buffers, b.num_sms, c.pages, c.page_bytes)
     return Schedule(num_sms=b.num_sms, buffers=tuple(b.buffers.values()), num_counters=len(b.producers),
-                    tasks=tuple(b.tasks), outputs=(LOGITS, NEXT_TOKEN), meta=meta)
+                    tasks=tasks, outputs=(LOGITS, NEXT_TOKEN), meta=meta, page_pools=pools)
+
+
+# ops whose tasks stream rows of one weight (the first weight operand with a ranges entry): the page protocol's
+# GEMV family
+GEMV_FAMILY = frozenset(("gemv", "rmsnorm_gemv", "gemv_silu_mul", "rmsnorm_gemv_silu_mul", "gemv_rope",
+                         "gemv_rope_append"))
+
+
+def _page_rows(t: Task, buffers: dict[str, Buffer], page_bytes: int) -> tuple[str, int, int] | None:
+    """(weight, first row, end row) of a GEMV-family task's prefetch: its first rows of its row-split weight that fit
+    one page; None for another op, or when one row does not fit."""
+    if t.op not in GEMV_FAMILY:
+        return None
+    for name in t.inputs:
+        buf = buffers.get(name)
+        if buf is not None and buf.kind == "weight" and name in t.ranges:
+            r0, r1 = t.ranges[name]
+            fit = page_bytes // row_bytes(buf.dtype, buf.shape)
+            return (name, r0, r0 + min(r1 - r0, fit)) if fit >= 1 else None
+    return None
+
+
+def page_protocol(tasks: tuple[Task, ...], buffers: dict[str, Buffer], num_sms: int, pages: int, page_bytes: int
+                  ) -> tuple[tuple[Task, ...], tuple[PagePool, ...]]:
+    """The page protocol for the GEMV-family tasks (``ScheduleConfig.pages``; docs/amk-schedule.md "Pages").
+
+    Every SM gets a pool of ``pages`` pages. On each SM, the k-th GEMV-family task ``g_k`` (queue order) whose first
+    weight row fits a page gets page ``k mod pages`` (a ring): the loader fills it with the task's first weight rows
+    that fit, ``g_k`` reads them from the page and releases it after it runs. The fill is acquired ahead: a page
+    never used before at ``g_{k - pages + 1}`` (the first GEMV task for the first ones: the loader starts at
+    launch), else at the first task of the queue after the page's previous reader ``R`` that comes after every
+    producer of ``R``'s counter in the list, with an all-join wait on that counter (so the refill is ordered after
+    ``R`` released it); when no task up to ``g_k`` qualifies, ``g_k`` takes no page. Weights are valid at launch,
+    so the fills wait on nothing else."""
+    prods: dict[int, list[int]] = {}
+    queues: dict[int, list[int]] = {}
+    for i, t in enumerate(tasks):
+        prods.setdefault(t.signal, []).append(i)
+        queues.setdefault(t.sm, []).append(i)
+    acquire: dict[int, list[PageFill]] = {}
+    use: dict[int, list[int]] = {}
+    for q in queues.values():
+        pos = {i: k for k, i in enumerate(q)}
+        gemvs = [(i, got) for i in q if (got := _page_rows(tasks[i], buffers, page_bytes)) is not None]
+        released: list[int | None] = [None] * pages  # per page: the task that last released it
+        for k, (g, (w, r0, r1)) in enumerate(gemvs):
+            p = k % pages
+            prev = released[p]
+            if prev is None:
+                at, waits = gemvs[max(0, k - pages + 1)][0], ()
+            else:
+                c = tasks[prev].signal
+                last = prods[c][-1]
+                at = next((j for j in q[pos[prev] + 1:pos[g] + 1] if j > last), None)
+                if at is None:
+                    continue  # no task can acquire it in time: g_k reads global memory
+                waits = (Wait(c, len(prods[c])),)
+            acquire.setdefault(at, []).append(PageFill(p, w, (r0, r1), waits))
+            use.setdefault(g, []).append(p)
+            released[p] = g
+    out = tuple(attrs.evolve(t, pages=TaskPages(tuple(acquire.get(i, ())), tuple(use.get(i, ())),
+                                                 tuple(use.get(i, ()))))
+                if i in acquire or i in use else t for i, t in enumerate(tasks))
+    return out, tuple(PagePool(sm, pages, page_bytes) for sm in range(num_sms))
 
 
 def stage_depths(schedule: Schedule) -> list[int]:

@@ -3,7 +3,8 @@
 Each schedule is either a *real lowering* (tiny random-init checkpoints of every supported family and an
 int8 weight-only one, lowered by ``mosaic_amk.lowering.lower`` under several ScheduleConfigs, SM counts and
 positions), a *single-injection mutant* of one (one class per unsafe pattern, below, and one class per
-validator rule, ``RULE_CLASSES``, whose mutants break that rule alone), or a *random DAG* (random ops,
+validator rule, ``RULE_CLASSES``, whose mutants break that rule alone; the page rules' classes, ``PAGE_CLASSES``,
+mutate the bases lowered with the page protocol), or a *random DAG* (random ops,
 buffers, waits, thresholds and SM placement, half of them built disciplined then perturbed once).
 The oracle (:func:`mosaic_amk.validate.oracle.explore`, several adversarial interleavings with a deadlock
 watchdog and shadow memory) labels each one; the validator gives its verdict. A *false accept* is a
@@ -22,7 +23,18 @@ from multiprocessing import get_context
 
 import attrs
 
-from mosaic_amk.schedule import MAX_WAITS, Buffer, Schedule, Task, Wait
+from mosaic_amk.schedule import (
+    MAX_PAGE_OPS,
+    MAX_POOL_BYTES,
+    MAX_WAITS,
+    Buffer,
+    PageFill,
+    Schedule,
+    Task,
+    TaskPages,
+    Wait,
+    row_bytes,
+)
 from mosaic_amk.validate import validate
 from mosaic_amk.validate.oracle import explore
 
@@ -38,7 +50,8 @@ KV_READERS = ("attention", "attention_partial")
 
 def real_lowerings(families: tuple[str, ...] | None = None, quick: bool = False) -> list[tuple[str, Schedule]]:
     """Real lowerings of tiny random-init checkpoints (mosaic_amk.tiny_models), several configs each: every
-    family (``TINY_FAMILIES``) and the int8 weight-only variant (``TINY_INT8``) unless ``families`` names some."""
+    family (``TINY_FAMILIES``) and the int8 weight-only variant (``TINY_INT8``) unless ``families`` names some.
+    Configs: configs/audit.toml (10; the last two with the page protocol); ``quick``: 5 of them at 2 positions."""
     from mosaic.gpus import DEFAULT_GPU
     from mosaic.plugins import host
 
@@ -53,7 +66,7 @@ def real_lowerings(families: tuple[str, ...] | None = None, quick: bool = False)
     out = []
     for fam in families or (*TINY_FAMILIES, *TINY_INT8):
         model = tiny_int8_model(fam) if fam in TINY_INT8 else tiny_model(fam)
-        for cname, cfg in ([*configs[:3], configs[6]] if quick else configs):
+        for cname, cfg in ([*configs[:3], configs[6], configs[8]] if quick else configs):
             for pos in positions:
                 out.append((f"{fam}/{cname}/pos{pos}", lower(model, cfg, gpu, pos)))
     return out
@@ -255,9 +268,17 @@ def m_write_race(s: Schedule, rng: random.Random) -> Schedule | None:
 def m_reassign_sm(s: Schedule, rng: random.Random) -> Schedule | None:
     if s.num_sms < 2:
         return None
-    i = rng.randrange(len(s.tasks))
+    # a task with page operations stays: its pages are its SM's (the same draws as before on a schedule without pages)
+    i = _pick(rng, _unpaged(s))
+    if i is None:
+        return None
     sm = _pick(rng, [k for k in range(s.num_sms) if k != s.tasks[i].sm])
     return _with_task(s, i, sm=sm)
+
+
+def _unpaged(s: Schedule) -> list[int]:
+    """The tasks without page operations (every task of a schedule without pages)."""
+    return [i for i, t in enumerate(s.tasks) if t.pages is None]
 
 
 def m_move_in_list(s: Schedule, rng: random.Random) -> Schedule | None:
@@ -384,8 +405,11 @@ def _add_wait(s: Schedule, rng: random.Random, ok: Callable[[int, list[int]], bo
 
 
 def m_oob_sm(s: Schedule, rng: random.Random) -> Schedule | None:
-    """A task placed on an SM the grid does not have (malformed)."""
-    i = rng.randrange(len(s.tasks))
+    """A task placed on an SM the grid does not have (malformed); never one with page operations (its SM's pages
+    would break too)."""
+    i = _pick(rng, _unpaged(s))
+    if i is None:
+        return None
     return _with_task(s, i, sm=_pick(rng, [s.num_sms, s.num_sms + rng.randrange(1, 50), -1]))
 
 
@@ -495,6 +519,144 @@ def m_unread_write_race(s: Schedule, rng: random.Random) -> Schedule | None:
     return attrs.evolve(s, tasks=tuple(tasks), num_counters=s.num_counters + 1)
 
 
+# ---- the page protocol: one class per page rule (a page base: lowered with ScheduleConfig.pages), each injecting that
+# rule's violation alone
+
+def _paged_queues(s: Schedule) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for i, t in enumerate(s.tasks):
+        out.setdefault(t.sm, []).append(i)
+    return out
+
+
+def _add_pages(t: Task, acquire: tuple = (), use: tuple = (), release: tuple = ()) -> Task:
+    pg = t.pages or TaskPages()
+    return attrs.evolve(t, pages=TaskPages(pg.acquire + acquire, pg.use + use, pg.release + release))
+
+
+def _page_states(s: Schedule, q: list[int]) -> list[dict[int, bool]]:
+    """Per queue position: the pages the SM holds (page -> still held) once the loader has acquired that task's
+    fills, before the task's uses (its own acquires counted)."""
+    held: dict[int, bool] = {}
+    out = []
+    for i in q:
+        pg = s.tasks[i].pages
+        for fl in pg.acquire if pg else ():
+            held[fl.page] = True
+        out.append(dict(held))
+        for p in pg.release if pg else ():
+            held[p] = False
+    return out
+
+
+def m_page_pool_shrink(s: Schedule, rng: random.Random) -> Schedule | None:
+    """One SM's page pool loses its highest page (the ring's last page falls outside the pool), or its pages shrink
+    below its largest fill (page-oversubscribed: more pages, or bytes, held than the pool has)."""
+    pools = {p.sm: k for k, p in enumerate(s.page_pools)}
+    bufs = {b.name: b for b in s.buffers}
+    used: dict[int, list[int]] = {}  # sm -> [highest page, largest fill bytes]
+    for t in s.tasks:
+        for fl in t.pages.acquire if t.pages else ():
+            b = bufs.get(fl.buffer)
+            if b is not None and t.sm in pools:
+                u = used.setdefault(t.sm, [0, 0])
+                u[0] = max(u[0], fl.page)
+                u[1] = max(u[1], (fl.rows[1] - fl.rows[0]) * row_bytes(b.dtype, b.shape))
+    sm = _pick(rng, sorted(used))
+    if sm is None:
+        return None
+    k = pools[sm]
+    pool = s.page_pools[k]
+    high, size = used[sm]
+    if high >= 1 and (size <= 1 or rng.random() < 0.5):
+        new = attrs.evolve(pool, count=high)
+    elif size > 1:
+        new = attrs.evolve(pool, page_bytes=rng.randint(max(1, size // 4), size - 1))
+    else:
+        return None
+    return attrs.evolve(s, page_pools=(*s.page_pools[:k], new, *s.page_pools[k + 1:]))
+
+
+def m_page_use_unheld(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A task gains a use of a page of its SM's pool that the SM does not hold at that task: released by an earlier
+    task, or not acquired yet (page-unheld)."""
+    pools = {p.sm: p.count for p in s.page_pools}
+    cands = []
+    for sm, q in _paged_queues(s).items():
+        if sm not in pools:
+            continue
+        for i, held in zip(q, _page_states(s, q), strict=True):
+            pg = s.tasks[i].pages
+            if pg is not None and len(pg.use) >= MAX_PAGE_OPS:
+                continue
+            cands.extend((i, p) for p in range(pools[sm]) if not held.get(p, False))
+    pick = _pick(rng, cands)
+    if pick is None:
+        return None
+    i, p = pick
+    return _with_task(s, i, pages=_add_pages(s.tasks[i], use=(p,)).pages)
+
+
+def m_page_refill_unordered(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A refill of a page loses its waits: the loader may overwrite the page before the previous reader released it
+    (page-reuse; the fills of the lowering load weights, which need no other wait)."""
+    cands = [(i, k) for i, t in enumerate(s.tasks) if t.pages for k, fl in enumerate(t.pages.acquire) if fl.waits]
+    pick = _pick(rng, cands)
+    if pick is None:
+        return None
+    i, k = pick
+    pg = s.tasks[i].pages
+    acq = list(pg.acquire)
+    acq[k] = attrs.evolve(acq[k], waits=())
+    return _with_task(s, i, pages=attrs.evolve(pg, acquire=tuple(acq)))
+
+
+def m_page_fill_unordered(s: Schedule, rng: random.Random) -> Schedule | None:
+    """A task that reads an activation (or other buffer written in the launch) gets those rows prefetched into a new
+    page of its SM's pool, acquired at or before it in its queue with no wait: the fill may run ahead of the data's
+    writer (page-fill-ahead)."""
+    bufs = {b.name: b for b in s.buffers}
+    pools = {p.sm: k for k, p in enumerate(s.page_pools)}
+    written = {o for t in s.tasks for o in t.outputs}
+    queues = _paged_queues(s)
+    cands = []
+    for i, t in enumerate(s.tasks):
+        if t.sm not in pools or (t.pages and len(t.pages.use) >= MAX_PAGE_OPS):
+            continue
+        pool = s.page_pools[pools[t.sm]]
+        if (pool.count + 1) * pool.page_bytes > MAX_POOL_BYTES:
+            continue
+        for name in t.inputs:
+            b = bufs.get(name)
+            if b is None or b.kind == "weight" or name not in written:
+                continue
+            fit = pool.page_bytes // row_bytes(b.dtype, b.shape)
+            if fit >= 1:
+                cands.append((i, name, fit))
+    pick = _pick(rng, cands)
+    if pick is None:
+        return None
+    i, name, fit = pick
+    t = s.tasks[i]
+    lo, hi = t.ranges.get(name, (0, bufs[name].shape[0]))
+    lo = rng.randint(lo, hi - 1)
+    rows = (lo, min(hi, lo + fit))
+    q = queues[t.sm]
+    at = _pick(rng, [j for j in q[:q.index(i) + 1]
+                     if not (s.tasks[j].pages and len(s.tasks[j].pages.acquire) >= MAX_PAGE_OPS)])
+    if at is None:
+        return None
+    k = pools[t.sm]
+    pool = s.page_pools[k]
+    page = pool.count
+    s2 = attrs.evolve(s, page_pools=(*s.page_pools[:k], attrs.evolve(pool, count=pool.count + 1),
+                                     *s.page_pools[k + 1:]))
+    tasks = list(s2.tasks)
+    tasks[at] = _add_pages(tasks[at], acquire=(PageFill(page, name, rows),))
+    tasks[i] = _add_pages(tasks[i], use=(page,), release=(page,))
+    return attrs.evolve(s2, tasks=tuple(tasks))
+
+
 MUTATORS: dict[str, Callable[[Schedule, random.Random], Schedule | None]] = {
     "drop-wait": m_drop_wait,
     "add-cycle": m_add_cycle,
@@ -526,6 +688,11 @@ MUTATORS: dict[str, Callable[[Schedule, random.Random], Schedule | None]] = {
     "drop-wait-non-kv": m_drop_wait_non_kv,
     "phantom-output": m_phantom_output,
     "unread-write-race": m_unread_write_race,
+    # the page protocol (drawn from the page bases only: PAGE_CLASSES)
+    "page-pool-shrink": m_page_pool_shrink,
+    "page-use-unheld": m_page_use_unheld,
+    "page-refill-unordered": m_page_refill_unordered,
+    "page-fill-unordered": m_page_fill_unordered,
 }
 # The class that targets each validator rule (diagnostic code): its mutants, when rejected, carry that code alone.
 RULE_CLASSES: dict[str, str] = {
@@ -540,7 +707,20 @@ RULE_CLASSES: dict[str, str] = {
     "kv-order": "kv-read-before-append",
     "unreachable-output": "phantom-output",
     "write-race": "unread-write-race",
+    "page-oversubscribed": "page-pool-shrink",
+    "page-unheld": "page-use-unheld",
+    "page-reuse": "page-refill-unordered",
+    "page-fill-ahead": "page-fill-unordered",
 }
+# the classes that mutate the page protocol: their mutants are drawn from the bases lowered with pages
+PAGE_CLASSES = frozenset(("page-pool-shrink", "page-use-unheld", "page-refill-unordered", "page-fill-unordered"))
+
+
+def bases_for(name: str, bases: list[Schedule]) -> list[Schedule]:
+    """The bases a class draws from: the page bases for a page class (all of them when there are none)."""
+    if name in PAGE_CLASSES:
+        return [s for s in bases if s.has_pages()] or bases
+    return bases
 
 
 # ------------------------------------------------------------------------------------------ random DAGs
@@ -690,6 +870,7 @@ def _job(args: tuple) -> tuple[list[ClassRow], list[dict]]:
     name, start, count, seed, runs = args
     row = ClassRow(name)
     examples: list[dict] = []
+    pool = bases_for(name, _BASES)
     for k in range(start, start + count):
         rng = random.Random(f"{seed}/{name}/{k}")
         if name == "random-dag":
@@ -697,7 +878,7 @@ def _job(args: tuple) -> tuple[list[ClassRow], list[dict]]:
         else:
             s = None
             for _ in range(20):  # a base with nothing to mutate (e.g. no SM with two tasks): draw another
-                s = MUTATORS[name](_BASES[rng.randrange(len(_BASES))], rng)
+                s = MUTATORS[name](pool[rng.randrange(len(pool))], rng)
                 if s is not None:
                     break
                 row.not_applicable += 1

@@ -32,13 +32,15 @@ from mosaic_amk.validate.screen import screen, screen_records
 @attrs.define
 class Row:
     """One class: schedules compared, how many the rule table accepted, how many of those the screen
-    accepted by itself, and every difference found (must stay empty)."""
+    accepted by itself, how many use the page protocol (``validate`` sends those to the rule table: the screen
+    never accepts them), and every difference found (must stay empty)."""
 
     name: str
     schedules: int = 0
     accepted: int = 0
     screen_accepted: int = 0
     json_compared: int = 0
+    paged: int = 0
     differences: list = attrs.field(factory=list)
 
     def to_json(self) -> dict:
@@ -84,6 +86,7 @@ def _tally(row: Row, s: Any, raw: bool, label: str) -> None:
     row.accepted += ok
     row.screen_accepted += ok and fast
     row.json_compared += raw
+    row.paged += s.has_pages()
     row.differences.extend(f"{label}: {d}" for d in diffs)
 
 
@@ -92,7 +95,7 @@ def run(bases: list[tuple[str, Any]], per_class: int, dags: int, seed: int = 0, 
     """Compare every base, ``per_class`` mutants of each mutation class (a base with nothing to mutate:
     another is drawn, as in the audit) and ``dags`` random DAGs; every ``json_every``-th schedule of a
     class is compared on its raw JSON too (every base always)."""
-    from mosaic_amk.validate.audit import MUTATORS, random_dag
+    from mosaic_amk.validate.audit import MUTATORS, bases_for, random_dag
 
     real = Row("real-lowerings")
     for name, s in bases:
@@ -101,11 +104,12 @@ def run(bases: list[tuple[str, Any]], per_class: int, dags: int, seed: int = 0, 
     plain = [s for _, s in bases]
     for name in classes or MUTATORS:
         row = Row(name)
+        pool = bases_for(name, plain)
         for k in range(per_class):
             rng = random.Random(f"{seed}/fast-path/{name}/{k}")
             s = None
             for _ in range(20):
-                s = MUTATORS[name](plain[rng.randrange(len(plain))], rng)
+                s = MUTATORS[name](pool[rng.randrange(len(pool))], rng)
                 if s is not None:
                     break
             if s is not None:

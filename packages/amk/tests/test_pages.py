@@ -47,7 +47,10 @@ def _add(t: Task, acquire=(), use=(), release=()) -> Task:
     return attrs.evolve(t, pages=TaskPages(pg.acquire + tuple(acquire), pg.use + tuple(use), pg.release + tuple(release)))
 
 
-def two_fills(refill_waits=(Wait(0, 1),)) -> Schedule:
+FIRST_RELEASE = (Wait(0, 1),)
+
+
+def two_fills(refill_waits=FIRST_RELEASE) -> Schedule:
     """SM 0 runs two GEMV row tasks; one page; the loader fills it with each task's weight rows; the refill waits on
     the first task's counter (its release). SM 1 adds the result."""
     bufs = (Buffer("x", "f32", (4,), "input"), Buffer("w", "f32", (4, 4), "weight"),

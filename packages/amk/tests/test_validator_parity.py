@@ -15,6 +15,7 @@ from mosaic_amk.validate import validate
 from mosaic_amk.validate import validate_rules as validate_reference
 from mosaic_amk.validate.audit import MUTATORS, random_dag, real_lowerings
 from mosaic_amk.validate.screen import screen as _screen
+from mosaic_amk.validate.screen import screen_records
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +32,18 @@ def same(x) -> bool:
 
 
 def test_real_lowerings_pass_the_fast_screen(bases):
-    assert len(bases) == 32  # 4 quick configs (one with every fused op) x 2 positions x 4 families
-    for s in bases:
-        assert _screen(columns.from_schedule(s))  # the fast path, not the fallback, accepts them
+    plain = [s for s in bases if not s.has_pages()]
+    paged = [s for s in bases if s.has_pages()]
+    # 5 quick configs (one with every fused op, one with the page protocol) x 2 positions x 4 families
+    assert (len(plain), len(paged)) == (32, 8)
+    for s in plain:
+        assert screen_records(s) and _screen(columns.from_schedule(s))  # the fast path, not the fallback
         raw = json.loads(s.dumps())
         assert columns.from_raw(raw) is not None and _screen(columns.from_raw(raw))
+        assert same(s) and same(raw)
+    for s in paged:  # the screen does not restate the page rules: the rule table decides these
+        raw = json.loads(s.dumps())
+        assert not screen_records(s) and columns.from_raw(raw) is None
         assert same(s) and same(raw)
 
 
@@ -73,7 +81,7 @@ def test_screen_never_accepts_what_the_reference_rejects(bases):
             s = mutate(bases[rng.randrange(len(bases))], rng)
             if s is None:
                 continue
-            if _screen(columns.from_schedule(s)):
+            if screen_records(s):
                 seen += 1
                 assert validate_reference(s).ok, (name, k)
     assert seen > 0

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""ONE live convergence campaign on the H200, Pallas -> CuTe (--target cutlass for CUTLASS), bf16 GEMM (--shape,
-default 4096x4096x4096), with the command users type (`mosaic run ...`), then `mosaic run --offline` on its directory,
+"""ONE live convergence campaign on the lent Hopper GPU, Pallas -> CuTe (--target cutlass for CUTLASS), bf16 GEMM (--shape,
+default 4096x4096x4096; --family attention --dtype f16 for another family), with the command users type (`mosaic run ...`), then `mosaic run --offline` on its directory,
 which must reproduce every verdict from the bundles alone. Prints the journal's summary (reference, cuBLAS, every
 build and verdict, the stop, each candidate's cost and isolation record) and writes it with the exit codes to --json.
 
@@ -50,9 +50,9 @@ TAR_LIMIT = 16_000_000
 
 
 def campaign_command(target: str, shape: str, budget_min: float, max_candidates: int, isolation: str,
-                     out: Path) -> list[str]:
-    return [*MOSAIC, "run", "--source", "pallas", "--target", target, "--family", "gemm", "--shape", shape,
-            "--dtype", "bf16", "--budget-min", str(budget_min), "--max-candidates",  # the detected GPU's record
+                     out: Path, family: str = "gemm", dtype: str = "bf16") -> list[str]:
+    return [*MOSAIC, "run", "--source", "pallas", "--target", target, "--family", family, "--shape", shape,
+            "--dtype", dtype, "--budget-min", str(budget_min), "--max-candidates",  # the detected GPU's record
             str(max_candidates), "--isolation", isolation, "--out", str(out)]
 
 
@@ -139,7 +139,7 @@ def summary_lines(d: Path) -> list[str]:
             lines.append(f"reference: {us(e['time_ns'])} us, noise {us(e['noise']['value_ns'])} us; floor "
                          f"{us(e['floor_ns'])} us; cost {e['cost_s']:.0f} s")
         elif e["event"] == "yardstick":
-            lines.append(f"cuBLAS (same run, alone): {us(e['time_ns'])} us")
+            lines.append(f"{e.get('name') or 'cuBLAS'} (same run, alone): {us(e['time_ns'])} us")
         elif e["event"] == "build":
             lines.append(f"  build {e['key']} step {e['step']}: "
                          f"{'ok' if e['ok'] else e['reason_code'] + ': ' + e['reason'][:160]} ({e['cost_s']:.0f} s)")
@@ -202,6 +202,8 @@ def tar_campaign(d: Path, dest: Path, limit: int = TAR_LIMIT) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", choices=("cute", "cutlass"), default="cute")
+    p.add_argument("--family", default="gemm", help="kernel family (gemm, attention, ...)")
+    p.add_argument("--dtype", default="bf16")
     p.add_argument("--shape", default="4096x4096x4096")
     p.add_argument("--budget-min", type=float, default=3)
     p.add_argument("--max-candidates", type=int, default=5)
@@ -231,10 +233,11 @@ def main(argv=None) -> int:
     report: dict = {"args": {k: str(v) for k, v in vars(a).items()}, "nvidia_smi": nvidia_smi(
         "name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu")}
     print(report["nvidia_smi"])
-    cmd = campaign_command(a.target, a.shape, a.budget_min, a.max_candidates, a.isolation, a.dir)
+    cmd = campaign_command(a.target, a.shape, a.budget_min, a.max_candidates, a.isolation, a.dir, a.family, a.dtype)
     wall = campaign_wall(a.wall, a.total, time.time() - t0, a.offline_timeout)
     report["wall_s"] = round(wall, 1)
-    print(f"== live campaign: mosaic run --source pallas --target {a.target} --shape {a.shape} ... (wall cap "
+    print(f"== live campaign: mosaic run --source pallas --target {a.target} --family {a.family} --shape {a.shape} "
+          f"--dtype {a.dtype} ... (wall cap "
           f"{wall:.0f} s) ==", flush=True)
     report["rc"] = run_capped(cmd, wall, env, out / "run.stdout", out / "run.log",
                               every=lambda: copy_journal(a.dir, out / "journal.jsonl"))

@@ -79,8 +79,26 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--blocks", type=int, default=5)
     p.add_argument("--gpu", default=None, help="GPU record name (default: the detected device's record)")
+    p.add_argument("--family", default=None, help="only this family's cases")
+    p.add_argument("--shape", default=None, help="with --family: this shape for every case of the family "
+                   "(e.g. batch=4,seq=4096,heads=32,head_dim=128,causal=1)")
+    p.add_argument("--dtype", default="bf16")
     add_json(p, "family_yardsticks")
     a = p.parse_args()
+    cases = [c for c in CASES if a.family in (None, c[0])]
+    if a.shape is not None:
+        if a.family is None:
+            p.error("--shape needs --family")
+        from mosaic.errors import MosaicError as _Bad
+        from mosaic.families import parse_shape
+
+        try:
+            shape = parse_shape(a.family, a.shape, "--shape")
+        except _Bad as exc:
+            p.error(exc.line())
+        cases = list({(f, n): (f, shape, n) for f, _, n in cases}.values())  # one case per yardstick
+    if not cases:
+        p.error(f"no cases for --family {a.family}")
     a.gpu = gpu_record(a.gpu, on_device=True)
     from mosaic.plugins import host
     from mosaic.timing.device import L2Flush
@@ -98,8 +116,8 @@ def main() -> int:
     log(f"timer {timer.source} {getattr(timer, 'reason', '')}; gpu record {gpu.name}")
     rows = []
     t0 = time.time()
-    for family, shape, name in CASES:
-        rows.append(one(family, shape, name, gpu, timer, flush, a.runs, a.blocks))
+    for family, shape, name in cases:
+        rows.append(one(family, shape, name, gpu, timer, flush, a.runs, a.blocks, a.dtype))
         print(line(rows[-1]), flush=True)
     flush.close()
     path = write_json(json_path(a), {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "timer": timer.source,

@@ -55,6 +55,15 @@ def test_the_consumer_loop_holds_both_mmas_the_softmax_and_the_conversion(bundle
     assert f[("mma.operands", "")] != features(lift(bundles[1]))[("mma.operands", "")]
 
 
+@pytest.mark.parametrize("which,stages", [(0, 2), (1, 2)])
+def test_pipeline_stages_is_the_ring_not_the_key_loop_trip_count(bundles, which, stages):
+    """The consumer's key loop compares its counter with the trip count (seq / block_n = 8 here, 32 at seq 4096)
+    for its exit branch, and its stage index with 2 for the wrap: lift reads the wrap (S1), not the exit test."""
+    f = features(lift(bundles[which]))
+    assert f[("pipeline.stages", "consumer")] == stages
+    assert f.get(("pipeline.stages", "producer"), stages) == stages  # where the producer's loop gives one
+
+
 def test_the_diff_ranks_the_operand_source_first_and_the_proposer_moves_p_in(bundles):
     from mosaic.catalog import catalog_from_host
     from mosaic.plugins import host

@@ -60,21 +60,29 @@ def _resets_to_zero(body, pred: str) -> bool:
 
 
 def stage_index_wrap(loop: WorkLoop, kernel) -> int | None:
+    """S1. A compare whose predicate only guards a branch of the loop (``ISETP.NE P1, R155, 0x20; @P1 BRA``: the
+    trip count of a 32-iteration key loop) is the loop's exit test, not a wrap: it counts only when no other
+    compare gives a value."""
     counters = stepped_counters(loop.body)
+    exits: Counter = Counter()
     found: Counter = Counter()
-    for i in loop.body:
+    for k, i in enumerate(loop.body):
+        if i.opcode in _CMP and i.operands and _only_branches_read(loop.body, k, i.operands[0]):
+            tally = exits  # the loop's exit test
+        else:
+            tally = found
         ops = [o.removesuffix(".reuse") for o in i.operands]
         ordered = [_ORDERED_WRAP[m.upper()] for m in i.mods if m.upper() in _ORDERED_WRAP]
         if i.opcode in _CMP and ({"NE", "EQ", "ne", "eq"} & set(i.mods)):
             regs = [o for o in ops if counters.get(o) == 1]
             consts = [_imm(o) for o in ops[1:] if _imm(o) is not None]
             if regs and consts and 2 <= consts[0] <= MAX_STAGES:
-                found[consts[0]] += 1
+                tally[consts[0]] += 1
         elif i.opcode in _CMP and ordered and ops:
             regs = [o for o in ops[1:] if counters.get(o) == 1]
             consts = [_imm(o) for o in ops[1:] if _imm(o) is not None]
             if regs and consts and 2 <= consts[0] + ordered[0] <= MAX_STAGES and _resets_to_zero(loop.body, ops[0]):
-                found[consts[0] + ordered[0]] += 1
+                tally[consts[0] + ordered[0]] += 1
         elif i.opcode in _AND and len(ops) >= 3 and (i.opcode == "and" or "0xc0" in ops):
             srcs = ops[1:]
             regs = [o for o in srcs if o in counters]
@@ -88,7 +96,25 @@ def stage_index_wrap(loop: WorkLoop, kernel) -> int | None:
                     (m | low) < MAX_STAGES:
                 found[(m | low) + 1] += 1
     found.update(_magic_modulo(loop.body, set(counters)))
+    found = found or exits
     return found.most_common(1)[0][0] if found else None
+
+
+def _reads(i, pred: str) -> bool:
+    return i.pred.lstrip("!") == pred or any(o.removesuffix(".reuse").lstrip("!") == pred for o in i.operands[1:])
+
+
+def _only_branches_read(body, k: int, pred: str) -> bool:
+    """The predicate ``body[k]`` defines is read, until it is defined again, by branches alone (and at least one)."""
+    branches = 0
+    for i in body[k + 1:]:
+        if _reads(i, pred):
+            if i.opclass != "branch":
+                return False
+            branches += 1
+        if i.operands and i.operands[0] == pred and i.opclass != "branch":
+            break
+    return branches > 0
 
 
 def _is_magic(m: int, n: int) -> bool:

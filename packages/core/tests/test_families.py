@@ -64,7 +64,8 @@ def test_every_builtin_family_generates_inputs_and_names_its_yardsticks():
     assert x.shape == (2, 8)
     assert YARDSTICK == "cublas"
     assert [y.name for y in get("gemm").yardsticks] == ["cublas"]
-    assert [y.name for y in get("attention").yardsticks] == ["torch-sdpa", "cudnn", "flash-attn-4"]
+    assert [y.name for y in get("attention").yardsticks] == ["torch-sdpa", "sdpa-flash", "cudnn",
+                                                                 "flash-attn-4"]
     with pytest.raises(MosaicError, match="the cublas yardstick covers gemm, not attention"):
         yardstick_runnable(KernelSpec("attention", {"batch": 1, "seq": 8, "heads": 1, "head_dim": 8}, "bf16",
                                       YARDSTICK), {})

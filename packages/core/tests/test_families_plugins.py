@@ -207,7 +207,8 @@ def test_mosaic_families_lists_a_plugin_family(distdir):
     assert list(fams["double"]["distributions"]) == ["int", "halves"] and fams["double"]["oracle"]["registered"]
     assert fams["nogen"]["inputs"] is False and fams["nogen"]["oracle"]["registered"] is False
     assert fams["attention"]["optional_dims"].keys() == {"kv_heads", "causal"}
-    assert [y["name"] for y in fams["attention"]["yardsticks"]] == ["torch-sdpa", "cudnn", "flash-attn-4"]
+    assert [y["name"] for y in fams["attention"]["yardsticks"]] == ["torch-sdpa", "sdpa-flash", "cudnn",
+                                                                            "flash-attn-4"]
     table = run(env, "families")
     assert table.returncode == 0
     rows = {line.split()[0]: line for line in table.stdout.splitlines()[2:]}

@@ -5,15 +5,26 @@ device="cuda" on the GPU); cuDNN and flash-attn-4 exist only on a CUDA device (t
 import numpy as np
 import pytest
 from mosaic.errors import MosaicError
-from mosaic.families import first_yardstick, get, make_inputs, yardstick_names, yardstick_runnable
+from mosaic.families import (
+    YardstickUnavailable,
+    first_yardstick,
+    flops,
+    get,
+    make_inputs,
+    run_yardstick,
+    yardstick_names,
+    yardstick_problem,
+    yardstick_runnable,
+)
 from mosaic.oracle import check
-from mosaic.records import KernelSpec
+from mosaic.records import KernelSpec, Yardstick
 
 CASES = [
     ("rmsnorm", {"rows": 8, "cols": 256}, "torch"),
     ("softmax", {"rows": 8, "cols": 200}, "torch"),
     ("attention", {"batch": 2, "seq": 32, "heads": 4, "head_dim": 32}, "torch-sdpa"),
     ("attention", {"batch": 1, "seq": 48, "heads": 8, "head_dim": 32, "kv_heads": 2, "causal": 1}, "torch-sdpa"),
+    ("attention", {"batch": 1, "seq": 48, "heads": 8, "head_dim": 32, "kv_heads": 2, "causal": 1}, "sdpa-flash"),
     ("gemm", {"m": 32, "n": 16, "k": 64}, "cublas"),
 ]
 
@@ -22,10 +33,11 @@ def test_yardsticks_are_declared_by_name_with_their_library():
     gemm = first_yardstick("gemm")
     assert (gemm.name, gemm.call, gemm.title, gemm.library) == ("cublas", "torch.matmul", "cuBLAS", "torch")
     assert {y.name: y.library for y in get("attention").yardsticks} == \
-        {"torch-sdpa": "torch", "cudnn": "torch", "flash-attn-4": "flash-attn-4"}
+        {"torch-sdpa": "torch", "sdpa-flash": "torch", "cudnn": "torch", "flash-attn-4": "flash-attn-4"}
+    assert first_yardstick("attention").name == "torch-sdpa"  # the campaign's primary yardstick stays torch's pick
     assert first_yardstick("rmsnorm").call == "torch.nn.functional.rms_norm"
     assert first_yardstick("softmax").call == "torch.softmax"
-    assert yardstick_names() == {"cublas", "torch-sdpa", "cudnn", "flash-attn-4", "torch"}
+    assert yardstick_names() == {"cublas", "torch-sdpa", "sdpa-flash", "cudnn", "flash-attn-4", "torch"}
     with pytest.raises(MosaicError, match="unknown family 'conv2d'"):
         first_yardstick("conv2d")
 
@@ -45,6 +57,66 @@ def test_torch_yardsticks_pass_the_oracle_on_the_cpu(family, shape, name, values
     verdict = check(family, inputs, out, "bf16")
     assert verdict.passed, verdict.reason
     r.close()
+
+
+def test_sdpa_flash_is_pinned_to_the_flash_backend():
+    """On torch's CPU build SDPA has a flash implementation and no cuDNN one: the pinned flash yardstick runs
+    torch's flash op, and the cuDNN pin finds no backend (the pins are enforced, not advice)."""
+    pytest.importorskip("torch")
+    from torch.profiler import profile
+
+    shape = {"batch": 2, "seq": 32, "heads": 4, "head_dim": 32}
+    inputs = make_inputs(KernelSpec("attention", shape, "bf16", "sdpa-flash"), 0, "normal")
+    r = yardstick_runnable(KernelSpec("attention", shape, "bf16", "sdpa-flash"), inputs, device="cpu")
+    with profile() as prof:
+        r.launch()
+    ops = {e.name for e in prof.events()}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops, sorted(o for o in ops if "attention" in o)
+    cudnn = yardstick_runnable(KernelSpec("attention", shape, "bf16", "cudnn"), inputs, device="cpu")
+    with pytest.raises(RuntimeError, match="No viable backend"):
+        cudnn.launch()
+
+
+def _needs_a_missing_library(inputs, dtype, device="cuda"):
+    import mosaic_no_such_yardstick_library  # noqa: F401 - the import a missing library fails
+
+    raise AssertionError("unreachable")
+
+
+def test_a_yardstick_whose_library_does_not_import_is_one_unavailable_line():
+    yard = Yardstick("absent-lib", "a library nobody installed", "absent-lib-dist", ("bf16",), _needs_a_missing_library)
+    with pytest.raises(YardstickUnavailable) as err:
+        run_yardstick(yard, {}, "bf16")
+    assert err.value.code == "unavailable"
+    assert err.value.line() == ("the absent-lib yardstick needs absent-lib-dist, which does not import here "
+                                "(ModuleNotFoundError: No module named 'mosaic_no_such_yardstick_library') (yardstick)")
+
+
+def test_a_capture_records_the_unavailable_yardstick_by_its_code(tmp_path):
+    """What the live workbench reads to say why a yardstick has no figure: the capture's summary carries the
+    error's code beside its line (no string matching on the message)."""
+    from mosaic.capture import CaptureOptions, capture_in_process
+
+    yard = Yardstick("absent-lib", "a library nobody installed", "absent-lib-dist", ("bf16",), _needs_a_missing_library)
+    spec = KernelSpec("attention", {"batch": 1, "seq": 8, "heads": 1, "head_dim": 8}, "bf16", "torch-sdpa")
+    r = capture_in_process(spec, "h200", tmp_path / "y.bundle", CaptureOptions(),
+                           runnable_factory=lambda s, g, inputs: run_yardstick(yard, inputs, "bf16"))
+    assert r.status == "failed" and r.summary["error_code"] == "unavailable"
+    assert r.summary["error"].startswith("the absent-lib yardstick needs absent-lib-dist, which does not import")
+
+
+def test_a_format_a_yardstick_does_not_take_is_named_before_it_runs():
+    fa4 = get("attention").yardstick("flash-attn-4")
+    assert yardstick_problem(fa4, "f32") == "the flash-attn-4 yardstick takes bf16, f16, not f32"
+    assert yardstick_problem(fa4, "bf16") is None
+    assert yardstick_problem(get("attention").yardstick("torch-sdpa"), "f32") is None
+
+
+def test_flops_is_the_familys_work():
+    assert flops("gemm", {"m": 4096, "n": 2048, "k": 1024}, "bf16") == 2.0 * 4096 * 2048 * 1024
+    causal = {"batch": 1, "seq": 4, "heads": 2, "head_dim": 8, "causal": 1}
+    assert flops("attention", causal, "bf16") == 4.0 * 1 * 2 * (4 * 5 / 2) * 8
+    assert flops("conv2d", {"n": 1}, "bf16") is None
 
 
 def test_a_wrong_mask_through_the_yardstick_fails_the_oracle():
@@ -71,7 +143,7 @@ def cuda():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["torch-sdpa", "cudnn", "flash-attn-4"])
+@pytest.mark.parametrize("name", ["torch-sdpa", "sdpa-flash", "cudnn", "flash-attn-4"])
 @pytest.mark.parametrize("shape", [{"batch": 2, "seq": 1024, "heads": 16, "head_dim": 128},
                                    {"batch": 1, "seq": 2048, "heads": 32, "head_dim": 128, "kv_heads": 8, "causal": 1}])
 def test_attention_yardsticks_pass_the_oracle_on_the_gpu(cuda, name, shape):

@@ -261,6 +261,8 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
             status = "failed"
             log.append(f"failed: {exc.line()}")
             summary["error"] = exc.line()
+            if isinstance(getattr(exc, "code", None), str):  # a kind of failure its error names (a library missing)
+                summary["error_code"] = exc.code
         except Exception as exc:  # noqa: BLE001 - recorded in the bundle, never lost
             status = "failed"
             log.append("failed: " + "".join(traceback.format_exception(exc))[-4000:])

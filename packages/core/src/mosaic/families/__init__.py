@@ -22,7 +22,8 @@ YARDSTICK = "cublas"  # the GEMM yardstick's language name (a library call, no l
 
 __all__ = ["YARDSTICK", "DTYPE_BYTES", "DISTRIBUTIONS", "Family", "Yardstick", "registry", "get",
            "providers", "dtype_bytes", "dims", "parse_shape", "input_generator", "make_inputs", "physical_floor_ns",
-           "first_yardstick", "yardstick_names", "yardstick_runnable"]
+           "first_yardstick", "yardstick_names", "yardstick_runnable", "YardstickUnavailable", "yardstick_problem",
+           "run_yardstick", "flops"]
 
 _CACHE: dict[int, tuple[Any, dict[str, Family], dict[str, str]]] = {}
 
@@ -178,6 +179,38 @@ def physical_floor_ns(family: str, shape: Mapping[str, int], dtype: str, gpu) ->
     return 0.0 if f is None else floor_ns(f, shape, dtype, gpu)
 
 
+def flops(family: str, shape: Mapping[str, int], dtype: str) -> float | None:
+    """The problem's floating-point operations (the family's ``work``; what a TFLOP/s figure divides by);
+    None for a family nobody registered here."""
+    f = get(family)
+    return None if f is None else float(f.work(dict(shape), dtype_bytes(dtype))[0])
+
+
+class YardstickUnavailable(MosaicError):
+    """A yardstick whose library is not installed here (its import failed): recorded, never a crash."""
+
+    #: what a capture records of it (``capture.summary.error_code``) so the campaign names why it has no figure
+    code = "unavailable"
+
+
+def yardstick_problem(yard: Yardstick, dtype: str) -> str | None:
+    """Why ``yard`` cannot run a ``dtype`` problem (a format it does not take), or None: asked before any
+    process is started for it."""
+    if yard.dtypes and dtype not in yard.dtypes:
+        return f"the {yard.name} yardstick takes {', '.join(yard.dtypes)}, not {dtype}"
+    return None
+
+
+def run_yardstick(yard: Yardstick, inputs: Mapping[str, Any], dtype: str, device: str = "cuda"):
+    """``yard``'s Runnable on these inputs; :class:`YardstickUnavailable` (one line naming what to install) when
+    its library does not import here."""
+    try:
+        return yard.runnable(inputs, dtype, device)
+    except ImportError as exc:
+        raise YardstickUnavailable(f"the {yard.name} yardstick needs {yard.library}, which does not import here "
+                                   f"({type(exc).__name__}: {exc})", "yardstick") from None
+
+
 def yardstick_names() -> set[str]:
     """The name of every family's every yardstick (each one's KernelSpec ``language``)."""
     return {y.name for f in _collect()[0].values() for y in f.yardsticks}
@@ -203,4 +236,4 @@ def yardstick_runnable(spec, inputs: Mapping[str, Any], device: str = "cuda"):
         has = ", ".join(x.name for x in f.yardsticks) if f is not None else ""
         raise MosaicError(f"the {spec.language} yardstick covers {covers or 'no family'}, not {spec.family}"
                           + (f" (whose yardsticks are {has})" if has else ""), "yardstick")
-    return y.runnable(inputs, spec.dtype, device)
+    return run_yardstick(y, inputs, spec.dtype, device)

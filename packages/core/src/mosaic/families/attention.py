@@ -1,5 +1,6 @@
 """Attention forward (``o = softmax(scale * q k^T [causal]) v``): dimensions, seeded inputs, work and the
-yardsticks (torch SDPA, cuDNN through SDPA, flash-attn-4). The float64 oracle is
+yardsticks (torch SDPA as torch picks its backend, SDPA pinned to its flash backend, cuDNN through SDPA,
+flash-attn-4). The float64 oracle is
 :mod:`mosaic.oracle.attention`.
 
 Shape: ``batch x seq x heads x head_dim`` (``--shape`` order), plus ``kv_heads`` (grouped-query attention:
@@ -133,6 +134,11 @@ def cudnn_sdpa(inputs: Mapping[str, Any], dtype: str, device: str = "cuda") -> T
     return torch_sdpa(inputs, dtype, device, backend="cudnn")
 
 
+def flash_sdpa(inputs: Mapping[str, Any], dtype: str, device: str = "cuda") -> TorchCall:
+    """torch SDPA pinned to its FlashAttention-2 backend (``SDPBackend.FLASH_ATTENTION``; GPU only)."""
+    return torch_sdpa(inputs, dtype, device, backend="flash")
+
+
 def flash_attn_4(inputs: Mapping[str, Any], dtype: str, device: str = "cuda") -> TorchCall:
     """flash-attn-4's CuTe DSL forward, ``flash_attn.cute.flash_attn_func(q, k, v, causal=)`` on
     (batch, seq, heads, head_dim) tensors: the inputs are transposed into that layout once, before timing,
@@ -156,6 +162,9 @@ YARDSTICKS = (
     Yardstick("torch-sdpa", "torch.nn.functional.scaled_dot_product_attention (torch picks flash, cuDNN or "
               "memory-efficient)", "torch", ("bf16", "f16", "f32"), torch_sdpa,
               call="torch.nn.functional.scaled_dot_product_attention", title="torch SDPA"),
+    Yardstick("sdpa-flash", "torch SDPA pinned to its FlashAttention-2 backend (SDPBackend.FLASH_ATTENTION)",
+              "torch", ("bf16", "f16"), flash_sdpa, requires="a CUDA GPU of sm_80 or later",
+              call="torch.nn.functional.scaled_dot_product_attention[FLASH_ATTENTION]", title="flash SDPA"),
     Yardstick("cudnn", "torch SDPA pinned to cuDNN fused attention (SDPBackend.CUDNN_ATTENTION)", "torch",
               ("bf16", "f16"), cudnn_sdpa, requires="a CUDA GPU with cuDNN >= 9",
               call="torch.nn.functional.scaled_dot_product_attention[CUDNN_ATTENTION]", title="cuDNN SDPA"),

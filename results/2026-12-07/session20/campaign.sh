@@ -6,6 +6,10 @@ set -u
 stage=$1 shape=$2 total=$3 budget=$4
 if [ -n "$stage" ]; then bash "$stage/install.sh" > /tmp/inst.log 2>&1 || { tail -20 /tmp/inst.log; exit 3; }; fi
 . /tmp/site/env.sh
+# core as committed (a copy of HEAD's packages/core/src carried as .clean/, first on the path): another engineer's
+# uncommitted edits in the checkout's core travel with the tree and must not run in the campaign
+[ -d .clean/packages/core/src/mosaic ] && export PYTHONPATH="$PWD/.clean/packages/core/src${PYTHONPATH:+:$PYTHONPATH}"
+python3 -c "import mosaic, sys; print('mosaic from', mosaic.__file__)"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 mkdir -p "$OUT"
 nvidia-smi -L

@@ -289,6 +289,10 @@ class GpuEvaluator:
         return timed
 
     def call(self, method: str, *args):
+        if method == "yardsticks":  # a workbench that knows only the first yardstick: the replay's fallback
+            from mosaic.run.replay import ReplayBench
+
+            return ReplayBench(self.bench, None).yardsticks(*args)
         out = getattr(self.bench, method)(*args)
         return self.stamp(out) if method in ("time", "pair_yardstick") and out is not None else out
 
@@ -505,9 +509,14 @@ class RayWorkbench:
     def yardstick(self, spec, rounds):
         return self._ask("yardstick", spec, rounds)
 
-    def pair_yardstick(self, kernel, rounds):
-        """On the primary GPU, whose workbench measured the yardstick (the report's figure is that GPU's)."""
-        return self._ask("pair_yardstick", kernel, rounds, desc=f"timing {kernel.key} against the yardstick")
+    def yardsticks(self, spec, rounds):
+        """The primary GPU's captures of every yardstick (a workbench that knows only the first: that one)."""
+        return self._ask("yardsticks", spec, rounds)
+
+    def pair_yardstick(self, kernel, rounds, key="yardstick"):
+        """On the primary GPU, whose workbench measured the yardsticks (the report's figures are that GPU's)."""
+        args = (kernel, rounds) if key == "yardstick" else (kernel, rounds, key)
+        return self._ask("pair_yardstick", *args, desc=f"timing {kernel.key} against the {key}")
 
     def bundle_path(self, key):
         return self._ask("bundle_path", key, slot=self.slot_of.get(key, 0))

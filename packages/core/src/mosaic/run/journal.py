@@ -235,7 +235,8 @@ EVENT_FIELDS: dict[str, dict] = {
                  "source_dir": _opt(_STR), "source_bundles": _opt(_STR), "replays_journal": _opt(_BOOL)},
     "reference": {"bundle": _STR, "noise_blocks": _blocks, "time_ns": _num, "floor_ns": _num, "cost_s": _num,
                   "noise": _fields(value_ns=_num, relative=_num, statistic=_STR, blocks=_int)},
-    "yardstick": {"name": _STR, "blocks": _blocks, "time_ns": _num},
+    "yardstick": {"key": _STR, "name": _STR, "blocks": _blocks, "time_ns": _num, "yardstick": _opt(_STR)},
+    "yardstick-unmeasured": {"key": _STR, "yardstick": _STR, "name": _STR, "reason_code": _STR, "reason": _STR},
     "proposal": {"step": lambda v: _int(v) and v >= 0, "ok": _BOOL, "key": _opt(_STR), "parent": _opt(_STR),
                  "edit": _EDIT, "knobs": _opt(lambda v: _MAP(v) and all(isinstance(k, str) for k in v)),
                  "source": _opt(_STR), "reason": _opt(_STR), "done": _opt(_BOOL)},
@@ -251,7 +252,9 @@ EVENT_FIELDS: dict[str, dict] = {
     "stop": {"stop": _STR, "reason": _STR, "incumbent": _opt(_STR), "t_incumbent_ns": _opt(_num),
              "t_reference_ns": _opt(_num), "noise_ns": _num, "timed": _opt(_int), "steps": _opt(_int),
              "cost_s": _num, "remaining": _list_of(_ROW),
-             "yardstick_paired": _opt(_fields(t_yardstick_ns=_num, t_incumbent_ns=_num))},
+             "yardstick_paired": _opt(_fields(t_yardstick_ns=_num, t_incumbent_ns=_num)),
+             "yardsticks_paired": _opt(_list_of(_fields(key=_STR, name=_STR, yardstick=_STR, t_yardstick_ns=_num,
+                                                        t_incumbent_ns=_num)))},
 }
 
 

@@ -43,7 +43,18 @@ from mosaic.run.campaign import Campaign
 from mosaic.run.decide import converged, decide, total_distance
 from mosaic.run.journal import FORMAT, VERSION, Journal
 from mosaic.run.replay import Recorded, ReplayBench
-from mosaic.run.workbench import REFERENCE, Built, Checked, Kernel, Timed, Workbench, candidate_key, time_of
+from mosaic.run.workbench import (
+    REFERENCE,
+    Built,
+    Checked,
+    Kernel,
+    Timed,
+    Workbench,
+    YardstickRun,
+    candidate_key,
+    is_primary_yardstick,
+    time_of,
+)
 from mosaic.timing import Noise, measure_noise
 
 MAX_PROPOSER_FAILURES = 3  # consecutive rejected proposals before a beam member counts as exhausted
@@ -162,6 +173,7 @@ class Loop:
         self.incumbent: Member | None = None
         self.repair: dict | None = None
         self.t_inc_vs_ref: tuple[float, float] | None = None
+        self.yardsticks: list[YardstickRun] = []  # the yardsticks measured at the start, the first first
 
     # -- helpers -------------------------------------------------------------------------------------------
     def spec(self, language: str, knobs: Mapping) -> KernelSpec:
@@ -210,17 +222,24 @@ class Loop:
                       f"{self.noise.value / 1e3:.2f} us ({self.noise.relative:.2%}); floor {self.floor / 1e3:.1f} us")
         self.ref_fp = self.fingerprint(REFERENCE, ref.kernel.bundle)
         if c.yardstick:
-            blocks = self.bench.yardstick(self.spec(c.source, {}), c.rounds)
-            if blocks:
-                from mosaic.families import first_yardstick
-                from mosaic.run.workbench import YARDSTICK
-
-                self.emit("yardstick", key=YARDSTICK, name=first_yardstick(c.family).title, blocks=blocks,
-                          time_ns=time_of(blocks))
+            self.capture_yardsticks()
         stop = self.start()
         while stop is None:
             stop = self.iterate()
         return self.finish(stop)
+
+    def capture_yardsticks(self) -> None:
+        """Every yardstick of the family, each captured alone (the workbench runs each in its own process): one
+        journal event each, ``yardstick`` with its blocks or ``yardstick-unmeasured`` with why it has none (a
+        format it does not take, its library missing, the oracle failed it), and a progress line either way."""
+        for y in self.bench.yardsticks(self.spec(self.c.source, {}), self.c.rounds):
+            kind, data = y.event()
+            self.emit(kind, **data)
+            if y.measured:
+                self.yardsticks.append(y)
+                self.progress(f"yardstick {y.title} ({y.name}): {time_of(y.blocks) / 1e3:.2f} us, timed alone")
+            else:
+                self.progress(f"yardstick {y.title} ({y.name}) not measured ({y.reason_code}): {y.reason}")
 
     def naive_kernel(self) -> Kernel:
         spec = self.spec(self.c.target, full_knobs(self.knob_cls, self.c.start_knobs))
@@ -463,25 +482,36 @@ class Loop:
         self.emit("beam", members=[m.summary() for m in self.beam])
         return self.stop_reason()
 
-    def pair_yardstick(self) -> dict:
-        """The final incumbent timed against the yardstick in interleaved rounds (A B A B, one process), so the
-        fraction of cuBLAS the report prints compares two kernels in one thermal and power state: the
-        yardstick's own capture ran once, alone, at the start, and a power-capped GPU (8192^3 GEMMs on an H200
-        run at its 700 W cap) moves a kernel's time by several percent between moments. ``{}`` when the
-        campaign has no yardstick, none was measured, or the workbench cannot pair (a recording without it)."""
-        fn = getattr(self.bench, "pair_yardstick", None)
-        if not self.c.yardstick or self.incumbent is None or fn is None:
+    def pair_yardsticks(self) -> dict:
+        """The final incumbent timed against each measured yardstick in interleaved rounds (A B A B, one process
+        each), so the fractions and TFLOP/s the report prints compare two kernels in one thermal and power state:
+        the yardsticks' own captures ran once, alone, at the start, and a power-capped GPU (8192^3 GEMMs on an
+        H200 run at its 700 W cap) moves a kernel's time by several percent between moments. The stop event's
+        fields: ``yardsticks_paired`` (every pairing: key, yardstick, name, t_yardstick_ns, t_incumbent_ns) and, for
+        the first yardstick, ``yardstick_paired`` (as campaigns have always recorded it). ``{}`` when the campaign
+        has no yardstick, none was measured, or the workbench cannot pair (a recording without it); a yardstick
+        whose pairing was not measured is left out of the list, and said."""
+        if not self.c.yardstick or self.incumbent is None:
             return {}
-        timed = fn(self.incumbent.kernel, self.c.rounds)
-        if timed is None:
-            return {}
-        self.cost_s += timed.cost_s
-        self.emit("timed", **timed.to_json())
-        # the yardstick is the timing's candidate, the final incumbent its incumbent (timed first)
-        self.progress(f"yardstick paired with the incumbent {self.incumbent.kernel.key}: "
-                      f"{timed.t_candidate / 1e3:.2f} us vs {timed.t_incumbent / 1e3:.2f} us "
-                      f"({timed.t_candidate / timed.t_incumbent:.1%}), interleaved")
-        return {"yardstick_paired": {"t_yardstick_ns": timed.t_candidate, "t_incumbent_ns": timed.t_incumbent}}
+        pairs: list[dict] = []
+        first = None
+        for y in self.yardsticks:
+            timed = self.bench.pair_yardstick(self.incumbent.kernel, self.c.rounds, y.key)
+            if timed is None:
+                self.progress(f"yardstick {y.title} ({y.name}): no pairing with the incumbent")
+                continue
+            self.cost_s += timed.cost_s
+            self.emit("timed", **timed.to_json())
+            # the yardstick is the timing's candidate, the final incumbent its incumbent (timed first)
+            self.progress(f"yardstick {y.title} paired with the incumbent {self.incumbent.kernel.key}: "
+                          f"{timed.t_candidate / 1e3:.2f} us vs {timed.t_incumbent / 1e3:.2f} us "
+                          f"({timed.t_candidate / timed.t_incumbent:.1%}), interleaved")
+            pair = {"t_yardstick_ns": timed.t_candidate, "t_incumbent_ns": timed.t_incumbent}
+            pairs.append({"key": y.key, "yardstick": y.name, "name": y.title, **pair})
+            if is_primary_yardstick(y.key):
+                first = pair
+        out: dict = {"yardstick_paired": first} if first is not None else {}
+        return {**out, "yardsticks_paired": pairs} if pairs else out
 
     def finish(self, stop: str) -> Outcome:
         remaining: list = []
@@ -489,7 +519,7 @@ class Loop:
             fp = self.fingerprint(self.incumbent.kernel.key, self.incumbent.kernel.bundle)
             remaining = [r.to_json() for r in self.diff(self.ref_fp, fp).rows]
         t_inc, t_ref = self.t_inc_vs_ref if self.t_inc_vs_ref else (None, None)
-        paired = self.pair_yardstick()
+        paired = self.pair_yardsticks()
         unused = getattr(self.bench.inner, "ahead_unused_s", None)  # several GPUs: work evaluated ahead, unused
         unused = unused() if unused is not None else None
         more = {"ahead_unused_cost_s": round(unused, 3)} if unused is not None else {}

@@ -29,7 +29,10 @@ from mosaic.run.workbench import (
     Kernel,
     ReferenceCapture,
     Timed,
+    YardstickRun,
     blocks_of,
+    is_primary_yardstick,
+    is_yardstick,
 )
 
 
@@ -46,7 +49,9 @@ class OfflineWorkbench:
         root = self.dir / "bundles"
         paths = campaign_bundles(self.dir)
         self.by_key: dict[str, Any] = {}
-        self.yardstick_bundle = None
+        #: the yardsticks' bundles by key (the first's under ``yardstick`` whatever key it recorded: ``cublas``
+        #: in campaigns from before the rename), one each
+        self.yardstick_bundles: dict[str, Any] = {}
         self.reference_bundle = None
         self.gpu_references: list = []  # reference-gpu<slot>.bundle: the reference on the other GPUs
         for path in paths:
@@ -63,13 +68,22 @@ class OfflineWorkbench:
             _check_capture(b.manifest, path)
             b.manifest["mosaic_run"] = {**meta, "build": _build_of(b.manifest, meta)}
             role = meta.get("role")
-            if role in ("reference", "yardstick"):  # one bundle each: a second one is never silently preferred
-                held = self.reference_bundle if role == "reference" else self.yardstick_bundle
+            if role == "reference" and self.reference_bundle is not None:  # one: a second is never silently preferred
+                raise BundleError(f"two bundles claim the reference's role (mosaic_run.role = 'reference'): "
+                                  f"{Path(self.reference_bundle.root).name} and {path.name}; a campaign records one",
+                                  str(root))
+            if role == "yardstick":  # one bundle per yardstick
+                key = YARDSTICK if is_primary_yardstick(meta["key"]) else meta["key"]
+                held = self.yardstick_bundles.get(key)
                 if held is not None:
-                    raise BundleError(f"two bundles claim the {role}'s role (mosaic_run.role = {role!r}): "
-                                      f"{Path(held.root).name} and {path.name}; a campaign records one", str(root))
-            if role == "yardstick":
-                self.yardstick_bundle = b
+                    what = "the yardstick's role (mosaic_run.role = 'yardstick')" if key == YARDSTICK else \
+                        f"the yardstick {key!r} (mosaic_run.key)"
+                    raise BundleError(f"two bundles claim {what}: {Path(held.root).name} and {path.name}; a "
+                                      "campaign records one", str(root))
+                if not is_yardstick(key):
+                    raise BundleError(f"mosaic_run.key {key[:80]!r} of a yardstick must be 'yardstick' or "
+                                      "'yardstick-<name>'", str(path / "manifest.json"))
+                self.yardstick_bundles[key] = b
                 continue
             if role == "reference-gpu":
                 self.gpu_references.append(b)
@@ -168,15 +182,21 @@ class OfflineWorkbench:
         n = min(rounds, len(a), len(c))
         return Timed(kernel.key, incumbent.key, a[:n], c[:n], "ABAB", "recorded-blocks", 0.0)
 
-    def pair_yardstick(self, kernel: Kernel, rounds: int) -> Timed | None:
-        """The yardstick bundle's recorded session against the incumbent; None when the live run made none
+    @property
+    def yardstick_bundle(self):
+        """The first yardstick's bundle (None: the campaign recorded none)."""
+        return self.yardstick_bundles.get(YARDSTICK)
+
+    def pair_yardstick(self, kernel: Kernel, rounds: int, key: str = YARDSTICK) -> Timed | None:
+        """The yardstick ``key``'s recorded session against the incumbent; None when the live run made none
         (journals from before the pairing): the two standalone captures are never combined into a pairing."""
-        if self.yardstick_bundle is None:
+        b = self.yardstick_bundles.get(key)
+        if b is None or b.manifest["mosaic_run"].get("unmeasured") is not None:
             return None
-        for s in self._timings(self.yardstick_bundle).get("sessions") or []:
+        for s in self._timings(b).get("sessions") or []:
             if s.get("against") == kernel.key:
                 # its device time is in no candidate's bundle cost (which the build step counts): the session's own
-                return Timed(YARDSTICK, kernel.key, s["incumbent_blocks"], s["candidate_blocks"],
+                return Timed(key, kernel.key, s["incumbent_blocks"], s["candidate_blocks"],
                              s.get("order", "ABAB"), "same-session", float(s.get("wall_s") or 0.0), gpu=s.get("gpu"))
         return None
 
@@ -202,9 +222,30 @@ class OfflineWorkbench:
         return out
 
     def yardstick(self, spec: KernelSpec, rounds: int):
-        if self.yardstick_bundle is None:
-            return None
-        return tuple(self._timings(self.yardstick_bundle).get("blocks") or ()) or None
+        run = next((y for y in self.yardsticks(spec, rounds) if y.key == YARDSTICK), None)
+        return run.blocks if run is not None and run.measured else None
+
+    def yardsticks(self, spec: KernelSpec, rounds: int) -> list[YardstickRun]:
+        """Every yardstick the live run recorded a bundle for, measured (its blocks) or not (the reason its
+        bundle records), the first first, then in the family's order (one it no longer has, by key, last); a
+        campaign from before every yardstick was captured has only the first's bundle, and so only the first."""
+        from mosaic.families import get
+
+        fam = get(self.family)
+        known = {y.name: (i, y) for i, y in enumerate(fam.yardsticks)} if fam is not None else {}
+        runs = []
+        for key, b in self.yardstick_bundles.items():
+            meta = b.manifest["mosaic_run"]
+            name = meta.get("yardstick") or b.language  # the yardstick's KernelSpec has its name as its language
+            order, yard = known.get(name, (len(known), None))
+            title = (yard.title or yard.name) if yard is not None else name
+            miss = meta.get("unmeasured")
+            if miss is not None:
+                run = YardstickRun(key, name, title, None, miss["reason_code"], miss["reason"])
+            else:
+                run = YardstickRun(key, name, title, self._timings(b).get("blocks") or None)
+            runs.append(((key != YARDSTICK, order, key), run))
+        return [run for _, run in sorted(runs, key=lambda x: x[0])]
 
 
 def campaign_bundles(source_dir: str | os.PathLike) -> list[Path]:
@@ -284,6 +325,13 @@ def _check_meta(meta: Mapping, path: Path) -> None:
         problem = "mosaic_run.build must be an object with a boolean 'ok'"
     elif meta.get("gpu") is not None and (gpu := _gpu_problem(meta["gpu"])):
         problem = f"mosaic_run.gpu {gpu}"
+    elif meta.get("yardstick") is not None and not isinstance(meta["yardstick"], str):
+        problem = f"mosaic_run.yardstick must be a yardstick's name, not {_short(meta['yardstick'])}"
+    elif meta.get("unmeasured") is not None and not (
+            isinstance(meta["unmeasured"], Mapping) and isinstance(meta["unmeasured"].get("reason_code"), str)
+            and isinstance(meta["unmeasured"].get("reason"), str)):
+        problem = f"mosaic_run.unmeasured must be an object with reason_code and reason strings, not " \
+                  f"{_short(meta['unmeasured'])}"
     if problem:
         raise BundleError(problem, str(path / "manifest.json"))
 
@@ -419,10 +467,11 @@ def compare_figures(recorded: list[dict], redecided: list[dict], src: Path, inte
     what the recorded journal and the shipped ``report.json``, ``report.md`` and ``report.html`` of ``src`` claim.
     One line per figure that disagrees: who claims what, and what the bundles give. ``interrupted``: the recorded
     journal has no stop, so only the figures it (and a report) states are compared."""
-    from mosaic.run.report import build_report, markdown_figures, markdown_of_html, report_figures
+    from mosaic.run.report import VERSION, build_report, markdown_figures, markdown_of_html, report_figures
 
     expected = report_figures(build_report(redecided))
     claims: list[tuple[str, dict, bool]] = [(JOURNAL, _figures_or_none(recorded, build_report, report_figures), False)]
+    versions: dict[str, int | None] = {JOURNAL: VERSION}  # report.md and report.html declare none
     problems: list[str] = []
     for name in SHIPPED:
         path = src / name
@@ -431,7 +480,8 @@ def compare_figures(recorded: list[dict], redecided: list[dict], src: Path, inte
         try:
             text = _shipped_text(path)
             if name == "report.json":
-                claims.append((name, _report_json_figures(text, report_figures), False))
+                figures, versions[name] = _report_json_figures(text, report_figures)
+                claims.append((name, figures, False))
             else:
                 claims.append((name, markdown_figures(text if name == "report.md" else markdown_of_html(text)), True))
         except (BadInput, OSError, ValueError) as exc:
@@ -446,7 +496,7 @@ def compare_figures(recorded: list[dict], redecided: list[dict], src: Path, inte
     for source, figures, printed in claims:
         if figures is None:
             continue
-        names = list(expected) if not interrupted else []
+        names = [n for n in expected if _asked(n, figures, versions.get(source))] if not interrupted else []
         names += [n for n in figures if n not in names and not (interrupted and _past(n, last))]
         for name in names:
             want = expected.get(name)
@@ -473,6 +523,18 @@ def compare_figures(recorded: list[dict], redecided: list[dict], src: Path, inte
     return problems
 
 
+def _asked(name: str, figures: dict, version) -> bool:
+    """Whether a claim source is held to the figure ``name``: a shipped report of a format from before the figure
+    (:data:`mosaic.run.report.FIGURES_SINCE`) is not, when it declares that older version (report.json) or, as
+    report.md and report.html declare none, prints no figure of its kind -- it claims nothing about it."""
+    from mosaic.run.report import FIGURES_SINCE
+
+    for prefix, since in FIGURES_SINCE:
+        if name.startswith(prefix) and not any(n.startswith(prefix) for n in figures):
+            return isinstance(version, int) and not isinstance(version, bool) and version >= since
+    return True
+
+
 def _past(name: str, last: int) -> bool:
     """A figure of a step after ``last`` (the interrupted step of a journal with no stop, never re-decided)."""
     import re
@@ -494,14 +556,14 @@ def _shipped_text(path: Path) -> str:
     return safe_paths.read_bytes(path, "text_bytes").decode("utf-8", errors="replace")
 
 
-def _report_json_figures(text: str, report_figures) -> dict:
+def _report_json_figures(text: str, report_figures) -> tuple[dict, object]:
     from mosaic import limits
 
     rep = limits.loads_json(text, "report.json")
     if not isinstance(rep, Mapping) or rep.get("format") != "mosaic-run-report":
         raise ValueError("not a mosaic run report (format 'mosaic-run-report')")
     try:
-        return report_figures(dict(rep))
+        return report_figures(dict(rep)), rep.get("version")
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ValueError(f"a field of the wrong shape ({type(exc).__name__}: {str(exc)[:80]})") from None
 

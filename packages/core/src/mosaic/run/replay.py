@@ -21,6 +21,7 @@ from mosaic.run.workbench import (
     ReferenceCapture,
     Timed,
     Workbench,
+    YardstickRun,
 )
 
 
@@ -40,6 +41,9 @@ class Recorded:
             events = [_rerooted(e, Path(bundles)) if e["event"] in ("reference", "build") else e for e in events]
         self.reference = next((e for e in events if e["event"] == "reference"), None)
         self.yardstick = next((e for e in events if e["event"] == "yardstick"), None)
+        #: every yardstick the journal recorded at the start, measured or not, in its order
+        self.yardsticks = [YardstickRun.from_event(e) for e in events
+                           if e["event"] in ("yardstick", "yardstick-unmeasured")]
         self.builds = {e["key"]: e for e in events if e["event"] == "build"}
         self.checks = {e["key"]: e for e in events if e["event"] == "numerics"}
         self.times = {(e["key"], e["against"]): e for e in events if e["event"] == "timed"}
@@ -106,15 +110,36 @@ class ReplayBench:
             return self.rec.yardstick["blocks"]
         return self.inner.yardstick(spec, rounds)
 
-    def pair_yardstick(self, kernel: Kernel, rounds: int) -> Timed | None:
-        """The yardstick timed against the incumbent: the journal's record, else the real workbench's."""
+    def yardsticks(self, spec: KernelSpec, rounds: int) -> list[YardstickRun]:
+        """Every yardstick of the campaign, measured or not. A journal that recorded the reference answers from
+        its own yardstick events, however many it holds (one, from before every yardstick was captured, or none),
+        since the workbench of a resumed run captured nothing at the start; else the real workbench (its
+        ``yardsticks``, or, a workbench that knows only the first, ``yardstick``)."""
+        if self.rec and self.rec.reference is not None:
+            return list(self.rec.yardsticks)
+        fn = getattr(self.inner, "yardsticks", None)
+        if fn is not None:
+            return list(fn(spec, rounds))
+        blocks = self.inner.yardstick(spec, rounds)
+        if not blocks:
+            return []
+        from mosaic.families import first_yardstick
+
+        first = first_yardstick(spec.family)
+        return [YardstickRun(YARDSTICK, first.name, first.title or first.name, blocks)]
+
+    def pair_yardstick(self, kernel: Kernel, rounds: int, key: str = YARDSTICK) -> Timed | None:
+        """The yardstick ``key`` timed against the incumbent: the journal's record, else the real workbench's."""
         e = None
-        for key in (YARDSTICK, *LEGACY_YARDSTICK_KEYS) if self.rec else ():  # a journal from before the rename: cublas
-            e = e or self.rec.times.get((key, kernel.key))
+        keys = (key, *LEGACY_YARDSTICK_KEYS) if key == YARDSTICK else (key,)  # a journal from before the rename
+        for k in keys if self.rec else ():
+            e = e or self.rec.times.get((k, kernel.key))
         if e is not None:
             return Timed.from_json(e)
         fn = getattr(self.inner, "pair_yardstick", None)
-        return fn(kernel, rounds) if fn is not None else None
+        if fn is None:
+            return None
+        return fn(kernel, rounds) if key == YARDSTICK else fn(kernel, rounds, key)
 
     def prefetch(self, kernels) -> None:
         """Hand kernels the loop will probably build soon to a workbench that can start early (optional)."""

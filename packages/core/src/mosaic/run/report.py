@@ -18,10 +18,15 @@ from pathlib import Path
 
 from mosaic import safe_paths
 from mosaic.run.journal import read_campaign_journal
-from mosaic.run.workbench import is_yardstick
+from mosaic.run.workbench import is_primary_yardstick, is_yardstick
 from mosaic.timing.throttle import capped_text
 
 FILES = ("report.json", "report.md", "report.html")
+#: report.json's format version: 2 added every yardstick (``yardsticks``) and the TFLOP/s table (``throughput``)
+VERSION = 2
+#: the prefix of the figures of the TFLOP/s table (``throughput``), and the report format that first printed them
+THROUGHPUT = "throughput: "
+FIGURES_SINCE = ((THROUGHPUT, 2),)
 
 
 def _us(ns) -> str:
@@ -134,7 +139,7 @@ def build_report(events: list[dict]) -> dict:
     head = events[0]
     by = lambda kind: [e for e in events if e["event"] == kind]  # noqa: E731
     ref = next(iter(by("reference")), None)
-    yard = next(iter(by("yardstick")), None)
+    yard = next((e for e in by("yardstick") if is_primary_yardstick(e["key"])), None)  # the campaign's first
     stop = next(iter(by("stop")), None)
     proposals = {e["step"]: e for e in by("proposal")}
     builds = {e["key"]: e for e in by("build")}
@@ -193,8 +198,9 @@ def build_report(events: list[dict]) -> dict:
         pair = stop.get("yardstick_paired")
         if pair:  # the same two kernels in one thermal/power state (see Loop.pair_yardstick)
             final["yardstick_paired"] = {**pair, "fraction": pair["t_yardstick_ns"] / pair["t_incumbent_ns"]}
+    yardsticks = yardstick_rows(events, yard, stop)
     return {
-        "format": "mosaic-run-report", "version": 1,
+        "format": "mosaic-run-report", "version": VERSION,
         "campaign": head.get("campaign"), "gpu": (head.get("gpu") or {}).get("name"),
         "gpu_provenance": head.get("gpu_provenance"),  # why that record (mosaic.gpus.resolve_gpu); None: older journals
         "workbench": head.get("workbench"), "proposer": head.get("proposer"),
@@ -202,6 +208,8 @@ def build_report(events: list[dict]) -> dict:
         "reference": None if ref is None else {"time_ns": ref["time_ns"], "noise": noise, "floor_ns": ref["floor_ns"]},
         "yardstick": None if yard is None else {"name": yard["name"], "time_ns": yard["time_ns"],
                                                  "note": "timed in the same run"},
+        "yardsticks": yardsticks,
+        "throughput": throughput(head.get("campaign") or {}, ref, final, yardsticks),
         "stop": None if stop is None else {"code": stop["stop"], "reason": stop["reason"]},
         "final": final,
         "edits": edits,
@@ -212,6 +220,79 @@ def build_report(events: list[dict]) -> dict:
         "series": series,
         "beams": beam_lineage(events),
     }
+
+
+def _cell(text) -> str:
+    """Text as one cell of a markdown table row: one line, no column separator."""
+    return " ".join(str(text).replace("|", "/").split())
+
+
+def yardstick_rows(events: list[dict], yard: dict | None, stop: dict | None) -> list[dict]:
+    """Every yardstick the campaign captured at the start, in its order: measured (its time alone and, when the
+    stop paired it with the final incumbent, both times of that pairing and the fraction) or not (why). A journal
+    from before every yardstick was captured holds only the first, and its pairing as ``yardstick_paired``."""
+    pairs = {p["key"]: p for p in (stop or {}).get("yardsticks_paired") or []}
+    if not pairs and (stop or {}).get("yardstick_paired") and yard is not None:
+        pairs[yard["key"]] = stop["yardstick_paired"]
+    out = []
+    for e in events:
+        if e["event"] not in ("yardstick", "yardstick-unmeasured"):
+            continue
+        row = {"key": e["key"], "yardstick": e.get("yardstick"), "name": e["name"],
+               "measured": e["event"] == "yardstick", "time_ns": e.get("time_ns"), "paired": None}
+        if row["measured"]:
+            pair = pairs.get(e["key"])
+            if pair:
+                row["paired"] = {"t_yardstick_ns": pair["t_yardstick_ns"], "t_incumbent_ns": pair["t_incumbent_ns"],
+                                 "fraction": pair["t_yardstick_ns"] / pair["t_incumbent_ns"]}
+        else:
+            row.update(reason_code=e["reason_code"], reason=e["reason"])
+        out.append(row)
+    return out
+
+
+def tflops(flops: float | None, time_ns) -> float | None:
+    """TFLOP/s of ``flops`` done in ``time_ns`` (None when either is unknown)."""
+    if not flops or not isinstance(time_ns, int | float) or isinstance(time_ns, bool) or time_ns <= 0:
+        return None
+    return flops / time_ns / 1e3
+
+
+def throughput(campaign: dict, ref: dict | None, final: dict | None, yardsticks: list[dict]) -> dict:
+    """The TFLOP/s table: the problem's FLOPs (the family's ``work``; None for a family not installed here) over
+    each time the report gives -- the reference alone, the final incumbent and the reference interleaved, every
+    yardstick alone and paired with the final incumbent (and the incumbent's side of that pairing) -- one row
+    each, and a row for each yardstick that measured nothing, saying why. Every row is a figure the offline
+    re-decision recomputes from the bundles."""
+    from mosaic.families import flops as family_flops
+
+    try:
+        work = family_flops(campaign.get("family"), campaign.get("shape") or {}, campaign.get("dtype") or "")
+    except (KeyError, TypeError, ValueError, AttributeError):
+        work = None
+    rows: list[dict] = []
+
+    def row(kernel: str, timing: str, t) -> None:
+        rows.append({"kernel": kernel, "timing": timing, "time_ns": t, "tflops": tflops(work, t)})
+
+    if ref is not None:
+        row("reference", "alone (its noise blocks)", ref["time_ns"])
+    if final is not None and final.get("t_incumbent_ns") is not None:
+        row("final incumbent", "interleaved with the reference", final["t_incumbent_ns"])
+        row("reference", "interleaved with the final incumbent", final["t_reference_ns"])
+    seen: set[str] = set()
+    for y in yardsticks:
+        name = _cell(y["name"]) if _cell(y["name"]) not in seen else _cell(f"{y['name']} ({y['key']})")
+        seen.add(name)
+        if not y["measured"]:
+            rows.append({"kernel": name, "timing": _cell(f"not measured ({y['reason_code']}): {y['reason']}"),
+                         "time_ns": None, "tflops": None})
+            continue
+        row(name, "alone", y["time_ns"])
+        if y["paired"]:
+            row(name, "paired with the final incumbent", y["paired"]["t_yardstick_ns"])
+            row("final incumbent", f"paired with {name}", y["paired"]["t_incumbent_ns"])
+    return {"flops": work, "rows": rows}
 
 
 def _gpus_of(events: list[dict]) -> list[dict]:
@@ -282,6 +363,7 @@ def to_markdown(rep: dict) -> str:
                        f"{f['device_minutes']:.2f} device minutes.")
     if rep["stop"]:
         lines.append(f"Stopped: {rep['stop']['reason']}.")
+    lines += throughput_lines(rep.get("throughput"))
     lines += ["", "## Edits", "", "| step | edit | row | outcome | why | t cand (us) | t inc (us) | D cand | D inc |",
               "|---|---|---|---|---|---|---|---|---|"]
     for e in rep["edits"]:
@@ -311,6 +393,28 @@ def to_markdown(rep: dict) -> str:
               + (f". Not fixed: {r['unfixed']['text']}" if r.get("unfixed") else "")
               for r in rep["remaining_differences"]] or ["- none"]
     return "\n".join(lines) + "\n"
+
+
+def _tf(v) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _flop_text(v) -> str:
+    return "-" if v is None else f"{v:.6g}"
+
+
+def throughput_lines(tp: dict | None) -> list[str]:
+    """The report.md section of the TFLOP/s table (nothing for a report without one)."""
+    if not tp or not tp.get("rows"):
+        return []
+    lines = ["", "## Yardsticks and throughput", "",
+             f"Work: {_flop_text(tp['flops'])} FLOP (the family's work); TFLOP/s = FLOP / time. Every yardstick of "
+             "the family was captured alone at the start, each in its own process, and each one measured was "
+             "timed against the final incumbent in interleaved rounds at the stop.", "",
+             "| kernel | timing | us | TFLOP/s |", "|---|---|---|---|"]
+    for r in tp["rows"]:
+        lines.append(f"| {r['kernel']} | {r['timing']} | {_us(r['time_ns'])} | {_tf(r['tflops'])} |")
+    return lines
 
 
 #: the edits table's columns counted from its end (an edit's text or an agent's "why" may hold a '|')
@@ -375,6 +479,16 @@ def report_figures(rep: dict) -> dict[str, tuple]:
         put("timed candidates", f["timed_candidates"])
         put("steps", f["steps"])
         put("device minutes", f["device_minutes"], f"{f['device_minutes']:.2f}")
+    tp = rep.get("throughput")
+    if tp and tp.get("rows"):
+        put(f"{THROUGHPUT}work (FLOP)", tp["flops"], _flop_text(tp["flops"]))
+        for r in tp["rows"]:
+            name = f"{THROUGHPUT}{r['kernel']}, {r['timing']}"
+            if r["time_ns"] is None and r["timing"].startswith("not measured"):
+                put(f"{THROUGHPUT}{r['kernel']}, not measured", r["timing"])
+                continue
+            put(f"{name} (us)", r["time_ns"], _us(r["time_ns"]))
+            put(f"{name} (TFLOP/s)", r["tflops"], _tf(r["tflops"]))
     if rep.get("stop"):
         put("stop", rep["stop"]["code"], None)
         put("stop reason", rep["stop"]["reason"])
@@ -410,6 +524,7 @@ _LINES = (
       "steps", "device minutes")),
     (re.compile(r"Stopped: (.*)\.$"), ("stop reason",)),
 )
+_WORK = re.compile(r"Work: (\S+) FLOP \(the family's work\)")
 _BEAM_MEMBER = re.compile(r"(incumbent|held|kept) (\S+) (\S+) us(?:, \d+ more step\(s\))? \[[^\]]*\]")
 
 
@@ -436,6 +551,17 @@ def markdown_figures(text: str) -> dict[str, str]:
             out[f"step {s} t cand (us)"], out[f"step {s} t inc (us)"] = cells[_T_CAND], cells[_T_INC]
             if cells[_T_CAND] != "-" and (times := reason_times(re.sub(r" \[[^\]]*\]$", "", cells[_WHY]))):
                 out[f"step {s} times in its why"] = times
+        elif section == "Yardsticks and throughput" and (m := _WORK.match(line)):
+            out[f"{THROUGHPUT}work (FLOP)"] = m.group(1)
+        elif section == "Yardsticks and throughput" and line.startswith("| ") and not line.startswith("| kernel"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) != 4:
+                continue
+            kernel, timing, us, tf = cells
+            if timing.startswith("not measured"):
+                out[f"{THROUGHPUT}{kernel}, not measured"] = timing
+            else:
+                out[f"{THROUGHPUT}{kernel}, {timing} (us)"], out[f"{THROUGHPUT}{kernel}, {timing} (TFLOP/s)"] = us, tf
         elif section == "Beam lineage" and (m := re.match(r"- after step (\d+): (.*)$", line)):
             beam += 1
             for role, key, t in _BEAM_MEMBER.findall(m.group(2)):
@@ -518,14 +644,17 @@ def to_html(rep: dict) -> str:
     d_svg = _svg_plot([(s["step"], s["distance"], "distance") for s in rep["series"] if s["distance"] is not None],
                       "fingerprint distance D to the reference per step (a tiebreaker, not a score)", "D")
     body = []
-    for line in md.splitlines():
+    md_lines = md.splitlines()
+    for i, line in enumerate(md_lines):
         if line.startswith("# "):
             body.append(f"<h1>{html.escape(line[2:])}</h1>")
         elif line.startswith("## "):
             body.append(f"<h2>{html.escape(line[3:])}</h2>")
         elif line.startswith("|---"):
             continue
-        elif line.startswith("| step"):
+        elif line.startswith("| ") and i + 1 < len(md_lines) and md_lines[i + 1].startswith("|---"):  # a header
+            if body and body[-1].endswith("</tr>"):
+                body.append("</table>")
             body.append("<table><tr>" + "".join(f"<th>{html.escape(c.strip())}</th>"
                                                   for c in line.strip("|").split("|")) + "</tr>")
         elif line.startswith("| "):

@@ -11,7 +11,8 @@ produces them is a :class:`Workbench`:
 
 Bundle layout for the loop (everything else in a bundle is the capture's own): the manifest's extra key
 ``mosaic_run`` = ``{"key", "role": "reference"|"candidate"|"yardstick", "build": {"ok", "reason"},
-"cost_s"}``; ``timings`` (``timings.json``) = ``{"unit": "ns", "blocks": [[per-run ns, ...], ...],
+"cost_s"}`` (a yardstick's adds ``yardstick``, its name, and when it measured nothing ``unmeasured``:
+``{"reason_code", "reason"}``; the first yardstick's key is ``yardstick``, every other's ``yardstick-<name>``); ``timings`` (``timings.json``) = ``{"unit": "ns", "blocks": [[per-run ns, ...], ...],
 "sessions": [{"against": KEY, "order": "ABAB", "incumbent_blocks": [...], "candidate_blocks": [...]}]}``;
 the reference holds ``inputs`` (``.npz``) and every kernel its ``outputs``. A kernel's time in a comparison
 is the median of its block medians (``mosaic.timing.measurement`` per block).
@@ -39,9 +40,59 @@ YARDSTICK = "yardstick"
 LEGACY_YARDSTICK_KEYS = ("cublas",)
 
 
-def is_yardstick(key: str) -> bool:
-    """``key`` names a campaign's yardstick (the current key or a journal's older one), not a kernel."""
+#: the key (and bundle name, ``yardstick-<name>.bundle``) of each of the family's other yardsticks
+EXTRA_YARDSTICK_PREFIX = "yardstick-"
+
+
+def is_primary_yardstick(key: str) -> bool:
+    """``key`` names the campaign's first yardstick (the current key or a journal's older one)."""
     return key == YARDSTICK or key in LEGACY_YARDSTICK_KEYS
+
+
+def is_yardstick(key: str) -> bool:
+    """``key`` names one of the campaign's yardsticks (a candidate key is a hex digest: never one of these)."""
+    return is_primary_yardstick(key) or key.startswith(EXTRA_YARDSTICK_PREFIX)
+
+
+def yardstick_key(name: str, first: bool) -> str:
+    """The journal key of the family's yardstick ``name``: ``yardstick`` for the first (the campaign's primary,
+    the key campaigns have always recorded), ``yardstick-<name>`` for every other."""
+    return YARDSTICK if first else f"{EXTRA_YARDSTICK_PREFIX}{name}"
+
+
+@attrs.frozen
+class YardstickRun:
+    """One yardstick's capture at the start of a campaign: measured (``blocks``: its per-run times, ns) or not
+    (``reason_code`` and ``reason`` say why: ``dtype`` a format it does not take, ``unavailable`` its library does
+    not import, ``numerics`` it failed the float64 oracle, ``timeout``, ``failed``)."""
+
+    key: str
+    name: str  # the family's yardstick name (its KernelSpec's language): torch-sdpa, cudnn, flash-attn-4
+    title: str  # how reports name it: torch SDPA, cuDNN SDPA, FlashAttention-4
+    blocks: tuple | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else tuple(tuple(float(x) for x in b) for b in v))
+    reason_code: str = ""
+    reason: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.blocks)
+
+    def event(self) -> tuple[str, dict]:
+        """The journal event that records it: ``yardstick`` (measured) or ``yardstick-unmeasured``."""
+        if self.measured:
+            return "yardstick", {"key": self.key, "yardstick": self.name, "name": self.title,
+                                 "blocks": [list(b) for b in self.blocks], "time_ns": time_of(self.blocks)}
+        return "yardstick-unmeasured", {"key": self.key, "yardstick": self.name, "name": self.title,
+                                        "reason_code": self.reason_code, "reason": self.reason}
+
+    @classmethod
+    def from_event(cls, e: Mapping) -> YardstickRun:
+        """From a journal's ``yardstick`` or ``yardstick-unmeasured`` event (a journal from before the field
+        ``yardstick`` names it by its key)."""
+        if e["event"] == "yardstick":
+            return cls(e["key"], e.get("yardstick") or e["key"], e["name"], e["blocks"])
+        return cls(e["key"], e["yardstick"], e["name"], None, e["reason_code"], e["reason"])
 #: manifest keys that are the bundle's own (everything else is an extra the loop or capture wrote)
 RESERVED = ("format", "schema_version", "created", "kernel", "language", "gpu", "toolchain", "files")
 
@@ -158,10 +209,13 @@ class Workbench(Protocol):
 
     def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed: ...
 
-    def yardstick(self, spec: KernelSpec, rounds: int) -> tuple | None: ...  # blocks of cuBLAS, or None
+    def yardstick(self, spec: KernelSpec, rounds: int) -> tuple | None: ...  # blocks of the first, or None
 
-    # optional: ``pair_yardstick(kernel, rounds) -> Timed | None``, the yardstick (the Timed's key, YARDSTICK)
-    # timed against the final incumbent ``kernel`` in interleaved rounds; a workbench without it has no pairing
+    # optional: ``yardsticks(spec, rounds) -> list[YardstickRun]``, every yardstick of the family, measured or not
+    # (a workbench without it has at most the first, from ``yardstick``); ``pair_yardstick(kernel, rounds,
+    # key=YARDSTICK) -> Timed | None``, the yardstick ``key`` (the Timed's key) timed against the final incumbent
+    # ``kernel`` in interleaved rounds (a workbench without it has no pairing; one whose pair_yardstick takes no
+    # ``key`` pairs only the first)
 
     def bundle_path(self, key: str) -> str | None: ...
 
@@ -220,6 +274,13 @@ def run_meta(key: str, role: str, ok: bool = True, reason: str = "", cost_s: flo
     """The manifest's ``mosaic_run`` entry the offline workbench reads."""
     return {"mosaic_run": {"key": key, "role": role, "build": {"ok": bool(ok), "reason": reason},
                            "cost_s": round(float(cost_s), 3), **more}}
+
+
+def yardstick_meta(key: str, name: str, cost_s: float = 0.0, unmeasured: tuple[str, str] | None = None) -> dict:
+    """A yardstick bundle's ``mosaic_run`` entry: its key, its name and, when it measured nothing, why
+    (``unmeasured``: reason code, reason)."""
+    more = {"unmeasured": {"reason_code": unmeasured[0], "reason": unmeasured[1]}} if unmeasured else {}
+    return run_meta(key, "yardstick", cost_s=cost_s, yardstick=name, **more)
 
 
 def add_session(root: str | os.PathLike, session: Mapping[str, Any], cost_s: float):

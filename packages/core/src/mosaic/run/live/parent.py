@@ -33,22 +33,55 @@ from mosaic.run.workbench import (
     Kernel,
     ReferenceCapture,
     Timed,
+    YardstickRun,
     add_session,
     blocks_of,
     is_yardstick,
     run_meta,
     update_bundle,
+    yardstick_key,
+    yardstick_meta,
 )
 
 CHILD_MODULE = "mosaic.run.live.child"  # python -m CHILD_MODULE REQUEST.json: one request, one process
 PREFETCH_LANGUAGES = frozenset({"cutlass", "cute"})  # their lower() compiles for an arch with no GPU
 
 
-def yardstick_spec(spec: KernelSpec):
-    """The family's first yardstick (cuBLAS, torch.matmul, for gemm) and its KernelSpec for ``spec``'s problem."""
-    yard = first_yardstick(spec.family)
+def yardstick_spec(spec: KernelSpec, yard=None):
+    """The yardstick ``yard`` (default: the family's first: cuBLAS, torch.matmul, for gemm) and its KernelSpec
+    for ``spec``'s problem."""
+    yard = yard if yard is not None else first_yardstick(spec.family)
     return yard, KernelSpec(family=spec.family, shape=dict(spec.shape), dtype=spec.dtype, language=yard.name,
                             knobs={}, name=yard.call)
+
+
+def _summary(cap: Mapping) -> Mapping:
+    return cap.get("summary") if isinstance(cap.get("summary"), Mapping) else {}
+
+
+#: a yardstick capture that gave no figure -> why, as a reason code: the first rule that holds for (the capture's
+#: status, or the child's when it gave no capture; the capture record)
+UNMEASURED_RULES: tuple = (
+    ("unavailable", lambda status, cap: _summary(cap).get("error_code") == "unavailable"),
+    ("numerics", lambda status, cap: status == "numerics-failed"
+     or (status == "ok" and not _summary(cap).get("numerics_pass"))),
+    ("timeout", lambda status, cap: status == "timeout"),
+    ("failed", lambda status, cap: True),
+)
+
+
+def unmeasured_reason(r: ChildResult) -> tuple[str, str] | None:
+    """(reason code, reason) of a yardstick capture that measured nothing (:data:`UNMEASURED_RULES`); None when
+    it passed the oracle (its bundle then holds its timings)."""
+    cap = r.data.get("capture") if r.status == "ok" and isinstance(r.data.get("capture"), Mapping) else {}
+    status = cap.get("status", r.status) if r.status == "ok" else r.status
+    if status == "ok" and _summary(cap).get("numerics_pass"):
+        return None
+    code = next(code for code, holds in UNMEASURED_RULES if holds(status, cap))
+    why = cap.get("message") or _summary(cap).get("error") or r.message or tail(r.output) or status
+    if code == "numerics":
+        why = f"failed the float64 oracle: {why}" if why != status else "failed the float64 oracle"
+    return code, " ".join(str(why).split())  # one line
 
 
 class LiveError(MosaicError):
@@ -212,7 +245,7 @@ class LiveWorkbench:
         self.workers = Workers(self.dir / "logs" / (f"gpu-{self.slot}" if self.slot else ""), self.python,
                                argv=worker_argv)
         self.checked: dict[str, Checked] = {}
-        self.yard_blocks: tuple | None = None
+        self.yard_runs: list[YardstickRun] = []  # the family's yardsticks, as captured at the start
         self.prefetching: dict[str, tuple[subprocess.Popen, Path, Path, float]] = {}
         self.adopted: dict[str, Any] = {}  # key -> mosaic.run.executor.Lowered (lowered elsewhere: the Ray stage)
         self._gpu = None
@@ -410,57 +443,112 @@ class LiveWorkbench:
             self.progress(f"reference: {note}")
         parts = {"reference_capture_s": round(cost, 3)}
         if self.c.yardstick and not self.slot:
-            parts["yardstick_s"] = round(self._capture_yardstick(spec), 3)
+            parts["yardstick_s"] = round(self._capture_yardsticks(spec), 3)
         total = sum(parts.values())
         update_bundle(dest, extra=self._reference_meta(cost_s=total, cost_parts=parts))
         b = load_bundle(dest)
         blocks = blocks_of((b.read_json("timings") or {}).get("blocks"))
         return ReferenceCapture(Kernel(REFERENCE, b.kernel, None, str(dest)), blocks, round(total, 3))
 
-    def _capture_yardstick(self, ref_spec: KernelSpec) -> float:
-        from mosaic.bundle import load_bundle
-        from mosaic.capture import CaptureOptions
+    def _capture_yardsticks(self, ref_spec: KernelSpec) -> float:
+        """Every yardstick of the family, each in its own process (:meth:`_capture_yardstick`); their seconds
+        (the reference's cost holds them)."""
+        from mosaic.families import get
 
-        yard, spec = yardstick_spec(ref_spec)
-        dest = self.dest(YARDSTICK)
+        fam = get(ref_spec.family)
+        total = 0.0
+        self.yard_runs = []
+        for i, yard in enumerate(fam.yardsticks if fam is not None else ()):
+            run, wall = self._capture_yardstick(ref_spec, yard, yardstick_key(yard.name, first=i == 0))
+            self.yard_runs.append(run)
+            total += wall
+        return total
+
+    def _capture_yardstick(self, ref_spec: KernelSpec, yard, key: str) -> tuple[YardstickRun, float]:
+        """One yardstick, captured alone in its own process into ``bundles/<key>.bundle``: (its run, seconds).
+        One that cannot run (a format it does not take: no process is started; its library does not import; the
+        oracle fails it; it crashes or hangs) keeps a bundle that says why (``mosaic_run.unmeasured``), which the
+        offline re-decision reads back."""
+        from mosaic.bundle import load_bundle, save_bundle
+        from mosaic.capture import CaptureOptions
+        from mosaic.families import yardstick_problem
+
+        yard, spec = yardstick_spec(ref_spec, yard)
+        title = yard.title or yard.name
+        dest = self.dest(key)
+        shutil.rmtree(dest, ignore_errors=True)
+        problem = yardstick_problem(yard, spec.dtype)
+        if problem is not None:
+            save_bundle(dest, kernel=spec, language=spec.language, files={"yardstick.log": ("log", problem + "\n")},
+                        gpu=self.c.gpu, overwrite=True)
+            update_bundle(dest, extra=yardstick_meta(key, yard.name, 0.0, ("dtype", problem)))
+            return YardstickRun(key, yard.name, title, None, "dtype", problem), 0.0
         opts = CaptureOptions(blocks=max(5, self.c.rounds), runs=self.c.runs_per_block,
                               timeout=self.timeouts.yardstick)
-        self.progress(f"yardstick {yard.title} ({yard.call}): capture in its own process")
-        with self._waiting(f"the yardstick {yard.title}", opts.timeout, "the yardstick's cap", "its own process"):
+        self.progress(f"yardstick {title} ({yard.call}): capture in its own process")
+        with self._waiting(f"the yardstick {title}", opts.timeout, "the yardstick's cap", "its own process"):
             r = run_child({"mode": "check", "spec": spec.to_json(), "gpu": self.c.gpu, "out": str(dest.resolve()),
-                           "options": attrs.asdict(opts), "extra": run_meta(YARDSTICK, "yardstick"),
+                           "options": attrs.asdict(opts), "extra": yardstick_meta(key, yard.name),
                            "oracle_cache": str(self.oracle_cache.resolve())},
                           opts.timeout, argv=[self.python, "-m", CHILD_MODULE])
-        status = r.data.get("capture", {}).get("status") if r.status == "ok" else r.status
-        if status == "ok" and dest.is_dir():
-            update_bundle(dest, extra=run_meta(YARDSTICK, "yardstick", cost_s=r.wall_s))
-            blocks = blocks_of((load_bundle(dest).read_json("timings") or {}).get("blocks"))
-            self.yard_blocks = tuple(tuple(b) for b in blocks) or None
-            from mosaic.run.workbench import time_of
+        missing = unmeasured_reason(r)
+        blocks = None
+        if missing is None and dest.is_dir():
+            blocks = blocks_of((load_bundle(dest).read_json("timings") or {}).get("blocks")) or None
+            if blocks is None:
+                missing = ("failed", "the capture recorded no timings")
+        elif missing is None:
+            missing = ("failed", "the capture wrote no bundle")
+        if not dest.is_dir():  # the child died before its capture wrote one: a bundle that says why
+            save_bundle(dest, kernel=spec, language=spec.language, overwrite=True, gpu=self.c.gpu,
+                        files={"yardstick.log": ("log", f"{missing[1]}\n--- child output ---\n{r.output[-8000:]}")})
+        update_bundle(dest, extra=yardstick_meta(key, yard.name, r.wall_s, missing))
+        return YardstickRun(key, yard.name, title, blocks, *(missing or ("", ""))), r.wall_s
 
-            if self.yard_blocks:
-                self.progress(f"yardstick {yard.title}: {time_of(self.yard_blocks) / 1e3:.2f} us")
-        else:
-            why = r.data.get("capture", {}).get("message") or r.message or tail(r.output)
-            self.progress(f"yardstick {yard.title} not measured ({status}): {why}")
-            shutil.rmtree(dest, ignore_errors=True)  # offline then has no yardstick either
-        return r.wall_s
+    def yardsticks(self, spec: KernelSpec, rounds: int) -> list[YardstickRun]:
+        """What :meth:`capture_reference` captured of the family's yardsticks (none when it did not run here)."""
+        return list(self.yard_runs)
 
     def yardstick(self, spec: KernelSpec, rounds: int):
-        return self.yard_blocks
+        first = next((y for y in self.yard_runs if y.key == YARDSTICK), None)
+        return first.blocks if first is not None and first.measured else None
 
-    def pair_yardstick(self, kernel: Kernel, rounds: int) -> Timed | None:
-        """The yardstick timed against ``kernel`` in interleaved rounds (``kernel`` first, A B A B, in the worker,
-        where ``kernel`` is already compiled); the yardstick's bundle keeps the session, against ``kernel``'s key,
-        so no candidate bundle's cost grows after its step (the offline re-decision counts a bundle's whole cost
-        at its build). None when the yardstick was not measured."""
-        if not self.yard_blocks:
-            return None
-        _, spec = yardstick_spec(kernel.spec)
+    def _yardstick_run(self, key: str) -> YardstickRun | None:
+        """The measured yardstick ``key``: captured here, or (a resumed campaign, whose captures ran before) read
+        back from its bundle."""
+        run = next((y for y in self.yard_runs if y.key == key), None)
+        if run is not None or not self.dest(key).is_dir():
+            return run if run is not None and run.measured else None
+        from mosaic.bundle import load_bundle
+
         try:
-            return self.time(kernel, Kernel(YARDSTICK, spec, None), rounds)
+            b = load_bundle(self.dest(key))
+            meta = b.manifest.get("mosaic_run") or {}
+            blocks = blocks_of((b.read_json("timings") or {}).get("blocks"))
+        except (MosaicError, OSError, ValueError, TypeError, KeyError):
+            return None
+        if meta.get("role") != "yardstick" or meta.get("unmeasured") is not None or not blocks:
+            return None
+        return YardstickRun(key, b.language, b.language, blocks)
+
+    def pair_yardstick(self, kernel: Kernel, rounds: int, key: str = YARDSTICK) -> Timed | None:
+        """The yardstick ``key`` timed against ``kernel`` in interleaved rounds (``kernel`` first, A B A B, in the
+        worker, where ``kernel`` is already compiled); the yardstick's bundle keeps the session, against
+        ``kernel``'s key, so no candidate bundle's cost grows after its step (the offline re-decision counts a
+        bundle's whole cost at its build). None when that yardstick was not measured."""
+        from mosaic.families import get
+
+        run = self._yardstick_run(key)
+        fam = get(kernel.spec.family)
+        yard = fam.yardstick(run.name) if run is not None and fam is not None else None
+        if yard is None:
+            return None
+        _, spec = yardstick_spec(kernel.spec, yard)
+        try:
+            return self.time(kernel, Kernel(key, spec, None), rounds)
         except MosaicError as exc:  # the campaign's verdicts stand; the report then prints the standalone figure
-            self.progress(f"the yardstick pairing of {kernel.key} was not measured: {exc.line()}")
+            self.progress(f"the pairing of {kernel.key} with the yardstick {yard.title or yard.name} was not "
+                          f"measured: {exc.line()}")
             return None
 
     # -- prefetch ---------------------------------------------------------------------------------------------
@@ -715,13 +803,16 @@ class LiveWorkbench:
 
     # -- timing -----------------------------------------------------------------------------------------------
     def _label(self, key: str) -> str:
-        """How progress lines name a kernel: its key, or the family's yardstick by its title."""
+        """How progress lines name a kernel: its key, or a yardstick by its title."""
         if not is_yardstick(key):
             return key
+        run = next((y for y in self.yard_runs if y.key == key), None)
+        if run is not None:
+            return f"the yardstick {run.title}"
         from mosaic.families import first_yardstick
 
         try:
-            return f"the yardstick {first_yardstick(self.c.family).title}"
+            return f"the yardstick {first_yardstick(self.c.family).title}" if key == YARDSTICK else f"the {key}"
         except MosaicError:
             return "the yardstick"
 

@@ -4,7 +4,7 @@ Inputs of ``gemm``: ``a`` (m×k) and ``b`` (k×n) row-major, bf16/f16; output ``
 Inputs of ``attention``: ``q`` (batch, heads, seq, head_dim), ``k`` and ``v`` (batch, kv_heads, seq, head_dim),
 bf16/f16; output ``o`` like ``q`` (:mod:`mosaic.families.attention`). Its ``lower`` first holds the knobs to the
 budget rules (:func:`mosaic_target_cute.budget.attention_diagnose`), then compiles and checks the build's own
-figures; its ``prepare`` (GPU, torch) is written but has not run on a GPU yet.
+figures; its ``prepare`` (GPU, torch) runs it (first on an H100 on 2026-12-07).
 ``lower`` compiles ahead of time for ``gpu.arch`` with no GPU, keeps PTX and cubin, disassembles SASS
 when nvdisasm is found, re-assembles the PTX with ``ptxas -v`` for the resource log when ptxas is found,
 and checks shared memory, registers, threads and cluster size against the GpuTarget record; it also keeps the

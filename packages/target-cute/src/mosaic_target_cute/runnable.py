@@ -103,7 +103,7 @@ class CuteAttentionRunnable:
     """The attention forward on the GPU: q (batch, heads, seq, head_dim), k, v (batch, kv_heads, seq, head_dim)
     and o (like q) are contiguous torch tensors; the kernel sees them through the strided views
     :func:`~mosaic_target_cute.lowering.attention_tensors` describes (the same layouts the lowering compiled).
-    Untested on a GPU (see the module docstring)."""
+    First run on an H100 on 2026-12-07: every configuration of tests/test_attention_gpu.py passed the oracle."""
 
     def __init__(self, knobs, shape, dtype: str, gpu, workdir: Path, q, k, v):
         try:

@@ -5,8 +5,8 @@ query i when causal) a dot product of plain global loads, an online softmax in f
 (running max, running sum, the output row rescaled), and the value row accumulated in fp32 registers; a direct
 global store of the normalised row. No shared memory, no TMA, no tensor cores, no pipelining.
 
-UNTESTED ON A GPU: it lowers for sm_90a with no GPU; CuTe DSL has no CPU interpreter, so its outputs have not
-been compared with the oracle yet.
+It lowers for sm_90a with no GPU; its numerics were first checked on an H100 on 2026-12-07 (float64 oracle
+passed at 1x256x2x128 f16; results/2026-12-07/session20/h100-a/).
 
 It takes the same tensors as :mod:`~mosaic_target_cute.kernels.hopper_attention`: ``q``/``o`` (seq, head_dim,
 batch*heads), ``k`` (seq, head_dim, batch*kv_heads), ``vt`` (head_dim, seq, batch*kv_heads).

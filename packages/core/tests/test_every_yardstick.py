@@ -481,3 +481,59 @@ def test_why_a_yardstick_capture_measured_nothing_is_a_rule_table(result, want):
     from mosaic.run.live.parent import unmeasured_reason
 
     assert unmeasured_reason(result) == want
+
+
+@pytest.mark.gpu
+def test_every_attention_yardstick_is_captured_and_paired_on_the_gpu(tmp_path):
+    """On a CUDA device: each attention yardstick captured alone in its own process (flash-attn-4 too where it is
+    installed, else recorded 'unavailable'), each measured one timed against an incumbent in interleaved rounds in
+    the worker, and the offline workbench reading every capture and pairing back from the bundles. The stand-in
+    incumbent is torch SDPA itself under a candidate's key (the child prepares a yardstick's spec like a kernel)."""
+    import importlib.util
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with CUDA and a CUDA device")
+    from mosaic.gpus import detect
+    from mosaic.plugins import host
+    from mosaic.run.live.parent import LiveWorkbench
+
+    found = [d.target.name for d in detect(host().items("gpus").values()).devices if d.target is not None]
+    if not found:
+        pytest.skip("no GPU record matches this device")
+    shape = {"batch": 1, "seq": 2048, "heads": 16, "head_dim": 128}
+    flops = 4.0 * 16 * 2048 * 2048 * 128
+    c = Campaign(source="pallas", target="cute", family="attention", shape=dict(shape), dtype="bf16", gpu=found[0],
+                 rounds=5, runs_per_block=10)
+    bench = LiveWorkbench(c, tmp_path / "campaign", progress=print)
+    ref_spec = KernelSpec("attention", dict(shape), "bf16", "pallas", {})
+    incumbent = Kernel("0123456789abcdef", KernelSpec("attention", dict(shape), "bf16", "torch-sdpa", {},
+                                                      name="torch.nn.functional.scaled_dot_product_attention"))
+    try:
+        bench._capture_yardsticks(ref_spec)
+        runs = bench.yardsticks(None, 5)
+        paired = {y.key: bench.pair_yardstick(incumbent, 5, y.key) for y in runs if y.measured}
+    finally:
+        bench.close()
+    for y in runs:
+        alone = f"{time_of(y.blocks) / 1e3:.2f} us, {flops / time_of(y.blocks) / 1e3:.1f} TFLOP/s" if y.measured \
+            else f"not measured ({y.reason_code}): {y.reason}"
+        p = paired.get(y.key)
+        pair = f"; paired {p.t_candidate / 1e3:.2f} us vs incumbent {p.t_incumbent / 1e3:.2f} us" if p else ""
+        print(f"{y.key} ({y.title}): {alone}{pair}")
+    fa4 = importlib.util.find_spec("flash_attn") is not None
+    want = {"yardstick", "yardstick-sdpa-flash", "yardstick-cudnn"} | ({"yardstick-flash-attn-4"} if fa4 else set())
+    assert {y.key for y in runs if y.measured} == want, [(y.key, y.reason) for y in runs]
+    if not fa4:
+        assert next(y for y in runs if y.key == "yardstick-flash-attn-4").reason_code == "unavailable"
+    assert set(paired) == want and all(p is not None and p.against == incumbent.key for p in paired.values())
+    for p in paired.values():  # the incumbent is torch SDPA: no yardstick is an order of magnitude off it
+        assert 0.2 < p.t_candidate / p.t_incumbent < 5
+    inputs, outputs = small_attention()
+    save_kernel_bundle(tmp_path / "campaign" / "bundles" / "reference.bundle", spec=ref_spec, key=REFERENCE,
+                       role="reference", blocks=blocks(10.0), inputs=inputs, outputs=outputs)
+    off = OfflineWorkbench(tmp_path / "campaign", "attention", "bf16")
+    assert [(y.key, y.blocks) for y in off.yardsticks(None, 5)] == [(y.key, y.blocks) for y in runs]
+    for key, p in paired.items():
+        back = off.pair_yardstick(incumbent, 5, key)
+        assert (back.t_candidate, back.t_incumbent) == (p.t_candidate, p.t_incumbent)

@@ -1,7 +1,8 @@
 """The campaign report, built from the journal alone (so it can be rebuilt at any time, on any machine).
 
 ``DIR/report.json`` — every edit accepted or rejected with its reason, null results, candidates that got
-structurally closer but slower, the final differences by name, cuBLAS as a yardstick when it was measured;
+structurally closer but slower, the final differences by name, every yardstick of the family (each alone and
+paired with the final incumbent, or why it measured nothing) and the TFLOP/s of every time it gives;
 ``DIR/report.md`` — the same as tables; ``DIR/report.html`` — self-contained (no scripts, no external files)
 with two inline SVG plots: incumbent and candidate time per step with the reference's noise band, and the
 fingerprint distance per step. Each is written to a fresh temporary file and renamed into place

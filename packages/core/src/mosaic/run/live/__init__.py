@@ -18,9 +18,12 @@ bundles go to a scratch directory in the user cache (``$MOSAIC_CACHE_DIR/scratch
 * **Reference** (``capture_reference``): :func:`mosaic.capture.capture` in its own process with a timeout;
   noise from ``noise_blocks / 2`` interleaved self-pairs of blocks (what capture records). When the
   language dumped PTX but no SASS or cubin (jax's Mosaic GPU), the PTX is assembled with ``ptxas`` for the
-  GPU record's arch so the reference can be lifted (said in the manifest: ``sass_from_ptx``). cuBLAS (a
-  ``torch.matmul`` Runnable, reduced-precision reductions off) is captured next, in its own process, by
-  the same capture code and timer: the yardstick. Both costs are the reference's.
+  GPU record's arch so the reference can be lifted (said in the manifest: ``sass_from_ptx``). The family's
+  yardsticks are captured next, each in its own process, by the same capture code and timer (cuBLAS, a
+  ``torch.matmul`` Runnable with reduced-precision reductions off, for GEMM; torch SDPA, flash SDPA, cuDNN
+  SDPA and flash-attn-4 for attention): ``yardstick.bundle`` for the first, ``yardstick-<name>.bundle`` for
+  every other; one that cannot run keeps a bundle saying why (``mosaic_run.unmeasured``). All their costs
+  are the reference's.
 * **Build** (``build``): the target backend's ``lower()`` through a lower-only capture (own process); an
   :class:`~mosaic.backend.Unbuildable` setting is recorded (``build.ok = false``) and stepped over. Then,
   still in the build step and in another process (the worker, or a fresh child), the numerics gate: ``backend.prepare()`` -> poison ->
@@ -54,7 +57,7 @@ kernel's steps on the device machine (lowering wait + gate + every timing sessio
 of, a worker's start or a confirming retry included). Compile time that overlapped other steps is not
 counted twice.
 
-The child protocol (``"step"``, the reference's cuBLAS yardstick): ``python -m mosaic.run.live.child REQUEST.json``;
+The child protocol (``"step"``, and every yardstick's capture): ``python -m mosaic.run.live.child REQUEST.json``;
 the request is a JSON object ``{"format": "mosaic-live-request", "mode": "check" | "time", ..., "result":
 PATH}`` and the child writes ``{"status": "ok" | "failed", ...}`` to ``result``. A child that writes no
 result crashed (a signal) or failed; one past its timeout is killed with its whole process group. Nothing

@@ -19,7 +19,7 @@ Every step of a campaign that needs no device runs; every step that needs one is
 5. The proposer's first edits for the naive translation, best first: what the loop would build first.
 
 Skipped, always said: capturing the reference and measuring its noise on the device, the numerics gate, the
-timing, the acceptance decisions, the cuBLAS yardstick. ``DIR/preview.json`` and ``DIR/preview.md`` hold the
+timing, the acceptance decisions, the family's yardsticks. ``DIR/preview.json`` and ``DIR/preview.md`` hold the
 result; nothing here writes a journal, so the directory is never mistaken for a campaign to resume. Nothing is
 written through a link (:mod:`mosaic.safe_paths`): ``bundles/`` or a bundle that is a symlink is refused with one
 line, and a link planted at ``preview.json``/``preview.md`` is replaced.
@@ -46,7 +46,7 @@ DEVICE_STEPS = (
     ("numerics gate", "running each candidate on the device against the float64 oracle"),
     ("timing", "CUPTI device times of candidate against incumbent, interleaved"),
     ("acceptance", "the keep/reject decisions, which need the two measurements above"),
-    ("yardstick", "{yardstick} timed in the same run"),
+    ("yardstick", "{yardstick} timed in the same run, each alone and paired with the final incumbent"),
 )
 
 
@@ -249,13 +249,12 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
                                     "translation"))
     else:
         p.skipped.append(("diff and proposals", "they need both the reference and the naive translation (above)"))
-    from mosaic.errors import MosaicError
-    from mosaic.families import first_yardstick
+    from mosaic.families import get
 
-    try:
-        yard = first_yardstick(c.family).title
-    except MosaicError:
-        yard = "the family's yardstick (it has none)"
+    fam = get(c.family)
+    titles = [y.title or y.name for y in fam.yardsticks] if fam is not None else []
+    yard = (titles[0] if len(titles) == 1 else ", ".join(titles[:-1]) + " and " + titles[-1] if titles
+            else "the family's yardstick (it has none)")
     for step, what in DEVICE_STEPS:
         p.skipped.append((step, f"{what.format(yardstick=yard)}: needs a CUDA device"))
     # each renamed into place: a link planted at either name is replaced, never written through

@@ -410,8 +410,9 @@ def throughput_lines(tp: dict | None) -> list[str]:
         return []
     lines = ["", "## Yardsticks and throughput", "",
              f"Work: {_flop_text(tp['flops'])} FLOP (the family's work); TFLOP/s = FLOP / time. Every yardstick of "
-             "the family was captured alone at the start, each in its own process, and each one measured was "
-             "timed against the final incumbent in interleaved rounds at the stop.", "",
+             "the family is captured alone at the start, each in its own process; at the stop each one measured is "
+             "timed against the final incumbent in interleaved rounds (the rows of that pairing, where it was "
+             "measured).", "",
              "| kernel | timing | us | TFLOP/s |", "|---|---|---|---|"]
     for r in tp["rows"]:
         lines.append(f"| {r['kernel']} | {r['timing']} | {_us(r['time_ns'])} | {_tf(r['tflops'])} |")

@@ -14,9 +14,11 @@ Compile-time: the element type, ``head_dim`` and ``causal`` (from the problem) a
 seq, heads and kv_heads (one build serves every such shape). Any ``seq``: the tail block is masked, its loads
 zero-filled by TMA, its stores predicated.
 
-Not run on a GPU yet: it lowers with no GPU (PTX, cubin, SASS, ptxas resources) and its fragment maps are checked
-on the host (:func:`fragment_check`); ``tools/attention_selfcheck.sh`` runs it against a float64 reference on an
-sm_90 GPU. Until that has run, its numerics are unverified (the plugin states ``attention:cpu-lowering`` only).
+It lowers with no GPU (PTX, cubin, SASS, ptxas resources) and its fragment maps are checked on the host
+(:func:`fragment_check`). Its numerics were verified on an H100 on 2026-12-07 by ``tools/attention_selfcheck.sh --run``
+(the template compiled into a stand-alone program: 4 configurations x 5 problems against a float64 reference, all
+pass). The device runner (``backend.AttentionRunnable``: the build's shim allocates, copies and launches, as the GEMM's
+does) takes the inputs :data:`INPUT_RULES` accept; it has not run on a GPU yet (``tools/attention_capture_check.sh``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 from importlib import resources
 
 import attrs
+import numpy as np
 from mosaic import budget as fit
 from mosaic.errors import Diagnostic
 from mosaic.fields import fail, one_of
@@ -258,6 +261,56 @@ def problems(knobs: AttentionKnobs, spec: KernelSpec, gpu: GpuTarget) -> list[Di
     return [d for rule in RULES for d in rule.check(knobs, spec, gpu)]
 
 
+# -- the device runner's inputs, rules as data too: each check (spec, inputs) -> iterable of Diagnostic -------------
+
+def input_shapes(spec: KernelSpec) -> dict[str, tuple]:
+    """The arrays the runner takes, in the family's layout: q (batch, heads, seq, head_dim), k and v (batch, kv_heads,
+    seq, head_dim) (:mod:`mosaic.families.attention`); ``o`` comes back shaped like q."""
+    pr = problem(spec)
+    kv = (pr["batch"], pr["kv_heads"], pr["seq"], pr["head_dim"])
+    return {"q": (pr["batch"], pr["heads"], pr["seq"], pr["head_dim"]), "k": kv, "v": kv}
+
+
+def _input_names(spec, inputs):
+    want = input_shapes(spec)
+    for name in sorted(set(inputs) - {*want, "causal"}):
+        yield Diagnostic("CUTLASS-ATT-INPUT", f"inputs.{name}", "q, k, v (and causal)", name,
+                         "not an input of the attention forward")
+    for name in want:
+        if name not in inputs:
+            yield Diagnostic("CUTLASS-ATT-INPUT", f"inputs.{name}", "present", None, "q, k and v are all needed")
+
+
+def _input_shapes(spec, inputs):
+    for name, want in input_shapes(spec).items():
+        if name in inputs and tuple(np.shape(inputs[name])) != want:
+            yield Diagnostic("CUTLASS-ATT-INPUT-SHAPE", f"inputs.{name}", want, tuple(np.shape(inputs[name])),
+                             "the family's layout: q (batch, heads, seq, head_dim), k and v (batch, kv_heads, seq, "
+                             "head_dim), from the problem's shape")
+
+
+def _input_causal(spec, inputs):
+    if "causal" in inputs:
+        flag = np.asarray(inputs["causal"])
+        if flag.shape != () or bool(flag) != bool(problem(spec)["causal"]):
+            yield Diagnostic("CUTLASS-ATT-INPUT-CAUSAL", "inputs.causal", bool(problem(spec)["causal"]),
+                             flag.tolist(), "the inputs' causal flag must be the problem's (shape causal=1 or "
+                             "absent): the build's mask is compile-time")
+
+
+INPUT_RULES = (
+    Rule("CUTLASS-ATT-INPUT", ("inputs",), "q, k, v present, nothing else but causal", _input_names),
+    Rule("CUTLASS-ATT-INPUT-SHAPE", ("inputs", "shape"), "q, k, v shaped as the problem says", _input_shapes),
+    Rule("CUTLASS-ATT-INPUT-CAUSAL", ("inputs.causal", "shape.causal"), "causal agrees with the problem",
+         _input_causal),
+)
+
+
+def input_problems(spec: KernelSpec, inputs) -> list[Diagnostic]:
+    """Every problem of ``inputs`` for the runner of ``spec`` (:data:`INPUT_RULES`, all run)."""
+    return [d for rule in INPUT_RULES for d in rule.check(spec, inputs)]
+
+
 def can_implement(knobs: AttentionKnobs, spec: KernelSpec, gpu: GpuTarget) -> list[Diagnostic]:
     """The plugin's CPU predicate (no nvcc): every rule of :data:`RULES`."""
     return problems(knobs, spec, gpu)
@@ -298,8 +351,9 @@ def kv_index(batch: int, head: int, heads: int, kv_heads: int) -> int:
     return batch * kv_heads + head // (heads // kv_heads)
 
 
-#: a child's script: the host-side fragment-map check, the key-block rule and the GQA map of a build (argv[1]: the
-#: library, argv[2]: JSON {"blocks": [[m_block, seq], ...], "heads": [[batch, head, heads, kv_heads], ...]}), as JSON
+#: a child's script: the host-side fragment-map check, the key-block rule, the GQA map and the launch grids of a build
+#: (argv[1]: the library, argv[2]: JSON {"blocks": [[m_block, seq], ...], "heads": [[batch, head, heads, kv_heads],
+#: ...], "grids": [[batch, seq, heads], ...]}), as JSON
 CHECK_SCRIPT = ("import ctypes, json, sys\n"
                 "lib = ctypes.CDLL(sys.argv[1])\n"
                 "ask = json.loads(sys.argv[2])\n"
@@ -309,21 +363,33 @@ CHECK_SCRIPT = ("import ctypes, json, sys\n"
                 "    lib.mosaic_key_blocks(m, s, out)\n"
                 "    blocks.append([out[0], out[1]])\n"
                 "heads = [lib.mosaic_kv_index(*h) for h in ask['heads']]\n"
+                "xyz = (ctypes.c_int * 3)()\n"
+                "grids = []\n"
+                "for g in ask.get('grids', []):\n"
+                "    lib.mosaic_attention_grid(*g, xyz)\n"
+                "    grids.append(list(xyz))\n"
                 "print(json.dumps({'fragment_violations': lib.mosaic_fragment_check(), 'key_blocks': blocks, "
-                "'kv_index': heads}))\n")
+                "'kv_index': heads, 'grids': grids}))\n")
 
 
-def fragment_check(library, blocks=(), heads=()) -> dict:
+def fragment_check(library, blocks=(), heads=(), grids=()) -> dict:
     """Run the build's host-side checks in a child process (the library is never loaded here): the number of
     fragment-map violations (``check_fragment_maps`` in the template: 0 when the S, O and P maps agree), the
-    template's (masked, visited) key blocks for each ``(m_block, seq)`` of ``blocks`` and its kv head index for
-    each ``(batch, head, heads, kv_heads)`` of ``heads``."""
+    template's (masked, visited) key blocks for each ``(m_block, seq)`` of ``blocks``, its kv head index for
+    each ``(batch, head, heads, kv_heads)`` of ``heads`` and its launch grid for each ``(batch, seq, heads)`` of
+    ``grids`` (the runner's :meth:`~mosaic_target_cutlass.backend.AttentionRunnable.planned_launch` asks the same
+    function in its own process)."""
     import json
 
     from mosaic_target_cutlass.build import run_shim
 
-    ask = {"blocks": [list(c) for c in blocks], "heads": [list(h) for h in heads]}
+    ask = {"blocks": [list(c) for c in blocks], "heads": [list(h) for h in heads], "grids": [list(g) for g in grids]}
     return run_shim(library, CHECK_SCRIPT, json.dumps(ask))
+
+
+def grid(knobs: AttentionKnobs, batch: int, seq: int, heads: int) -> tuple[int, int, int]:
+    """The launch grid, one CTA per (query block, head, batch): the template's ``grid_shape`` in Python."""
+    return -(-seq // knobs.block_m), heads, batch
 
 
 # -- knob dependencies (data for the ``knobs`` proposer's compound edits; mosaic.proposers.dependencies) ------------

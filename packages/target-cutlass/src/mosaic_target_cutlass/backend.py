@@ -41,7 +41,8 @@ def from_words(w: np.ndarray, dtype: str) -> np.ndarray:
 
 
 class CutlassBackend:
-    """Builds CUTLASS 3.x kernels with nvcc (CPU lowering) and runs them through a ctypes host shim."""
+    """Builds CUTLASS 3.x kernels (and the CuTe C++ attention) with nvcc (CPU lowering) and runs them through the
+    build's ctypes host shim (:class:`GemmRunnable`, :class:`AttentionRunnable`)."""
 
     def knobs(self, family: str) -> type:
         if family not in FAMILIES:
@@ -86,11 +87,16 @@ class CutlassBackend:
         budget = check_budgets(b, gpu)
         if spec.family == "attention":
             # the template's fragment maps, checked on the host by the build's shim in a child process
-            bad = attention.fragment_check(b.library)["fragment_violations"]
+            pr = attention.problem(spec)
+            checked = attention.fragment_check(b.library, grids=[(pr["batch"], pr["seq"], pr["heads"])])
+            bad = checked["fragment_violations"]
             if bad:
                 raise Unbuildable(f"the attention template's fragment maps are inconsistent ({bad} violations; "
                                   "a template bug)", b.key)
-            budget = {**budget, "fragment_maps": "ok"}
+            # the launch the runner makes for this problem (the shim's grid_shape, asked in the same child)
+            budget = {**budget, "fragment_maps": "ok",
+                      "launch": f"grid={tuple(checked['grids'][0])} block={budget['threads_per_block']} "
+                                f"dynamic_smem={budget['smem_bytes']}"}
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         paths = {}
@@ -105,13 +111,32 @@ class CutlassBackend:
         return Lowered(kernel_name=b.kernel_name, resources=b.resources,
                        toolchain={**b.toolchain, "cutlass_build": b.key}, notes=notes, **paths)
 
-    def prepare(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs: dict[str, Any]) -> GemmRunnable:
+    def prepare(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs: dict[str, Any]):
         if spec.family == "attention":
-            raise Unbuildable("the cutlass attention template lowers on the CPU only (attention:cpu-lowering): no "
-                              "device runner yet, and its numerics are unverified until tools/attention_selfcheck.sh "
-                              "has run on an sm_90 GPU")
+            return self._prepare_attention(spec, gpu, inputs)
         b = self.build(spec, gpu)
         return GemmRunnable(b.library, spec, gpu, inputs)
+
+    def _prepare_attention(self, spec: KernelSpec, gpu: GpuTarget, inputs: dict[str, Any]) -> AttentionRunnable:
+        """The knobs (RecordError), the template's rules (Unbuildable), the inputs (:data:`attention.INPUT_RULES`
+        and 16-bit representability: BadInput), each one line, before anything is compiled; then the lowering's own
+        build (same source, same cache entry: the kernel ``lower`` reported) and its budgets, and the runner."""
+        knobs = self._knobs(spec)
+        found = attention.problems(knobs, spec, gpu)
+        if found:
+            raise Unbuildable("; ".join(d.line() for d in found), knobs.label)
+        found = attention.input_problems(spec, inputs)
+        if found:
+            raise BadInput("; ".join(d.line() for d in found), "attention inputs")
+        words = {}
+        for name in ("q", "k", "v"):
+            try:
+                words[name] = to_words(inputs[name], spec.dtype)
+            except BadInput as exc:
+                raise BadInput(f"attention input '{name}': {exc.what}", "attention inputs") from None
+        b = self.build(spec, gpu)
+        check_budgets(b, gpu)
+        return AttentionRunnable(b, spec, words)
 
 
 def shim_facts(library: Path) -> dict[str, int]:
@@ -207,3 +232,72 @@ class GemmRunnable:
 def shim_facts_from(lib) -> dict[str, int]:
     return {"smem_bytes": lib.mosaic_smem_bytes(), "threads_per_block": lib.mosaic_block_threads(),
             "stages": lib.mosaic_stages()}
+
+
+class AttentionRunnable:
+    """The attention forward on the device through its build's shim (``templates/attention_sm90.cu``), as
+    :class:`GemmRunnable` runs the GEMM: ``mosaic_create`` checks the problem and the device (an sm_90 GPU), allocates
+    q, k, v, o in the family's layout, copies q, k, v (16-bit words), encodes the TMA descriptors once and allows the
+    kernel its dynamic shared memory; ``launch`` enqueues one ``mosaic_attention::launch`` on the legacy default
+    stream (the self-check's launch); ``poison`` fills o with NaN words; ``output`` waits and copies o back as
+    float32 ``{"o": (batch, heads, seq, head_dim)}``. ``words``: q, k, v as :func:`to_words` gives them."""
+
+    def __init__(self, build: _build.Build, spec: KernelSpec, words: dict[str, np.ndarray]):
+        pr = attention.problem(spec)
+        self.spec, self.dtype, self.build_key = spec, spec.dtype, build.key
+        self.problem = pr
+        self.shape = (pr["batch"], pr["heads"], pr["seq"], pr["head_dim"])
+        self.kernel_name, self.resources = build.kernel_name, build.resources
+        self._words = {n: np.ascontiguousarray(w) for n, w in words.items()}  # alive while the shim copies them
+        self._lib = lib = ctypes.CDLL(str(build.library))
+        lib.mosaic_create.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                                      ctypes.c_char_p, ctypes.c_int]
+        for fn in ("mosaic_launch", "mosaic_poison"):
+            getattr(lib, fn).argtypes = [ctypes.c_void_p]
+        lib.mosaic_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+        lib.mosaic_grid.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        lib.mosaic_destroy.argtypes = [ctypes.c_void_p]
+        lib.mosaic_error_string.restype = ctypes.c_char_p
+        lib.mosaic_error_string.argtypes = [ctypes.c_int]
+        self._handle = ctypes.c_void_p()
+        self._err = err = ctypes.create_string_buffer(512)
+        w = self._words
+        rc = lib.mosaic_create(pr["batch"], pr["seq"], pr["heads"], pr["kv_heads"], w["q"].ctypes.data,
+                               w["k"].ctypes.data, w["v"].ctypes.data, ctypes.byref(self._handle), err, len(err))
+        if rc != 0:
+            raise Unbuildable(f"CUTLASS attention setup failed ({rc}): {err.value.decode(errors='replace')}",
+                              build.key)
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise Unbuildable(f"CUTLASS attention {what} failed ({rc}): "
+                              f"{self._lib.mosaic_error_string(rc).decode(errors='replace')}", self.build_key)
+
+    def launch(self) -> None:
+        self._check(self._lib.mosaic_launch(self._handle), "launch")
+
+    def poison(self) -> None:
+        self._check(self._lib.mosaic_poison(self._handle), "poisoning the output")
+
+    def output(self) -> dict[str, np.ndarray]:
+        words = np.empty(self.shape, dtype=np.uint16)
+        rc = self._lib.mosaic_read(self._handle, words.ctypes.data, self._err, len(self._err))
+        if rc != 0:
+            raise Unbuildable(f"reading the attention output failed ({rc}): "
+                              f"{self._err.value.decode(errors='replace')}", self.build_key)
+        return {"o": from_words(words, self.dtype)}
+
+    def planned_launch(self) -> LaunchRecord:
+        """The launch the shim makes (its grid_shape, block and dynamic shared memory; the build's registers)."""
+        grid = (ctypes.c_int * 3)()
+        self._lib.mosaic_grid(self._handle, grid)
+        facts = shim_facts_from(self._lib)
+        return LaunchRecord(kernel_name=self.kernel_name, grid=tuple(grid), block=facts["threads_per_block"],
+                            dynamic_smem=facts["smem_bytes"], static_smem=self.resources.static_smem or 0,
+                            registers_per_thread=self.resources.registers or 0, source="driver")
+
+    def close(self) -> None:
+        if self._handle:
+            self._lib.mosaic_destroy(self._handle)
+            self._handle = ctypes.c_void_p()

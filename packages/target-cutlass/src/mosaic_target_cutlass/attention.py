@@ -16,7 +16,7 @@ zero-filled by TMA, its stores predicated.
 
 It lowers with no GPU (PTX, cubin, SASS, ptxas resources) and its fragment maps are checked on the host
 (:func:`fragment_check`). Its numerics were verified on an H100 on 2026-12-07 by ``tools/attention_selfcheck.sh --run``
-(the template compiled into a stand-alone program: 4 configurations x 5 problems against a float64 reference, all
+(the template compiled into a stand-alone program: 5 problems over 4 configurations against a float64 reference, all
 pass). The device runner (``backend.AttentionRunnable``: the build's shim allocates, copies and launches, as the GEMM's
 does) takes the inputs :data:`INPUT_RULES` accept; it has not run on a GPU yet (``tools/attention_capture_check.sh``).
 """

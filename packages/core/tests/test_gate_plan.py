@@ -119,3 +119,21 @@ def test_kernel_file_multiple_of(tmp_path):
                   "// mosaic:multiple-of rows=threads cols=8\n"
                   "struct Knobs { static constexpr int threads = 128; };\n__global__ void k(float* x) {}\n")
     assert read_kernel_file(cu).granules() == {"rows": 128, "cols": 8}
+
+
+def test_optional_shape_entries_are_filled_for_operand_shapes():
+    """A shape that leaves out attention's optional entries still gives every operand its dimensions: kv_heads is
+    heads and causal 0 (the defaults the canonical shape drops), so a file's ``k[batch,kv_heads,seq,head_dim]``
+    reads (batch, heads, seq, head_dim); an explicit kv_heads is kept."""
+    from types import SimpleNamespace
+
+    from mosaic.families import full_shape
+    from mosaic.gate import GateCase, output_shapes
+    from mosaic.kernel_files import Operand
+
+    plain = {"batch": 2, "seq": 64, "heads": 4, "head_dim": 32}
+    assert full_shape("attention", plain) == {**plain, "kv_heads": 4, "causal": 0}
+    assert full_shape("attention", {**plain, "kv_heads": 2})["kv_heads"] == 2
+    assert full_shape("gemm", {"m": 8, "n": 8, "k": 8}) == {"m": 8, "n": 8, "k": 8}
+    kfile = SimpleNamespace(outputs=(Operand("o", ("batch", "kv_heads", "seq", "head_dim")),))
+    assert output_shapes(kfile, GateCase(plain, 1, "normal"), "attention") == {"o": (2, 4, 64, 32)}

@@ -362,8 +362,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # -- the parent ----------------------------------------------------------------------------------------------
 
-def output_shapes(kfile, case: GateCase) -> dict[str, tuple]:
-    return {o.name: o.shape(case.shape) for o in kfile.outputs}
+def output_shapes(kfile, case: GateCase, family: str) -> dict[str, tuple]:
+    """The output arrays' shapes for ``case``: the operands' dimensions read from the full shape (optional entries
+    such as ``kv_heads`` filled in with their defaults)."""
+    from mosaic.families import full_shape
+
+    full = full_shape(family, case.shape)
+    return {o.name: o.shape(full) for o in kfile.outputs}
 
 
 def run_cpu_gate(kfile, language: str, family: str, dtype: str, shape: Mapping[str, int],
@@ -417,7 +422,7 @@ def run_cpu_gate(kfile, language: str, family: str, dtype: str, shape: Mapping[s
                     outputs.append({k: z[k] for k in z.files})
             else:
                 outputs.append(None)
-        verdict = judge(plan, inputs, report, outputs, [output_shapes(kfile, c) for c in plan.cases], written)
+        verdict = judge(plan, inputs, report, outputs, [output_shapes(kfile, c, plan.family) for c in plan.cases], written)
         if keep is not None:
             Path(keep).mkdir(parents=True, exist_ok=True)
             for p in work.glob("*.npz"):

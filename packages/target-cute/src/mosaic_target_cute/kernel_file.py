@@ -49,34 +49,11 @@ def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def optional_default(family, shape: dict, name: str):
-    """The value of the optional shape entry ``name`` when ``shape`` leaves it out: the value the family's
-    ``canonical`` drops (it drops exactly the optional entries that hold their default), tried among 0, 1 and
-    the shape's own values (attention: ``causal`` 0, ``kv_heads`` = ``heads``); None when none is dropped."""
-    if family.canonical is None:
-        return None
-    for value in (0, 1, *shape.values()):
-        try:
-            if name not in family.canonical({**shape, name: value}):
-                return value
-        except (ValueError, KeyError, TypeError):
-            continue
-    return None
-
-
 def full_shape(spec: KernelSpec) -> dict:
-    """``spec.shape`` with every optional entry of its family filled in (its default where the canonical shape
-    dropped it), so an operand may name ``kv_heads`` and a knob ``causal`` whatever the shape holds."""
-    from mosaic.families import get
+    """``spec.shape`` with every optional entry of its family filled in (core's :func:`mosaic.families.full_shape`)."""
+    from mosaic.families import full_shape as family_full_shape
 
-    shape = dict(spec.shape)
-    fam = get(spec.family)
-    for name in getattr(fam, "optional_dims", {}) or {}:
-        if name not in shape:
-            value = optional_default(fam, shape, name)
-            if value is not None:
-                shape[name] = value
-    return shape
+    return family_full_shape(spec.family, spec.shape)
 
 
 def shape_knobs(kfile: KernelFile, spec: KernelSpec) -> dict:

@@ -36,6 +36,7 @@ import numpy as np
 from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput, ToolMissing
+from mosaic.families import full_shape
 from mosaic.kernel_files import FileBackend, KernelFile, cxx_nvcc_flags, substitute_cxx_knobs
 from mosaic.records import GpuTarget, KernelSpec, LaunchRecord, ResourceUsage
 from mosaic.toolchain import nvcc as _nvcc
@@ -302,7 +303,7 @@ class FileRunnable:
         self._dims = (ctypes.c_int * max(1, len(dims)))(*dims)
         self._bufs = (ctypes.c_void_p * (len(kfile.inputs) + len(kfile.outputs)))()
         self._shapes = []
-        shape = spec.shape
+        shape = full_shape(spec.family, spec.shape)  # optional entries (kv_heads) filled in
         elem = ELEMENT[spec.dtype][1]
         for i, op in enumerate((*kfile.inputs, *kfile.outputs)):
             want = op.shape(shape)

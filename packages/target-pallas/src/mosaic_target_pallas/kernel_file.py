@@ -20,6 +20,7 @@ from typing import Any
 from mosaic import budget as fit
 from mosaic.backend import Lowered, Unbuildable
 from mosaic.errors import BadInput
+from mosaic.families import full_shape
 from mosaic.kernel_files import KernelFile, PythonFileBackend, failure
 from mosaic.records import GpuTarget, KernelSpec
 
@@ -96,7 +97,8 @@ class PallasFileBackend(PythonFileBackend):
         def fn(*inputs):
             return entry(*inputs, knobs)
 
-        args = tuple(jax.ShapeDtypeStruct(op.shape(spec.shape), dtype) for op in self.kfile.inputs)
+        full = full_shape(spec.family, spec.shape)  # optional entries (kv_heads) filled in
+        args = tuple(jax.ShapeDtypeStruct(op.shape(full), dtype) for op in self.kfile.inputs)
         return fn, args, dtype
 
     def _trace_lower(self, fn, args, budget: int | None = None):
@@ -162,7 +164,7 @@ class PallasFileBackend(PythonFileBackend):
                               f"{', '.join(o.name for o in self.kfile.inputs)}", self.kfile.name)
         fn, _, dtype = self._fn(spec)
         out = self.kfile.outputs[0]
-        return PallasRunnable(fn, [inputs[o.name] for o in self.kfile.inputs], dtype, out.shape(spec.shape),
+        return PallasRunnable(fn, [inputs[o.name] for o in self.kfile.inputs], dtype, out.shape(full_shape(spec.family, spec.shape)),
                               out_name=out.name)
 
 

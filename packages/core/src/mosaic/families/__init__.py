@@ -73,6 +73,34 @@ def get(name: str) -> Family | None:
     return _collect()[0].get(name)
 
 
+def optional_default(family: Family, shape: Mapping[str, int], name: str):
+    """The value of the optional shape entry ``name`` when ``shape`` leaves it out: the value the family's
+    ``canonical`` drops (it drops exactly the optional entries that hold their default), tried among 0, 1 and
+    the shape's own values (attention: ``causal`` 0, ``kv_heads`` = ``heads``); None when none is dropped."""
+    if family.canonical is None:
+        return None
+    for value in (0, 1, *shape.values()):
+        try:
+            if name not in family.canonical({**shape, name: value}):
+                return value
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def full_shape(family: str, shape: Mapping[str, int]) -> dict:
+    """``shape`` with every optional entry of ``family`` filled in (its default where the canonical shape dropped
+    it), so a kernel file's operand may name ``kv_heads`` (and a knob ``causal``) whatever the shape holds."""
+    out = dict(shape)
+    fam = get(family)
+    for name in (getattr(fam, "optional_dims", None) or {}) if fam is not None else ():
+        if name not in out:
+            value = optional_default(fam, out, name)
+            if value is not None:
+                out[name] = value
+    return out
+
+
 def _known() -> str:
     return ", ".join(_collect()[0])
 

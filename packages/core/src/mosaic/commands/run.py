@@ -105,8 +105,11 @@ def _offline(src: Path, out: Path | None, quiet: bool, command: str | None = Non
     if r.problems:
         for p in r.problems:
             click.echo(f"MISMATCH {p}", err=True)
-        click.echo(f"offline re-decision: {len(r.problems)} mismatch(es) against {r.recorded_verdicts} recorded "
-                   "verdicts", err=True)
+        verdicts = len(r.problems) - r.figure_problems
+        said = [f"{verdicts} verdict mismatch(es) against {r.recorded_verdicts} recorded verdicts"] if verdicts else []
+        if r.figure_problems:
+            said.append(f"{r.figure_problems} report figure(s) that the bundles do not reproduce")
+        click.echo(f"offline re-decision: {'; '.join(said)}", err=True)
         return 1
     if r.interrupted:
         click.echo(f"offline re-decision: all {r.recorded_verdicts} recorded verdicts reproduced; the recorded run was "

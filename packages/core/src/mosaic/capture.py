@@ -59,10 +59,24 @@ class CaptureResult:
     bundle: Path | None
     message: str = ""
     summary: dict = attrs.field(factory=dict)
+    warnings: tuple = ()  # the child's ``warning:`` lines (a plugin, a damaged cache entry), relayed
 
     def to_json(self) -> dict:
-        return {"status": self.status, "bundle": str(self.bundle) if self.bundle else None,
-                "message": self.message, "summary": self.summary}
+        out = {"status": self.status, "bundle": str(self.bundle) if self.bundle else None,
+               "message": self.message, "summary": self.summary}
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
+
+
+MAX_WARNINGS = 20
+
+
+def child_warnings(output: str | None) -> tuple[str, ...]:
+    """The ``warning:`` lines a capture child printed (at most :data:`MAX_WARNINGS`, each once, in order)."""
+    seen = dict.fromkeys(ln.strip() for ln in (output or "").splitlines()
+                         if ln.lstrip().lower().startswith("warning:"))
+    return tuple(seen)[:MAX_WARNINGS]
 
 
 def parse_shape(family: str, text: str) -> dict[str, int]:
@@ -316,8 +330,11 @@ def run_child(argv: list[str], res: Path, spec: KernelSpec, gpu_name: str, out: 
                                output, extra)
     if res.is_file():
         data = json.loads(res.read_text())
+        warnings = child_warnings(output)
+        for w in warnings:  # a child's warning is the user's to see, not lost with its output
+            print(w, file=sys.stderr, flush=True)
         return CaptureResult(data["status"], Path(data["bundle"]) if data["bundle"] else None,
-                             data["message"], data["summary"])
+                             data["message"], data["summary"], warnings)
     rc = proc.returncode
     what = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc} and no result"
     return _record_failure(spec, gpu_name, out, opts, "crashed" if rc < 0 else "failed", what, output, extra)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -28,21 +27,6 @@ from mosaic.records import KernelSpec
 from mosaic_target_cutlass import attention
 from mosaic_target_cutlass.attention import AttentionKnobs
 from mosaic_target_cutlass.backend import CutlassBackend
-
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (CUDA 12.3+) is not on PATH")
-
-
-def _have_headers() -> bool:
-    try:
-        from mosaic_target_cutlass.build import cutlass_include
-
-        cutlass_include()
-    except Exception:  # noqa: BLE001 -- ToolMissing or an import error: skip
-        return False
-    return True
-
-
-needs_headers = pytest.mark.skipif(not _have_headers(), reason="CUTLASS headers not found")
 
 SHAPE = {"batch": 2, "seq": 1000, "heads": 8}
 #: (dtype, head_dim, causal, kv_heads, knobs): each one nvcc build
@@ -142,8 +126,7 @@ def lowered(request, gpus, tmp_path_factory):
 
 
 @pytest.mark.slow
-@needs_nvcc
-@needs_headers
+@pytest.mark.usefixtures("cutlass_build")
 def test_lowers_with_no_spills_and_the_hot_loop_instructions(lowered):
     (dtype, d, causal, kv, kn), low, _ = lowered
     k = AttentionKnobs(**kn)
@@ -178,8 +161,7 @@ def test_lowers_with_no_spills_and_the_hot_loop_instructions(lowered):
 
 
 @pytest.mark.slow
-@needs_nvcc
-@needs_headers
+@pytest.mark.usefixtures("cutlass_build")
 def test_the_builds_host_checks_agree_with_the_rules(lowered):
     """The template's fragment maps hold, and its key-block rule and GQA map (run from the build's shim in a child)
     equal attention.key_blocks and attention.kv_index (which the schedule test runs against the oracle)."""
@@ -194,8 +176,7 @@ def test_the_builds_host_checks_agree_with_the_rules(lowered):
 
 
 @pytest.mark.slow
-@needs_nvcc
-@needs_headers
+@pytest.mark.usefixtures("cutlass_build")
 def test_lower_only_capture_through_the_cli(tmp_path):
     """`mosaic capture --lang cutlass --family attention --lower-only` (the default configuration: cached by the
     table above)."""

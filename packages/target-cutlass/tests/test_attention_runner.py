@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -23,18 +22,6 @@ from mosaic_target_cutlass import attention
 from mosaic_target_cutlass.attention import AttentionKnobs
 from mosaic_target_cutlass.backend import CutlassBackend
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (CUDA 12.3+) is not on PATH")
-
-
-def _have_headers() -> bool:
-    try:
-        from mosaic_target_cutlass.build import cutlass_include
-
-        cutlass_include()
-    except Exception:  # noqa: BLE001 -- ToolMissing or an import error: skip
-        return False
-    return True
-
 
 def _have_gpu() -> bool:
     from mosaic.gpus import probe_devices
@@ -42,7 +29,6 @@ def _have_gpu() -> bool:
     return bool(probe_devices()[0])
 
 
-needs_headers = pytest.mark.skipif(not _have_headers(), reason="CUTLASS headers not found")
 no_gpu = pytest.mark.skipif(_have_gpu(), reason="a CUDA device is visible: the GPU test is test_attention_gpu.py")
 
 SHAPE = {"batch": 1, "seq": 300, "heads": 4, "head_dim": 128}
@@ -198,8 +184,7 @@ def built(h100, tmp_path_factory):
 
 
 @pytest.mark.slow
-@needs_nvcc
-@needs_headers
+@pytest.mark.usefixtures("cutlass_build")
 def test_the_runner_builds_the_lowered_kernel_and_its_host_paths_answer_without_a_gpu(built):
     from mosaic_target_cutlass.build import run_shim
 
@@ -225,8 +210,7 @@ def test_the_runner_builds_the_lowered_kernel_and_its_host_paths_answer_without_
 
 
 @pytest.mark.slow
-@needs_nvcc
-@needs_headers
+@pytest.mark.usefixtures("cutlass_build")
 @no_gpu
 def test_capture_without_a_gpu_is_unbuildable_in_one_line(built, tmp_path):
     """`mosaic capture` (not --lower-only) on this machine: lowered, then prepare's runner refuses with its reason."""

@@ -165,6 +165,20 @@ def check_budgets(b: _build.Build, gpu: GpuTarget) -> dict[str, int]:
     return facts
 
 
+def load_shim(library: Path, create_args: list):
+    """The build's shared library with the shim's calls typed: ``mosaic_create(*create_args, &handle, err, len)``
+    (the problem's arguments differ per template), then the calls every shim has (launch, poison, read, grid,
+    destroy) on the handle."""
+    lib = ctypes.CDLL(str(library))
+    lib.mosaic_create.argtypes = [*create_args, ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_int]
+    for fn in ("mosaic_launch", "mosaic_poison"):
+        getattr(lib, fn).argtypes = [ctypes.c_void_p]
+    lib.mosaic_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    lib.mosaic_grid.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    lib.mosaic_destroy.argtypes = [ctypes.c_void_p]
+    return lib
+
+
 class GemmRunnable:
     """One problem on the device: A, B, D buffers and an initialised CUTLASS kernel (see the shim)."""
 
@@ -180,15 +194,8 @@ class GemmRunnable:
         scale = float(inputs.get("scale", 1.0))
         if "bias" in inputs:
             raise Unbuildable("the cutlass gemm template has no bias epilogue")
-        self._lib = lib = ctypes.CDLL(str(library))
-        lib.mosaic_create.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                      ctypes.c_float, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-                                      ctypes.c_char_p, ctypes.c_int]
-        for fn in ("mosaic_launch", "mosaic_poison"):
-            getattr(lib, fn).argtypes = [ctypes.c_void_p]
-        lib.mosaic_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-        lib.mosaic_grid.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-        lib.mosaic_destroy.argtypes = [ctypes.c_void_p]
+        self._lib = lib = load_shim(library, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                              ctypes.c_void_p, ctypes.c_float, ctypes.c_int])
         wa, wb = to_words(a, self.dtype), to_words(b, self.dtype)
         self._handle = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
@@ -249,15 +256,8 @@ class AttentionRunnable:
         self.shape = (pr["batch"], pr["heads"], pr["seq"], pr["head_dim"])
         self.kernel_name, self.resources = build.kernel_name, build.resources
         self._words = {n: np.ascontiguousarray(w) for n, w in words.items()}  # alive while the shim copies them
-        self._lib = lib = ctypes.CDLL(str(build.library))
-        lib.mosaic_create.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                                      ctypes.c_char_p, ctypes.c_int]
-        for fn in ("mosaic_launch", "mosaic_poison"):
-            getattr(lib, fn).argtypes = [ctypes.c_void_p]
-        lib.mosaic_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-        lib.mosaic_grid.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-        lib.mosaic_destroy.argtypes = [ctypes.c_void_p]
+        self._lib = lib = load_shim(build.library, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p])
         lib.mosaic_error_string.restype = ctypes.c_char_p
         lib.mosaic_error_string.argtypes = [ctypes.c_int]
         self._handle = ctypes.c_void_p()

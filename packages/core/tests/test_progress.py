@@ -188,7 +188,13 @@ def test_wait_ticks_by_itself_in_a_thread_while_the_caller_blocks():
     with Wait("a sleeping child", stream=out, every_s=0.2, delay_s=0.0, tick_s=0.05):
         real_time.sleep(0.75)
     lines = out.getvalue().splitlines()
-    assert 1 <= len(lines) <= 4 and all(ln.startswith("[mosaic] waiting on a sleeping child: ") for ln in lines)
+    prefix = "[mosaic] waiting on a sleeping child: "
+    assert all(ln.startswith(prefix) and ln.endswith(" s") for ln in lines), lines
+    # the thread kept ticking (a thread that ticked once writes one line) and spaced its lines every_s apart (one
+    # per tick, 15 in 0.75 s, without it): lines at about 0.2, 0.4 and 0.6 s
+    shown = [float(ln[len(prefix):-2]) for ln in lines]
+    assert 2 <= len(shown) <= 4, lines
+    assert shown[0] >= 0.2 and all(b - a >= 0.15 for a, b in zip(shown, shown[1:], strict=False)), lines
 
 
 def test_wait_rich_and_tqdm_bars_on_a_terminal_name_the_wait_and_its_limit(monkeypatch):

@@ -29,9 +29,10 @@ Python records in CPython runs below the last one.
 Goal (issue #35): >= 2,000 schedules/s per core on this lowering (500 us a schedule, 5.4 M tasks/s).
 
     .venv/bin/python benchmarks/validator_throughput.py [--repeats 5] [--positions 16] [--mutant-positions 2]
-        [--json PATH]
+        [--profile 15] [--json PATH]
 
-Prints a table; with ``--json PATH`` writes every figure (per class too) there.
+Prints a table, the per-class figures and a cProfile of the fast path (the top ``--profile`` functions by own
+time); with ``--json PATH`` writes every figure (per class and the profile too) there.
 """
 
 from __future__ import annotations
@@ -155,6 +156,28 @@ def check_parity(schedules: list, must_screen: bool) -> list[str]:
     return problems
 
 
+def profile(fn, schedules: list, top: int) -> list[dict]:
+    """cProfile of ``fn`` over ``schedules`` (3 passes): the ``top`` functions by own time, per schedule."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(3):
+        for s in schedules:
+            fn(s)
+    prof.disable()
+    n = 3 * len(schedules)
+    stats = pstats.Stats(prof).stats
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    out = []
+    for (path, line, name), (_, calls, own, cum, _) in rows:
+        where = f"{Path(path).name}:{line}({name})" if line else name
+        out.append({"function": where, "calls_per_schedule": calls / n, "own_us": 1e6 * own / n,
+                    "cum_us": 1e6 * cum / n})
+    return out
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -173,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timed passes over each set (the table gives the mean)")
     ap.add_argument("--positions", type=int, default=16, help="distinct unmutated lowerings (positions 0, 10, ...)")
     ap.add_argument("--mutant-positions", type=int, default=2, help="mutants per audit class (one per position)")
+    ap.add_argument("--profile", type=int, default=15, metavar="N",
+                    help="cProfile the fast path on the unmutated lowerings; print the top N functions (0: skip)")
     ap.add_argument("--json", type=Path, default=None, help="write every figure as JSON here")
     args = ap.parse_args(argv)
 
@@ -234,6 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     empty = sorted(name for name, ms in by_class.items() if not ms)
     if empty:
         print(f"no mutant on this lowering (nothing to mutate): {', '.join(empty)}")
+    prof = profile(validate, bases, args.profile) if args.profile else []
+    if prof:
+        print(f"\ncProfile of the fast path, {len(bases)} unmutated schedules x 3 (under the profiler, so slower); "
+              "top functions by own time, us per schedule:")
+        pw = max(len(p["function"]) for p in prof)
+        for p in prof:
+            print(f"  {p['function'].ljust(pw)}  {p['calls_per_schedule']:>8.1f} calls  {p['own_us']:>8.0f} own  "
+                  f"{p['cum_us']:>8.0f} cumulative")
     fast = next(r for r in rows if r["set"] == "unmutated" and r["path"] == "fast-path")
     floor = floors["read every value"]["mean_per_s_wall"]
     met = fast["mean_per_s_wall"] >= GOAL_PER_CORE
@@ -249,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             "distinct_unmutated": len(bases), "mutants": len(muts), "mutants_rejected": rejected,
             "no_mutant_classes": empty, "build_s": round(build_s, 1), "cpu": pinned,
             "goal_schedules_per_s_per_core": GOAL_PER_CORE, "goal_met": met, "rows": rows,
-            "floors": floors, "per_class": per_class}, indent=1) + "\n")
+            "floors": floors, "per_class": per_class, "profile": prof}, indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0
 

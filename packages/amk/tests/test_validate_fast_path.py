@@ -7,7 +7,7 @@ the fallback) accepts every real lowering without pages: 224 of the 280 audit ba
 the int8 variant x 10 configs x 4 positions; the 56 of the two page configs go to the rule table, as every
 schedule with pages does) and the SmolLM2-135M-shaped lowering the throughput benchmark times. Per class:
 ~5,800 schedules in all (120 single-injection mutants of each of the 33 audit classes, 1,500 random DAGs,
-the 280 bases), plus hand-made variants aimed at the screen's own shortcuts (distinct-tuple
+the 280 bases), the SmolLM2-135M shape lowered with pages and mutated once per page class, plus hand-made variants aimed at the screen's own shortcuts (distinct-tuple
 resolution, the footprint memo, the per-read counter runs)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import attrs
 import pytest
 from mosaic_amk.schedule import Wait
 from mosaic_amk.validate import parity
-from mosaic_amk.validate.audit import MUTATORS, real_lowerings
+from mosaic_amk.validate.audit import MUTATORS, PAGE_CLASSES, real_lowerings
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +66,16 @@ def test_smollm2_135m_lowering_is_accepted_by_the_fast_path(tmp_path):
                 m = mutate(s, random.Random(f"135m/{name}/{pos}"))
                 if m is not None:
                     assert parity.compare(m)[2] == [], name
+    # the same shape lowered with the page protocol (validate sends it to the rule table) and one mutant of each page
+    # class, which only a paged lowering has anything to mutate in: the rules reject each, and validate says the same
+    paged = lower(spec, ScheduleConfig(pages=4, page_bytes=16384), gpu, 37)
+    ok, fast, diffs = parity.compare(paged)
+    assert paged.has_pages() and ok and not fast and diffs == []
+    for name in sorted(PAGE_CLASSES):
+        m = MUTATORS[name](paged, random.Random(f"135m/{name}/paged"))
+        assert m is not None, name
+        ok, fast, diffs = parity.compare(m)
+        assert not ok and not fast and diffs == [], (name, diffs)
 
 
 def _edit(s, i, **params):

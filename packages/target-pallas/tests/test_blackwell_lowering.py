@@ -88,3 +88,20 @@ def test_rules_are_data():
     assert R.target_arches("tcgen05.alloc.cta_group::1") == ("sm_100a", "sm_103a")
     assert R.target_arches("no tensor core here") == ()
     assert {m.code for m in R.MARKERS} == {"PALLAS-ARCH-WGMMA", "PALLAS-ARCH-TCGEN05"}
+
+
+def test_a_hopper_gemm_refused_for_b200_names_jaxs_blackwell_matmul(tmp_path, gpus):
+    """The refusal of a wgmma GEMM for an sm_100a GPU says which kernel is jax's Blackwell matmul and whether it
+    lowers here (the preview's reference line carries it: the Pallas reference on a B200 is jax-blackwell)."""
+    from mosaic_target_pallas import arch_rules
+    from mosaic_target_pallas.backend import PallasBackend
+
+    with pytest.raises(Unbuildable) as got:
+        PallasBackend().lower(_spec(kernel="jax-hopper"), gpus["b200"], tmp_path)
+    line = got.value.line()
+    assert "[PALLAS-ARCH-WGMMA]" in line and "kernel=jax-blackwell" in line and "\n" not in line
+    missing = arch_rules.ptx_step_missing()
+    assert (missing in line) if missing else ("it lowers here" in line)
+    with pytest.raises(Unbuildable) as h200:  # a tcgen05 kernel refused for Hopper gets no such pointer
+        PallasBackend().lower(_spec(kernel="jax-blackwell"), gpus["h200"], tmp_path)
+    assert "kernel=jax-blackwell is" not in h200.value.line()

@@ -54,6 +54,27 @@ def refusal(text: str, arch: str, name: str) -> str | None:
     return None
 
 
+#: refused marker -> (the marker whose arches the other GEMM kernel targets, its ``kernel`` knob, what it is)
+GEMM_KERNEL_FOR = {"PALLAS-ARCH-WGMMA": ("PALLAS-ARCH-TCGEN05", "jax-blackwell", "jax's blackwell_matmul_mgpu, tcgen05"),
+                   "PALLAS-ARCH-TCGEN05": ("PALLAS-ARCH-WGMMA", "jax-hopper", "jax's hopper_matmul_mgpu, wgmma")}
+
+
+def gemm_pointer(line: str, arch: str) -> str:
+    """``line`` (a :func:`refusal` of a GEMM) followed by the GEMM kernel that does target ``arch`` and whether it
+    goes to PTX here; unchanged when no marker refused it or the other kernel does not target ``arch`` either."""
+    code = line[1:line.index("]")] if line.startswith("[") and "]" in line else ""
+    if code not in GEMM_KERNEL_FOR:
+        return line
+    other, kernel, what = GEMM_KERNEL_FOR[code]
+    if arch not in next(m.arches for m in MARKERS if m.code == other):
+        return line
+    status = ""
+    if other == "PALLAS-ARCH-TCGEN05":  # whether jax's Blackwell matmul goes to PTX on this machine
+        missing = ptx_step_missing()
+        status = f": it cannot lower to PTX here: {missing}" if missing else ": it lowers here"
+    return f"{line}; for {arch} the GEMM kernel={kernel} is {what}{status}"
+
+
 def target_arches(text: str) -> tuple:
     """The architectures every marker of the module admits (empty: no tensor-core marker found)."""
     found = markers_in(text)

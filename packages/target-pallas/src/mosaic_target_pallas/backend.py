@@ -175,6 +175,12 @@ class PallasBackend:
             args = [jax.ShapeDtypeStruct((m, k), dtype), jax.ShapeDtypeStruct((k, n), dtype)]
             name = spec.name or f"pallas_gemm_{knobs.kernel}"
             notes = [f"cta_tile={knobs.cta_tile()}", f"cluster={knobs.cluster_size()}"]
+            try:
+                return lower_fn(self, fn, args, name, gpu, workdir, notes)
+            except Unbuildable as exc:  # a GEMM of the other tensor-core generation: name this one's kernel
+                from mosaic_target_pallas import arch_rules
+
+                raise Unbuildable(arch_rules.gemm_pointer(exc.what, gpu.arch), exc.where) from None
         return lower_fn(self, fn, args, name, gpu, workdir, notes)
 
     # -- running ----------------------------------------------------------------------------------

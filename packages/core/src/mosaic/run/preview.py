@@ -142,8 +142,11 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
         p.reference = _lower_reference_file(c, ref_spec, gpu, ref_dest, p, progress)
     elif ref_path is None:
         what = "; it ships: " + ", ".join(shipped) if shipped else "; it ships none"
-        p.skipped.append(("reference", f"no capture of {c.source} {c.family} {c.problem} {c.dtype} on {gpu.name} is "
-                                       f"shipped by the '{c.source}' plugin{what}"))
+        why = (f"no capture of {c.source} {c.family} {c.problem} {c.dtype} on {gpu.name} is shipped by the "
+               f"'{c.source}' plugin{what}")
+        p.reference = _reference_lowered_here(c, ref_spec, gpu, ref_dest, p, progress, why)
+        if p.reference is None:
+            p.reference = _stand_in_reference(c, langs.get(c.source), ref_spec, gpu, ref_dest, p, progress)
     else:
         b = load_bundle(ref_path)  # verifies every file's SHA-256
         if ref_dest.exists():
@@ -204,7 +207,7 @@ def run_preview(campaign, out: Path, why_no_gpu: str, progress: Callable[[str], 
 
     # 4. the diff and 5. the proposer's first edits
     if p.reference is not None and naive_dest is not None:
-        ref_fp = lift_bundle(ref_dest, gpu=gpu)
+        ref_fp = lift_bundle(ref_dest, gpu=_record(p.reference["gpu"]) if p.reference.get("stand_in") else gpu)
         cand_fp = lift_bundle(naive_dest, gpu=gpu)
         d = diff_fingerprints(ref_fp, cand_fp)
         p.rows = [r.to_json() for r in d.rows]
@@ -314,6 +317,71 @@ def _lower_reference_file(c, spec: KernelSpec, gpu, dest: Path, p: Preview, prog
                                 f"{gpu.name}; its time and noise are measured on the device"))
     return {"bundle": str(dest), "file": kfile.name, "sha256": kfile.sha256, "knobs": dict(spec.knobs),
             "gpu": gpu.name, "recorded_time_ns": None, "recorded_noise_ns": None, "timer": None}
+
+
+def _lowerable(bundle: Path | None) -> str | None:
+    """Why a lowered bundle cannot be diffed (None: it has SASS or a cubin to lift)."""
+    from mosaic.bundle import load_bundle
+
+    if bundle is None:
+        return "no bundle was written"
+    b = load_bundle(bundle)
+    return None if (b.one("sass") or b.one("cubin")) else "it lowered without SASS or a cubin here: nothing to lift"
+
+
+def _reference_lowered_here(c, spec: KernelSpec, gpu, dest: Path, p: Preview, progress, why: str) -> dict | None:
+    """No shipped capture for this GPU: the source kernel (the campaign's reference knobs) lowered here for it, as
+    the device run would capture it; its time and noise are measured on the device. None (and the reason, in one
+    line, after ``why``) where it does not lower to SASS here."""
+    from mosaic.capture import CaptureOptions, capture
+
+    progress(f"reference: {c.source} {c.family} {c.problem} {c.dtype}, lowering for {gpu.name} in its own process")
+    r = capture(spec, gpu.name, dest, CaptureOptions(lower_only=True, timeout=LOWER_TIMEOUT_S))
+    problem = (_lowerable(r.bundle) if r.status in ("ok", "lowered") else
+               with_doctor_hint(f"{r.status}: {r.message}"))
+    if problem is not None:
+        p.skipped.append(("reference", f"{why}; lowering {c.source}'s kernel here for {gpu.name}: {problem}"))
+        return None
+    p.done.append(("reference", f"{c.source}'s kernel lowered here for {gpu.name} ({why}); its time and noise are "
+                                "measured on the device"))
+    return {"bundle": str(dest), "lowered_here": True, "knobs": dict(spec.knobs), "gpu": gpu.name,
+            "recorded_time_ns": None, "recorded_noise_ns": None, "timer": None}
+
+
+def _record(name: str | None):
+    """The installed GPU record of that name (None: no plugin has it; the lift then reads no budgets)."""
+    from mosaic.plugins import host
+
+    try:
+        return host().get("gpus", name)
+    except Exception:  # noqa: BLE001 -- a record the installed plugins do not have
+        return None
+
+
+def _stand_in_reference(c, language, spec: KernelSpec, gpu, dest: Path, p: Preview, progress) -> dict | None:
+    """The source's kernel neither shipped for this GPU nor lowered here: the plugin's shipped capture of the same
+    family, shape and dtype on another GPU stands in for the diff, said so; its recorded time is that GPU's and is
+    not shown as this one's (None: it ships none)."""
+    from mosaic.bundle import load_bundle
+
+    for path in getattr(language, "references", ()) if language is not None else ():
+        b = load_bundle(path)  # verifies every file's SHA-256
+        k, other = b.kernel, b.manifest.get("gpu")
+        if (k.family, k.dtype) != (spec.family, spec.dtype) or not _same(k.shape, spec.shape) or other == gpu.name:
+            continue
+        record = _record(other)
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(path, dest)
+        p.done.append(("reference stand-in", f"the '{c.source}' plugin's shipped capture on {other} "
+                                             f"({getattr(record, 'arch', '?')}, knobs {json.dumps(k.knobs)}) stands "
+                                             f"in for the diff: a {other} kernel, not one built for {gpu.name}; its "
+                                             f"recorded {other} time is not this GPU's"))
+        progress(f"reference stand-in: the '{c.source}' plugin's shipped capture on {other}")
+        return {"bundle": str(dest), "shipped": str(path), "stand_in": True, "gpu": other,
+                "created": b.manifest.get("created"), "recorded_time_ns": None, "recorded_noise_ns": None,
+                "timer": None}
+    return None
 
 
 def shown_proposer(c) -> str:

@@ -8,9 +8,14 @@ the input format for the second matrix product, fp32 accumulation), with PV = P 
     eS_i  = max_j scale * gamma_{D+2}(2^-23) * (|q| @ |k|^T)_ij          score error
     eE_i  = max_j (1 + |z_ij|) 2^-21                                    exp error
     rel_i = 2 eS_i + 2 eE_i + 2 * 2^-p_in + gamma_{2 Sk + 2}(2^-23)     (P rounded in numerator and sum)
-    band  = PV * rel_i + spacing_out/2 + 2^-126
+    eT_i  = tiny_in/2 * max_j P_ij * (sum_j |V_j| + n_i * PV_i)         P rounded into the input format's subnormals
+    band  = PV * rel_i + eT_i + spacing_out/2 + 2^-126
 
 A perturbation d of the scores changes each probability by at most 2|d| relatively, hence the factor 2.
+The kernel's unnormalised P = exp(z) lies in (0, 1]; where it is below the input format's smallest normal (f16:
+6.1e-5; bf16 has fp32's range) its rounding error is absolute, at most tiny_in/2 per element, in the numerator
+and (n_i visible keys) in the sum, both divided by the row's sum, 1 / max_j P_ij. Without eT an f16 kernel fails on
+rows whose weights are nearly one-hot (the family's ``int`` inputs): its tail probabilities are f16 subnormals.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ INPUTS = ("q", "k", "v")
 OPTIONAL = ("scale", "causal")
 OUTPUTS = ("o",)
 SUMMARY = "O = softmax(scale * Q K^T [causal]) V, grouped-query heads, float64 reference"
-FORMULA = "|o-ref| <= (P@|V|)*(2eS + 2eExp + 2*2^-p_in + gamma_{2Sk+2}(2^-23)) + spacing_out/2 + 2^-126"
+FORMULA = ("|o-ref| <= (P@|V|)*(2eS + 2eExp + 2*2^-p_in + gamma_{2Sk+2}(2^-23)) "
+           "+ tiny_in/2*max(P)*(sum|V| + n*(P@|V|)) + spacing_out/2 + 2^-126")
 
 
 def reference(inputs: dict[str, np.ndarray], in_fmt: Format, out_fmt: Format) -> dict[str, Expectation]:
@@ -58,6 +64,10 @@ def reference(inputs: dict[str, np.ndarray], in_fmt: Format, out_fmt: Format) ->
     e_s = (gamma(d + 2) * s_mag).max(axis=-1, keepdims=True)
     e_exp = np.where(np.isfinite(z), (1 + np.abs(z)) * 2.0**-21, 0.0).max(axis=-1, keepdims=True)
     rel = 2 * e_s + 2 * e_exp + 2 * in_fmt.unit_roundoff + gamma(2 * sk + 2)
-    err = pv * rel
+    visible = np.ones((sq, sk)) if not causal else (~mask).astype(np.float64)
+    abs_v_sum = visible @ np.abs(V)  # (B, H, Sq, Dv): the visible keys' |v| summed
+    n_visible = visible.sum(axis=-1)[:, None]
+    e_tiny = 0.5 * in_fmt.tiny * p.max(axis=-1, keepdims=True) * (abs_v_sum + n_visible * pv)
+    err = pv * rel + e_tiny
     band = err + 0.5 * out_fmt.spacing(np.abs(ref) + err) + 2.0**ACCUMULATOR.emin
     return {"o": Expectation(ref, band, out_fmt, FORMULA)}

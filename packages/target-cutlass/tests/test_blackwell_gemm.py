@@ -110,3 +110,23 @@ def test_hopper_record_refuses_sm100_schedule():
     h200 = PluginHost(allow="hopper").load().get("gpus", "h200")
     with pytest.raises(Unbuildable, match="CUTLASS-SM100-SCHEDULE"):
         CutlassBackend().source(_spec({"kernel_schedule": "sm100-1sm", "epilogue_schedule": "auto"}), h200)
+
+
+@needs_headers
+@pytest.mark.parametrize("knobs", BUILDABLE[:2], ids=["1sm", "2sm"])
+def test_lift_gives_tcgen05_rows(knobs, b200, tmp_path):
+    """`mosaic lift` of the sm_100a cubin: the tcgen05-era rows (the MMA from TMEM, its CTA group, the TMEM
+    protocol, commits to mbarriers), and no opcode left unknown (the tile scheduler's UGETNEXTWORKID included)."""
+    from mosaic.lift.inputs import lift_path
+    from mosaic_target_cutlass.backend import CutlassBackend
+
+    low = CutlassBackend().lower(_spec(knobs), b200, tmp_path)
+    fp = lift_path(low.cubin, gpu=b200)
+    value = {f.key: f.value for f in fp.layer("instruction") if not f.where.startswith("role")}
+    assert value["mma.form"] == ["tcgen05"] and value["mma.accumulator"] == ["tmem"]
+    assert value["mma.types"] == ["kind::f16"]
+    assert value["mma.cta_group"] == ([2] if knobs["kernel_schedule"] == "sm100-2sm" else [1])
+    assert value["tmem.ops"] == ["alloc", "commit", "dealloc", "ld"]
+    assert "tcgen05.commit" in value["barrier.ops"] and "wgmma.sync" not in value["barrier.ops"]
+    assert value["transfer.form"] == ["tma"] and value["transfer.store_form"] == ["tma"]
+    assert not any("unknown opcode" in w for w in fp.warnings), fp.warnings

@@ -111,3 +111,12 @@ def test_new_keys_have_rules_and_priors():
     for key in ("mma.accumulator", "mma.cta_group", "tmem.ops"):
         assert key in rules.BY_KEY and key in causes.PRIOR
     assert "mma.cta_group" in causes.STRENGTH
+
+
+def test_cluster_launch_control_is_a_known_opcode():
+    """CUTLASS's Sm100 tile scheduler asks the hardware for the next tile with cluster launch control
+    (clusterlaunchcontrol.try_cancel, SASS UGETNEXTWORKID): a known opcode, classed as the PTX side classes it
+    (``other``), so lifting a CUTLASS Blackwell GEMM warns about no unknown opcode."""
+    from mosaic.lift.opclass import ptx_class, sass_class
+
+    assert sass_class("UGETNEXTWORKID", ()) == "other" == ptx_class("clusterlaunchcontrol", ("try_cancel",))

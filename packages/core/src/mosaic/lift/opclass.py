@@ -30,6 +30,8 @@ SASS_BASE = {
     "RED": "atomic", "REDG": "atomic", "REDUX": "shuffle", "CCTL": "fence", "CCTLL": "fence",
     "LDTM": "tmem", "STTM": "tmem", "UTCBAR": "mbar.arrive", "UTCCP": "tmem", "UTCSHIFT": "tmem",
     "UTCATOMSWS": "tmem",
+    # cluster launch control (clusterlaunchcontrol.try_cancel: the Sm100 tile scheduler asks for the next tile)
+    "UGETNEXTWORKID": "other",
     # barriers and fences
     "BAR": "bar.sync", "MEMBAR": "fence", "FENCE": "fence", "ERRBAR": "fence", "WARPGROUP": "wgmma.sync",
     "UCGABAR_ARV": "cluster.bar", "UCGABAR_WAIT": "cluster.bar", "CGAERRBAR": "fence",

@@ -159,3 +159,22 @@ def test_capture_lower_only_b200(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     ptx = lzma.decompress((out / "kernel.ptx.xz").read_bytes()).decode()
     assert ".target sm_100a" in ptx and "tcgen05.mma" in ptx and "wgmma" not in ptx
+
+
+def test_hopper_attention_is_refused_for_b200_by_rule(tmp_path):
+    """The project's CuTe attention is a wgmma kernel (sm_90a): for the B200 it is refused by rule CUTE-ARCH before
+    anything compiles (it was the DSL's 'expects arch to be sm_90a'), the line naming kernel=naive (which lowers
+    for sm_100a) and flash-attn-4's FlashAttentionForwardSm100 as the tcgen05 attention; naive still lowers."""
+    from mosaic.backend import Unbuildable
+    from mosaic.records import KernelSpec
+    from mosaic_target_cute.backend import CuteBackend
+
+    shape = {"batch": 1, "seq": 256, "heads": 2, "head_dim": 64}
+    with pytest.raises(Unbuildable) as got:
+        CuteBackend().lower(KernelSpec("attention", shape, "bf16", "cute", {}), B200, tmp_path / "h")
+    line = got.value.line()
+    assert line.startswith("[CUTE-ARCH]") and "sm_100a" in line and "kernel=naive" in line, line
+    assert "FlashAttentionForwardSm100" in line and "\n" not in line
+    assert not (tmp_path / "h" / "cute_dump").exists()  # refused before cute.compile
+    low = CuteBackend().lower(KernelSpec("attention", shape, "bf16", "cute", {"kernel": "naive"}), B200, tmp_path / "n")
+    assert low.cubin is not None

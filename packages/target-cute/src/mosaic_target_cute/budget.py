@@ -116,8 +116,23 @@ def _consumer_registers(knobs, shape, gpu, where):
                        f"{shape.head_dim}) exceed consumer_regs={knobs.consumer_regs}")]
 
 
+#: the architectures the hopper attention's wgmma builds for
+ATTENTION_ARCHS = ("sm_90a",)
+
+
+def _attention_arch(knobs, shape, gpu, where):
+    """CUTE-ARCH: the hopper attention issues wgmma, which sm_100a replaced with tcgen05 (the DSL refuses it with
+    'expects arch to be sm_90a' deep in cute.compile; this says it before compiling, with what does build)."""
+    if gpu.arch in ATTENTION_ARCHS:
+        return []
+    return [Diagnostic("CUTE-ARCH", "kernel", " or ".join(ATTENTION_ARCHS), gpu.arch,
+                       f"kernel='hopper' attention issues wgmma (sm_90a only); for {gpu.arch} kernel=naive lowers, and "
+                       "the project has no tcgen05 attention (flash-attn-4's FlashAttentionForwardSm100 is one)")]
+
+
 #: code -> rule of a hopper attention configuration, in report order
 ATTENTION_RULES = {
+    "CUTE-ARCH": _attention_arch,
     "smem-per-block": _attention_smem,
     "threads-per-block": _attention_threads,
     "CUTE-REG-SPLIT": _register_split,

@@ -52,10 +52,13 @@ def _candidate(bench, n, cost_s=1.0):
 
 
 def _route(bench, mode, **more):
-    """Send the gate's check request to one of worker_script's stand-ins (the child_check needs a GPU)."""
+    """Send the gate's check request to one of worker_script's stand-ins (the child_check needs a GPU), and its
+    other cases to the stand-in gemm computed on the CPU."""
     real = bench._serve
 
     def routed(request, *a, **kw):
+        if request.get("mode") == "cases":
+            return real({**request, "mode": "numpy_cases"}, *a, **kw)
         return real({**request, "mode": mode, **more} if request.get("mode") == "check" else request, *a, **kw)
 
     bench._serve = routed

@@ -52,13 +52,12 @@ def test_racy_start_file_is_rejected_by_the_interpreter(tmp_path):
 
 
 def _live_cpu_gate(tmp_path, start: str):
-    """The live workbench's CPU stage (LiveWorkbench._cpu_gate) on a source candidate, with the workbench's state
-    it reads (its directory, bundle paths, progress) and a lowered bundle to record into; the rest of the live
-    workbench needs a GPU."""
-    import types
-
+    """The live workbench's CPU stage (LiveWorkbench._cpu_gate) on a candidate (a source file, or None: the
+    template at its default knobs), with a lowered bundle to record into; the rest of the live workbench needs a
+    GPU."""
     from mosaic.bundle import load_bundle, save_bundle
     from mosaic.records import KernelSpec
+    from mosaic.run.campaign import Campaign
     from mosaic.run.live.parent import LiveWorkbench
     from mosaic.run.workbench import Kernel
 
@@ -66,14 +65,18 @@ def _live_cpu_gate(tmp_path, start: str):
     (camp / "bundles" / "reference.bundle").mkdir(parents=True)
     (camp / "journal.jsonl").write_text('{"event": "header"}\n')
     spec = KernelSpec(family="softmax", shape={"rows": 16384, "cols": 8192}, dtype="bf16", language="pallas",
-                      knobs={}, name=start)
+                      knobs={}, name=start or "")
     dest = camp / "bundles" / "cand-x.bundle"
     save_bundle(dest, kernel=spec, language="pallas", files={"build.log": ("log", "lowered")}, gpu="h200",
                 extra={"mosaic_run": {"key": "x", "cost_s": 1.0}})
     lines: list[str] = []
-    bench = types.SimpleNamespace(dir=camp, dest=lambda key: camp / "bundles" / f"{key}.bundle",
-                                  progress=lines.append, _gate_note="")
-    checked = LiveWorkbench._cpu_gate(bench, Kernel("x", spec, (EXPLOITS / start).read_text()), dest)
+    c = Campaign.from_json({"source": "cute", "target": "pallas", "family": "softmax", "shape": "16384x8192",
+                            "dtype": "bf16"})
+    bench = LiveWorkbench(c, camp, progress=lines.append)
+    try:
+        checked = bench._cpu_gate(Kernel("x", spec, (EXPLOITS / start).read_text() if start else None), dest)
+    finally:
+        bench.close()
     return checked, load_bundle(dest), lines
 
 
@@ -91,3 +94,23 @@ def test_live_campaign_sends_an_honest_candidate_on_to_the_device_gate(tmp_path)
     assert checked is None  # passed here: the device's gate runs next
     assert json.loads(bundle.read_bytes("gate-cpu.json"))["passed"] is True
     assert bundle.manifest["mosaic_run"]["cost_s"] > 1.0  # the stage's seconds are counted
+
+
+def test_live_campaign_runs_a_template_candidate_through_the_cpu_stage(tmp_path):
+    """A knob (template) candidate of a template the interpreter runs (the rowwise softmax) meets the CPU stage as a
+    source candidate does: three shapes inside its can_implement x two drawn seeds x every distribution."""
+    from mosaic.plugins import host
+    from mosaic.records import KernelSpec
+    from mosaic_target_pallas.rowwise_knobs import can_implement
+
+    checked, bundle, lines = _live_cpu_gate(tmp_path, None)
+    assert checked is None  # passed here: the device's gate runs next
+    v = json.loads(bundle.read_bytes("gate-cpu.json"))
+    assert v["passed"] is True and v["cases_run"] == 30, v["reason"]
+    plan = v["plan"]
+    assert len(plan["shapes"]) == 3 and 0 not in plan["seeds"]
+    knob_cls = host().get("languages", "pallas").backend.knobs("softmax")
+    for s in plan["shapes"]:
+        spec = KernelSpec(family="softmax", shape=s, dtype="bf16", language="pallas", knobs={})
+        assert can_implement(knob_cls(), spec, host().get("gpus", "h200")) == []
+    assert any("template in the interpreter" in ln for ln in lines)

@@ -193,7 +193,7 @@ def check_and_time(runnable, spec: KernelSpec, gpu, inputs: dict[str, np.ndarray
 
 def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: CaptureOptions,
                        runnable_factory=None, extra: dict | None = None, reference_cache=None,
-                       backend=None, inputs: dict | None = None) -> CaptureResult:
+                       backend=None, inputs: dict | None = None, inputs_note: dict | None = None) -> CaptureResult:
     """The child's work (also usable directly when the caller already is an isolated process).
 
     ``runnable_factory(spec, gpu, inputs)`` replaces the language backend (for a library reference such as
@@ -203,6 +203,8 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
     kernel file's, :mod:`mosaic.kernel_files`); one with ``planned_launch(spec, gpu)`` gets that launch
     record written as ``launch.json`` when lowering only. ``inputs``: the seeded inputs of ``opts.seed`` and
     ``opts.values`` when the caller holds them already (the live workbench's worker); made here otherwise.
+    ``inputs_note``: what ``inputs-meta.json`` says of given inputs instead of ``opts.seed``/``opts.values`` (inputs
+    the campaign's process made from a seed this process never saw: the parent records the seed).
     """
     from mosaic.backend import Unbuildable
     from mosaic.bundle import save_bundle
@@ -244,9 +246,10 @@ def capture_in_process(spec: KernelSpec, gpu_name: str, out: Path, opts: Capture
             if not opts.lower_only:
                 if inputs is None:
                     inputs = make_inputs(spec, opts.seed, opts.values)
+                note = inputs_note if inputs_note is not None else {"seed": opts.seed, "values": opts.values}
                 files.update(_arrays_files("inputs", inputs, opts.max_array_bytes,
-                                           {"seed": opts.seed, "values": opts.values,
-                                            "generator": "numpy.random.default_rng(seed); see mosaic.families.make_inputs"}))
+                                           {**note, "generator": "numpy.random.default_rng(seed); see "
+                                                                 "mosaic.families.make_inputs"}))
                 from mosaic.timing.timer import make_timer
 
                 # before the kernel creates a CUDA context; none under Nsight Compute, which owns the profiler

@@ -173,6 +173,117 @@ def draw_plan(family: str, shape: Mapping[str, int], dtype: str, granules: Mappi
     return GatePlan(family, dtype, tuple(shapes), seeds, dists, cases)
 
 
+#: the device gate's extra shapes: at most this many elements (the product of the dimensions) and at most a quarter
+#: of the campaign's (or :data:`DEVICE_MIN_ELEMENTS`, whichever is more), so two unseen shapes cost less than the
+#: campaign's own run
+DEVICE_MAX_ELEMENTS = 1 << 22
+DEVICE_MIN_ELEMENTS = 1 << 12  # a campaign smaller than 4x this: unseen shapes of up to this many elements
+#: the device gate's cases, as data: the campaign's shape with every gate seed and these distributions (its float64
+#: reference is computed once per seed and campaign, then read from the oracle cache), the unseen shapes with every
+#: gate seed and every distribution of the family
+DEVICE_PLAN: Mapping[str, Any] = {"campaign_distributions": ("normal",), "unseen_distributions": "all"}
+#: granules tried, smallest first, for a dimension of a template whose domain is a predicate (``can_implement``)
+GRANULES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def campaign_seeds(recorded: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The campaign's gate seeds: those its journal header recorded (``gate_seeds``: a resumed campaign keeps
+    them), else :data:`SEEDS` drawn now from the OS's random source (never 0)."""
+    if recorded is not None:
+        seeds = tuple(recorded)
+        if not seeds or any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
+            raise BadInput(f"gate_seeds {list(recorded)!r} must be non-negative integers", "journal header")
+        return seeds
+    return draw_seeds()
+
+
+def predicate_granules(dims: Sequence[str], campaign: Mapping[str, int],
+                       allowed: Callable[[Mapping[str, int]], str | None]) -> dict[str, int]:
+    """Per dimension, the smallest granule g of :data:`GRANULES` (dividing the campaign's size) such that the
+    template accepts the campaign's shape with that dimension at g and at 3 g (``allowed(shape)`` is None): the
+    domain of a template that says what it takes by a predicate (its ``can_implement``), not by multiples."""
+    out = {}
+    for d in dims:
+        size = int(campaign[d])
+        out[d] = size
+        for g in GRANULES:
+            if g > size or size % g:
+                continue
+            if all(allowed({**dict(campaign), d: v}) is None for v in (g, 3 * g)):
+                out[d] = g
+                break
+    return out
+
+
+def _past_campaign(drawn: Mapping[str, int], dims: Sequence[str], d: str, campaign: Mapping[str, int],
+                   granules: Mapping[str, int], limit: int) -> dict[str, int]:
+    """``drawn`` with dimension ``d`` one granule past the campaign's size and the others at their drawn sizes,
+    shrunk to their granule while the product is over ``limit``; ``drawn`` itself when that does not fit. A kernel
+    whose grid is fixed at the campaign's never writes the part past it."""
+    g = max(1, int(granules.get(d, 1)))
+    out = {**dict(drawn), d: int(campaign[d]) + g}
+    for other in sorted((x for x in dims if x != d), key=lambda x: -out[x]):
+        if int(np.prod([out[x] for x in dims])) <= limit:
+            break
+        out[other] = max(1, int(granules.get(other, 1)))
+    return out if int(np.prod([out[x] for x in dims])) <= limit else dict(drawn)
+
+
+def device_plan(family: str, shape: Mapping[str, int], dtype: str, seeds: Sequence[int],
+                granules: Mapping[str, int] | None = None,
+                allowed: Callable[[Mapping[str, int]], str | None] | None = None,
+                rng: secrets.SystemRandom | None = None, tries: int = 16, max_elements: int | None = None,
+                campaign_distributions: Sequence[str] | None = DEVICE_PLAN["campaign_distributions"]
+                ) -> tuple[GatePlan, list[str]]:
+    """The device gate's cases (:data:`DEVICE_PLAN`) and why a shape is missing (empty when none is): case 0 is
+    the campaign's shape with the first seed (the gate's own capture, the inputs the timing sessions use). The
+    unseen shapes stay inside the candidate's domain: a kernel file's ``granules`` (``MULTIPLE_OF``), or a
+    template's predicate ``allowed`` (each drawn shape is asked; one refused is drawn again)."""
+    from mosaic import families
+
+    fam = families.get(family)
+    if fam is None:
+        raise BadInput(f"no family '{family}'", "--family")
+    dims = tuple(fam.dims)
+    granules = dict(granules or {})
+    if allowed is not None:
+        granules = {**predicate_granules(dims, shape, allowed), **granules}
+    total = int(np.prod([int(shape[d]) for d in dims]))
+    limit = max_elements or min(DEVICE_MAX_ELEMENTS, max(total // 4, DEVICE_MIN_ELEMENTS))
+    rng = rng or secrets.SystemRandom()
+    unseen: list[dict] = []
+    missing: list[str] = []
+    order = list(dims)
+    rng.shuffle(order)
+    for _ in range(UNSEEN_SHAPES):
+        got, why = None, None
+        for _attempt in range(tries):
+            s = unseen_shapes(dims, shape, granules, rng, count=1, max_elements=limit)[0]
+            # each larger than the campaign's along another dimension: a grid fixed at the campaign's shows
+            s = _past_campaign(s, dims, order[len(unseen) % len(order)], shape, granules, limit)
+            if s == dict(shape) or s in unseen:
+                continue
+            why = allowed({**dict(shape), **s}) if allowed is not None else None
+            if why is None:
+                got = s
+                break
+        if got is None:
+            missing.append(f"no unseen shape inside the candidate's domain in {tries} draws"
+                           + (f" (last refused: {why})" if allowed is not None and why else ""))
+        else:
+            unseen.append(got)
+    dists = tuple(fam.distributions or ("normal",))
+    first = dists if campaign_distributions is None else (
+        tuple(d for d in campaign_distributions if d in dists) or dists[:1])
+    rest = dists if DEVICE_PLAN["unseen_distributions"] == "all" else tuple(DEVICE_PLAN["unseen_distributions"])
+    fixed = {k: int(v) for k, v in shape.items() if k not in dims}  # optional entries (kv_heads, causal) stay
+    cases = [GateCase({**{d: int(shape[d]) for d in dims}, **fixed}, seed, values, seen=True)
+             for seed in seeds for values in first]
+    cases += [GateCase({**{d: int(s[d]) for d in dims}, **fixed}, seed, values, seen=False)
+              for s in unseen for seed in seeds for values in rest]
+    return GatePlan(family, dtype, (dict(shape), *unseen), tuple(seeds), dists, tuple(cases)), missing
+
+
 # -- what the child reports, and the parent's judgement ---------------------------------------------------
 
 @attrs.frozen
@@ -300,6 +411,39 @@ def judge(plan: GatePlan, inputs: Sequence[Mapping[str, np.ndarray]], report: Ma
     return GateVerdict(not findings, tuple(findings), ran, plan)
 
 
+def judge_cases(plan: GatePlan, inputs: Sequence[Mapping[str, np.ndarray]], records: Sequence[Mapping[str, Any]],
+                outputs: Sequence[Mapping[str, np.ndarray] | None], check: Callable, skip: int = 0) -> GateVerdict:
+    """Judge the device gate's cases from ``skip`` on (case 0, the gate's own capture, is judged by the capture):
+    ``records[i]`` what the worker recorded of case ``skip + i`` (``error``, ``inputs_after``), ``outputs[i]``
+    what the kernel returned, ``inputs[i]`` what the parent made. ``check(family, inputs, outputs, dtype)`` is the
+    oracle; every failure is a finding naming the stage and the case's shape."""
+    findings: list[Finding] = []
+    ran = 0
+    for i, case in enumerate(plan.cases[skip:]):
+        n = skip + i
+        rec = records[i] if i < len(records) else {"error": "the worker stopped before this case"}
+        where = f"case {n} ({case.label()})"
+        ran += 1
+        if rec.get("error"):
+            findings.append(Finding("run", f"{where}: {str(rec['error'])[:400]}", n))
+            continue
+        out = outputs[i] if i < len(outputs) else None
+        if not out:
+            findings.append(Finding("output", f"{where}: returned no output", n))
+            continue
+        if rec.get("inputs_after") != digest(inputs[i]):
+            findings.append(Finding("inputs", f"{where}: the inputs' bytes changed during the run", n))
+            continue
+        try:
+            verdict = check(plan.family, inputs[i], out, plan.dtype)
+        except BadInput as exc:
+            findings.append(Finding("output", f"{where}: {exc.what}", n))
+            continue
+        if not verdict.passed:
+            findings.append(Finding("oracle", f"{where}: {verdict.reason}", n))
+    return GateVerdict(not findings, tuple(findings), ran, plan)
+
+
 # -- the child: runs the candidate, judges nothing ---------------------------------------------------------
 
 def _child(request: Mapping[str, Any]) -> dict:
@@ -308,8 +452,13 @@ def _child(request: Mapping[str, Any]) -> dict:
     from mosaic.kernel_files import KernelFile, file_backend
     from mosaic.records import KernelSpec
 
-    kfile = KernelFile.from_json(request["kernel_file"])
-    backend = file_backend(kfile, request["language"])
+    if request.get("template"):  # a template candidate: the language backend itself runs it (no kernel file)
+        from mosaic.plugins import host
+
+        backend = host().get("languages", request["language"]).backend
+    else:
+        kfile = KernelFile.from_json(request["kernel_file"])
+        backend = file_backend(kfile, request["language"])
     run = getattr(backend, "interpret", None)
     if run is None:
         return {"unavailable": f"language '{request['language']}' has no CPU run of a kernel file (interpret); its "
@@ -368,7 +517,22 @@ def output_shapes(kfile, case: GateCase, family: str) -> dict[str, tuple]:
     from mosaic.families import full_shape
 
     full = full_shape(family, case.shape)
+    if isinstance(kfile, Template):
+        return kfile.backend.output_shapes(family, full)
     return {o.name: o.shape(full) for o in kfile.outputs}
+
+
+@attrs.frozen
+class Template:
+    """A template (knob) candidate where the gate takes a kernel file: its language's backend runs it
+    (``interpret(spec, inputs)``, ``output_shapes(family, shape)``) and its predicate says which shapes it takes."""
+
+    language: str
+    backend: Any = attrs.field(eq=False)
+    allowed: Callable[[Mapping[str, int]], str | None] = attrs.field(eq=False)
+
+    def to_json(self) -> None:
+        return None
 
 
 def run_cpu_gate(kfile, language: str, family: str, dtype: str, shape: Mapping[str, int],
@@ -385,6 +549,7 @@ def run_cpu_gate(kfile, language: str, family: str, dtype: str, shape: Mapping[s
 
     knobs = dict(knobs or {})
     plan = plan or draw_plan(family, shape, dtype, kfile.granules(knobs), max_elements=CPU_MAX_ELEMENTS)
+    template = isinstance(kfile, Template)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mosaic-gate-") as tmp:
         work = Path(tmp)
@@ -394,12 +559,15 @@ def run_cpu_gate(kfile, language: str, family: str, dtype: str, shape: Mapping[s
             arrays = make_inputs(spec, case.seed, case.values)
             np.savez(work / f"inputs-{i}.npz", **arrays)
             inputs.append(arrays)
-        request = {"kernel_file": kfile.to_json(), "language": language, "family": family, "dtype": dtype,
+        request = {"kernel_file": kfile.to_json(), "template": template, "language": language, "family": family,
+                   "dtype": dtype,
                    "knobs": knobs, "work": str(work), "cases": [{"shape": dict(c.shape)} for c in plan.cases]}
         req = work / "request.json"
         req.write_text(json.dumps(request))
         before = snapshot(guard)
-        env = {**os.environ, "HOME": str(work), "TMPDIR": str(work), "PYTHONDONTWRITEBYTECODE": "1"}
+        # the interpreter runs on the CPU: the child sees no GPU (on a campaign's host the worker holds it)
+        env = {**os.environ, "HOME": str(work), "TMPDIR": str(work), "PYTHONDONTWRITEBYTECODE": "1",
+               "CUDA_VISIBLE_DEVICES": ""}
         if progress:
             progress(f"gate: {len(plan.cases)} cases ({len(plan.shapes)} shapes x {len(plan.seeds)} seeds x "
                      f"{len(plan.distributions)} distributions) in a child process")
@@ -458,6 +626,71 @@ def interprets(kfile, language: str) -> bool:
         return False
 
 
+def template_interprets(language: str, family: str) -> Template | None:
+    """The :class:`Template` of ``language``'s ``family`` template when its backend runs it on the CPU
+    (``interprets(family)``, ``interpret``, ``output_shapes``) and its knob class has a predicate
+    (``DEPENDENCIES.check``); None otherwise."""
+    from mosaic.plugins import host
+    from mosaic.proposers.dependencies import dependencies_of
+
+    try:
+        backend = host().get("languages", language).backend
+        knob_cls = backend.knobs(family)
+    except Exception:  # noqa: BLE001 - no such language or family here: no CPU stage
+        return None
+    runs = getattr(backend, "interprets", None)
+    deps = dependencies_of(knob_cls)
+    if runs is None or not runs(family) or deps is None or deps.check is None:
+        return None
+    return Template(language, backend, lambda shape: None)
+
+
+def template_stage(language: str, family: str, dtype: str, knobs: Mapping[str, Any], gpu,
+                   guard: Sequence[str | os.PathLike] = (), timeout: float = 600.0,
+                   progress: Callable[[str], None] | None = None) -> GateVerdict | None:
+    """The gate's CPU stage for a template candidate (``knobs`` of ``language``'s ``family`` template) that its
+    backend runs in the interpreter: the family's example shape (doubled until the template's ``can_implement``
+    takes it) and two unseen shapes inside ``can_implement``, x two seeds x every distribution. None when the
+    template does not run on the CPU (:func:`template_interprets`)."""
+    from mosaic import families
+    from mosaic.proposers.dependencies import dependencies_of
+    from mosaic.records import KernelSpec
+
+    t = template_interprets(language, family)
+    if t is None:
+        return None
+    why = getattr(t.backend, "interpret_unavailable", lambda: None)()
+    if why:
+        return GateVerdict(False, (), 0, None, unavailable=why)
+    knob_cls = t.backend.knobs(family)
+    check = dependencies_of(knob_cls).check
+    own = knob_cls(**dict(knobs))
+
+    def allowed(shape: Mapping[str, int]) -> str | None:
+        spec = KernelSpec(family=family, shape=dict(shape), dtype=dtype, language=language, knobs=dict(knobs))
+        try:
+            found = check(own, spec, gpu)
+        except Exception as exc:  # noqa: BLE001 - a predicate that cannot judge a shape refuses it
+            return f"{type(exc).__name__}: {exc}"
+        return "; ".join(d.line() for d in found) or None
+
+    fam = families.get(family)
+    shape = {d: int(v) for d, v in fam.example.items()}
+    for _ in range(10):
+        if allowed(shape) is None:
+            break
+        shape = {d: (v * 2 if d in fam.dims else v) for d, v in shape.items()}
+    else:
+        return GateVerdict(False, (), 0, None, unavailable=f"no CPU-sized shape that the template takes "
+                                                          f"({allowed(shape)})")
+    plan, missing = device_plan(family, shape, dtype, draw_seeds(), allowed=allowed, max_elements=CPU_MAX_ELEMENTS,
+                                campaign_distributions=None)
+    if progress and missing:
+        progress(f"gate: {'; '.join(missing)}")
+    return run_cpu_gate(attrs.evolve(t, allowed=allowed), language, family, dtype, shape, dict(knobs), guard=guard,
+                        timeout=timeout, plan=plan, progress=progress)
+
+
 def cpu_stage(kfile, language: str, family: str, dtype: str, knobs: Mapping[str, Any] | None = None,
               guard: Sequence[str | os.PathLike] = (), timeout: float = 600.0,
               progress: Callable[[str], None] | None = None) -> GateVerdict:
@@ -468,9 +701,11 @@ def cpu_stage(kfile, language: str, family: str, dtype: str, knobs: Mapping[str,
                         timeout=timeout, progress=progress)
 
 
-__all__ = ["CPU_MAX_ELEMENTS", "Finding", "GateCase", "GatePlan", "GateVerdict", "STAGES", "changed_files",
-           "cpu_shape", "cpu_stage", "digest", "draw_plan", "draw_seeds", "interprets", "judge", "run_cpu_gate", "snapshot",
-           "unseen_shapes"]
+__all__ = ["CPU_MAX_ELEMENTS", "DEVICE_MAX_ELEMENTS", "DEVICE_PLAN", "Finding", "GateCase", "GatePlan",
+           "GateVerdict", "STAGES", "Template", "campaign_seeds", "changed_files", "cpu_shape",
+           "cpu_stage", "device_plan", "digest", "draw_plan", "draw_seeds", "interprets", "judge",
+           "judge_cases", "predicate_granules", "run_cpu_gate", "snapshot", "template_interprets",
+           "template_stage", "unseen_shapes"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -183,6 +183,37 @@ class PallasBackend:
                 raise Unbuildable(arch_rules.gemm_pointer(exc.what, gpu.arch), exc.where) from None
         return lower_fn(self, fn, args, name, gpu, workdir, notes)
 
+    # -- the gate's CPU stage (mosaic.gate.template_stage): the rowwise templates in jax's GPU interpreter --------
+    def interprets(self, family: str) -> bool:
+        """True for the templates that run in jax's GPU interpreter on the CPU (the rowwise rmsnorm and softmax;
+        the wgmma GEMM and attention templates are not run there)."""
+        return family in ROWWISE_KNOBS
+
+    def interpret_unavailable(self) -> str | None:
+        """Why this machine cannot run :meth:`interpret` (None when it can): jax >= 0.11.2 (Python >= 3.12)."""
+        try:
+            from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # noqa: F401
+            from jax.experimental.pallas import mosaic_gpu as plgpu
+        except ImportError as exc:
+            return f"jax's Pallas GPU interpreter is not importable here ({exc}); it needs jax >= 0.11.2 (Python 3.12)"
+        if not hasattr(plgpu, "InterpretGPUParams"):
+            return "this jax has no Pallas GPU interpreter (plgpu.InterpretGPUParams); it needs jax >= 0.11.2"
+        return None
+
+    def interpret(self, spec: KernelSpec, inputs: dict[str, Any]) -> dict:
+        """Run the template at ``spec`` on ``inputs`` in jax's GPU interpreter (race detector on, the output buffer
+        NaN beforehand): ``{"outputs": {"y": float32 array}, "races": bool}``."""
+        from mosaic_target_pallas import rowwise
+
+        if spec.family not in ROWWISE_KNOBS:
+            raise Unbuildable(f"the pallas {spec.family} template does not run in the interpreter", spec.family)
+        result = rowwise.run_interpreted(spec, inputs)
+        return {"outputs": {"y": result.outputs[0]}, "races": result.races_found}
+
+    def output_shapes(self, family: str, shape: dict) -> dict[str, tuple]:
+        """The template's output arrays at ``shape`` (the rowwise templates write ``y``, rows x cols)."""
+        return {"y": (int(shape["rows"]), int(shape["cols"]))}
+
     # -- running ----------------------------------------------------------------------------------
     def prepare(self, spec: KernelSpec, gpu: GpuTarget, workdir: Path, inputs: dict[str, Any]):
         from mosaic_target_pallas.runnable import PallasRunnable

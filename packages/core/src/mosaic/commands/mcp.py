@@ -86,6 +86,8 @@ def mcp(directory: Path, offline: bool, out: Path | None, quiet: bool) -> int:
             except NoGpu as exc:
                 raise BadInput(f"no GPU here ({getattr(exc, 'reason', exc.what)}): a live campaign needs a CUDA "
                                "device; --offline serves the campaign's recorded bundles", "mosaic mcp") from None
+        if getattr(bench, "gate_seeds", None) is not None:  # recorded in the header (never sent to a candidate)
+            header = {**header, "gate_seeds": list(bench.gate_seeds)}
         session = CampaignSession(campaign, bench, out, gpu_record, header, quiet)
         session.prepare()
         if not quiet:

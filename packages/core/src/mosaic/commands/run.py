@@ -179,7 +179,11 @@ def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_comm
         require_target(campaign, str(path))
         bench = OfflineWorkbench(source, campaign.family, campaign.dtype)
     else:
-        bench = _live_bench(campaign, directory, quiet, executor, ray_address, gpus)
+        # the gate's seeds as the header recorded them (a journal from before them: drawn afresh, said)
+        if head.get("gate_seeds") is None and not quiet:
+            click.echo("resume: the journal records no gate seeds (a campaign from before them); the gates from here "
+                       "on use seeds drawn now, each recorded in its bundle", err=True)
+        bench = _live_bench(campaign, directory, quiet, executor, ray_address, gpus, head.get("gate_seeds"))
     src_events = None
     if head.get("replays_journal") and source is not None:
         src_events, _ = read_campaign_journal(source / NAME)
@@ -188,7 +192,7 @@ def _resume_locked(directory: Path, quiet: bool, command: str | None, trust_comm
         click.echo(f"resume: {torn}", err=True)
     if consent:
         click.echo(consent, err=True)
-    header = {k: head[k] for k in ("source_dir", "source_bundles", "replays_journal") if k in head}
+    header = {k: head[k] for k in ("source_dir", "source_bundles", "replays_journal", "gate_seeds") if k in head}
     # a recorded bundle path is read only in the campaign's own bundles/ (the offline source's, or DIR's)
     recorded = Recorded(journal.replay, bundles=(source if head.get("workbench") == "offline" else directory)
                         / "bundles")
@@ -245,14 +249,14 @@ def _check_known(campaign, where: str | None) -> None:
 
 
 def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local", ray_address: str | None = None,
-                gpus: int = 1):
+                gpus: int = 1, gate_seeds: tuple[int, ...] | None = None):
     """The live workbench: in this process (``local``) or in a GPU-pinned Ray actor with a Ray lowering stage
     (``ray``, :mod:`mosaic.run.executor`)."""
     from mosaic.run.live.parent import open_live_workbench
     from mosaic.run.loop import stderr_progress
 
     progress = None if quiet else stderr_progress
-    bench = open_live_workbench(campaign, out, progress)  # the device and language checks, here
+    bench = open_live_workbench(campaign, out, progress, gate_seeds)  # the device and language checks, here
     if executor != "ray":
         return bench
     import functools
@@ -263,10 +267,13 @@ def _live_bench(campaign, out: Path, quiet: bool = False, executor: str = "local
     timeouts, parallel = bench.timeouts, bench.parallel
     bench.close()
     # the actor's process need not share this one's working directory: the campaign directory goes absolute
-    return RayWorkbench(functools.partial(LiveWorkbench, campaign, Path(out).resolve(), progress=progress,
-                                          parallel=parallel),
-                        lowerer=CaptureLowerer(campaign.gpu, timeouts.lower, PREFETCH_LANGUAGES), address=ray_address,
-                        num_gpus=1, gpus=gpus, progress=progress)
+    seeds = bench.gate_seeds  # one campaign, one pair of gate seeds: every actor's workbench gets these
+    ray_bench = RayWorkbench(functools.partial(LiveWorkbench, campaign, Path(out).resolve(), progress=progress,
+                                               parallel=parallel, gate_seeds=seeds),
+                             lowerer=CaptureLowerer(campaign.gpu, timeouts.lower, PREFETCH_LANGUAGES),
+                             address=ray_address, num_gpus=1, gpus=gpus, progress=progress)
+    ray_bench.gate_seeds = seeds  # what the journal header records
+    return ray_bench
 
 
 @click.command("run")
@@ -382,6 +389,7 @@ def run(campaign_file, source, target, family, shape, dtype, gpu, beam, budget_m
         from mosaic.run.loop import run_campaign
 
         outcome = run_campaign(campaign, bench, journal, quiet=quiet,
-                               header={"executor": executor, "gpus": gpus, "gpu_provenance": choice.provenance})
+                               header={"executor": executor, "gpus": gpus, "gpu_provenance": choice.provenance,
+                                       "gate_seeds": list(bench.gate_seeds)})
         _summary(out, outcome)
     return 0

@@ -232,7 +232,8 @@ _TIMES = {"t_candidate": _opt(_num), "t_incumbent": _opt(_num), "d_candidate": _
 #: event kind -> field -> check; a field a check names is required (``_opt`` lets it be null or absent)
 EVENT_FIELDS: dict[str, dict] = {
     "campaign": {"campaign": _MAP, "gpu": _opt(_MAP), "workbench": _opt(_STR), "proposer": _opt(_STR),
-                 "source_dir": _opt(_STR), "source_bundles": _opt(_STR), "replays_journal": _opt(_BOOL)},
+                 "source_dir": _opt(_STR), "source_bundles": _opt(_STR), "replays_journal": _opt(_BOOL),
+                 "gate_seeds": _opt(lambda v: isinstance(v, list) and bool(v) and all(_int(x) and x >= 0 for x in v))},
     "reference": {"bundle": _STR, "noise_blocks": _blocks, "time_ns": _num, "floor_ns": _num, "cost_s": _num,
                   "noise": _fields(value_ns=_num, relative=_num, statistic=_STR, blocks=_int)},
     "yardstick": {"key": _STR, "name": _STR, "blocks": _blocks, "time_ns": _num, "yardstick": _opt(_STR)},
@@ -244,7 +245,8 @@ EVENT_FIELDS: dict[str, dict] = {
               "distance": _opt(_num), "step": _opt(_int)},
     "numerics": {"key": _STR, "passed": _BOOL, "reason": _STR, "cost_s": _num},
     "timed": {"key": _STR, "against": _STR, "incumbent_blocks": _blocks, "candidate_blocks": _blocks,
-              "order": _STR, "source": _STR, "cost_s": _num, "gpu": _opt(_GPU)},
+              "order": _STR, "source": _STR, "cost_s": _num, "gpu": _opt(_GPU),
+              "spot_check": _opt(lambda v: _MAP(v) and isinstance(v.get("passed"), bool))},
     "verdict": {"key": _STR, "step": _int, "decision": _STR, "reason_code": _STR, "reason": _STR,
                 "closer_but_slower": _opt(_BOOL), "edit": _EDIT, **_TIMES},
     "incumbent": {"key": _STR, "time_ns": _num},

@@ -271,6 +271,10 @@ class Loop:
             return f"naive-failed: the naive translation {'did not build' if not built.ok else 'failed numerics'}: {why}"
         kernel = attrs.evolve(kernel, bundle=built.bundle)
         timed = self.measure(self.reference, kernel)
+        if timed.spot_failed:
+            why = f"failed the spot-check of a timed run: {timed.spot_check.get('reason')}"
+            self.emit("verdict", key=kernel.key, step=0, decision="rejected", reason_code="numerics", reason=why)
+            return f"naive-failed: the naive translation failed numerics: {why}"
         member = self.member(kernel, timed.t_candidate)
         self.emit("verdict", key=kernel.key, step=0, decision="accepted", reason_code="naive",
                   reason="the first translation that passes the numerics gate becomes the incumbent",
@@ -457,6 +461,13 @@ class Loop:
         inc = self.incumbent
         timed = self.measure(inc.kernel, kernel)
         self.timed += 1
+        if timed.spot_failed:  # the outputs of a timed run are not the oracle's: a kernel that differs when timed
+            why = (f"failed the spot-check of a timed run (round {timed.spot_check.get('round')}): "
+                   f"{timed.spot_check.get('reason')}")
+            self.repair = {"key": key, "knobs": knobs, "edit": p.edit, "reason": why}
+            self.emit("verdict", key=key, step=step, decision="rejected", reason_code="numerics", reason=why)
+            self.progress(f"step {step}: {key} {why}")
+            return self.stop_reason()
         cand = self.member(kernel, timed.t_candidate)
         # the incumbent's distance is its own; its time is the one measured in this session
         noise = self.noise_for(timed)

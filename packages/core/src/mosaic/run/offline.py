@@ -11,6 +11,7 @@ bundles there are the ones it recorded (:func:`recorded_source`).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -149,31 +150,57 @@ class OfflineWorkbench:
             self._inputs = self.reference_bundle.arrays("inputs")
         return self._inputs
 
+    def inputs_of(self, b) -> dict:
+        """The inputs a bundle's outputs were computed from: its own recorded inputs; else those its
+        ``inputs-meta.json`` names by seed and distribution (made again: the family's generator is deterministic);
+        else (a bundle of a campaign whose gates all ran with seed 0) the reference bundle's."""
+        own = b.arrays("inputs")
+        if own:
+            return own
+        if "inputs-meta.json" in b.manifest.get("files", {}):
+            try:
+                meta = json.loads(b.read_bytes("inputs-meta.json", "json_bytes"))
+            except (BundleError, ValueError):
+                meta = {}
+            seed, values = meta.get("seed"), meta.get("values", "normal")
+            if isinstance(seed, int) and not isinstance(seed, bool) and seed != 0 and isinstance(values, str):
+                from mosaic.families import make_inputs
+
+                return make_inputs(b.kernel, seed, values)
+        return self.inputs()
+
     def check(self, kernel: Kernel, built: Built, reference: Kernel) -> Checked:
         b = self.by_key[kernel.key]
+        cap = b.manifest.get("capture") if isinstance(b.manifest.get("capture"), Mapping) else {}
+        summary = cap.get("summary") if isinstance(cap.get("summary"), Mapping) else {}
+        cases = summary.get("gate_cases") if isinstance(summary.get("gate_cases"), Mapping) else None
+        if cases is not None and cases.get("passed") is False:  # the device gate's other cases (outputs not kept)
+            first = cases.get("first") if isinstance(cases.get("first"), Mapping) else {}
+            return Checked(kernel.key, False, "recorded verdict of the device gate's other cases: "
+                           f"[{first.get('stage', '?')}] {first.get('reason', '')}")
         outputs = b.arrays("outputs")
-        if not outputs or not self.inputs():
-            cap = b.manifest.get("capture") if isinstance(b.manifest.get("capture"), Mapping) else {}
+        inputs = self.inputs_of(b) if outputs else None
+        if not outputs or not inputs:
             limit = cap.get("timeout") if isinstance(cap.get("timeout"), Mapping) else {}
             if cap.get("status") == "timeout" and limit.get("budget"):  # the live gate was cut by the budget
                 # capture.timeout's fields were checked on load (_check_capture)
                 return Checked(kernel.key, False, f"budget: the gate was killed after {limit.get('s', 0):.0f} s, when "
                                "the device-minute budget ran out (no verdict on the kernel's numerics)", judged=False)
-            summary = cap.get("summary") if isinstance(cap.get("summary"), Mapping) else {}
             if isinstance(summary.get("numerics_pass"), bool):  # outputs too large to keep: the capture's own verdict, said so
                 return Checked(kernel.key, bool(summary["numerics_pass"]),
                                "recorded verdict of the capture (outputs kept by SHA-256 only)"
                                + ("" if summary["numerics_pass"] else ": failed the oracle"))
             return Checked(kernel.key, False, "no outputs recorded in the bundle")
-        return gate(self.family, self.inputs(), outputs, self.dtype, self.out_dtype, kernel.key)
+        return gate(self.family, inputs, outputs, self.dtype, self.out_dtype, kernel.key)
 
     def time(self, incumbent: Kernel, kernel: Kernel, rounds: int) -> Timed:
         b = self.by_key[kernel.key]
         t = self._timings(b)
         for s in t.get("sessions") or []:
             if s.get("against") == incumbent.key:
+                spot = s.get("spot_check") if isinstance(s.get("spot_check"), Mapping) else None
                 return Timed(kernel.key, incumbent.key, s["incumbent_blocks"], s["candidate_blocks"],
-                             s.get("order", "ABAB"), "same-session", 0.0, gpu=s.get("gpu"))
+                             s.get("order", "ABAB"), "same-session", 0.0, gpu=s.get("gpu"), spot_check=spot)
         inc = self.by_key.get(incumbent.key)
         a = self._timings(inc).get("blocks") if inc is not None else None
         c = t.get("blocks")

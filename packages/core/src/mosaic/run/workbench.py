@@ -167,6 +167,9 @@ class Timed:
     source: str = "same-session"  # or "recorded-blocks" (offline: each kernel's own recorded blocks)
     cost_s: float = 0.0
     gpu: Any = attrs.field(default=None, eq=False)  # the device that timed it: {index, uuid, name, clocks} (live)
+    #: the float64 oracle's verdict on the outputs of one timed run ({round, run, passed, reason, sha256}); None
+    #: where none was made (offline from recorded blocks, sessions recorded before the spot-check)
+    spot_check: Any = attrs.field(default=None, eq=False)
 
     @property
     def t_incumbent(self) -> float:
@@ -181,12 +184,19 @@ class Timed:
         d["t_incumbent_ns"], d["t_candidate_ns"] = self.t_incumbent, self.t_candidate
         if d["gpu"] is None:  # recorded only where a device was asked (journals of old runs stay as they were)
             del d["gpu"]
+        if d["spot_check"] is None:
+            del d["spot_check"]
         return d
+
+    @property
+    def spot_failed(self) -> bool:
+        """True when the spot-check of a timed run's outputs was made and failed."""
+        return isinstance(self.spot_check, Mapping) and self.spot_check.get("passed") is False
 
     @classmethod
     def from_json(cls, d: Mapping) -> Timed:
         return cls(**{k: d[k] for k in ("key", "against", "incumbent_blocks", "candidate_blocks", "order", "source",
-                                          "cost_s")}, gpu=d.get("gpu"))
+                                          "cost_s")}, gpu=d.get("gpu"), spot_check=d.get("spot_check"))
 
 
 @attrs.frozen

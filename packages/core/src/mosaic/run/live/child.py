@@ -71,20 +71,89 @@ def child_check(req: Mapping[str, Any], state=None) -> dict:
     source = req.get("source")  # a source edit's whole file, or None
     opts = CaptureOptions(**req["options"])
     root = req.get("oracle_cache")
+    given = req.get("inputs")  # {"path": ...}: made by the campaign's process from a gate seed; the request holds none
+    note = {"seed": None, "values": opts.values, "made_by": "the campaign's process (the gate's request holds no "
+                                                            "seed; the campaign records it)"} if given else None
     if state is not None:  # the worker's seeded inputs (made once per worker, as for its timing sessions)
-        inputs, digest = state.seeded_inputs(spec, opts.seed, opts.values) if not opts.lower_only else (None, None)
+        if given:
+            inputs, digest = state.file_inputs(given["path"])
+        else:
+            inputs, digest = state.seeded_inputs(spec, opts.seed, opts.values) if not opts.lower_only else (None, None)
         r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
                                runnable_factory=lambda s, g, ins: state.runnable(s, g, ins, digest, source=source)[0],
-                               extra=req.get("extra"), reference_cache=state.reference_cache(root), inputs=inputs)
+                               extra=req.get("extra"), reference_cache=state.reference_cache(root), inputs=inputs,
+                               inputs_note=note)
         return {"status": "ok", "capture": r.to_json()}
     work = Path(tempfile.mkdtemp(prefix="mosaic-live-check-"))
     try:
+        from mosaic.run.live.protocol import read_inputs
+
         r = capture_in_process(spec, req["gpu"], Path(req["out"]), opts,
                                runnable_factory=lambda s, g, inputs: prepare(s, g, work, inputs, source),
-                               extra=req.get("extra"), reference_cache=ReferenceCache(root) if root else None)
+                               extra=req.get("extra"), reference_cache=ReferenceCache(root) if root else None,
+                               inputs=read_inputs(given["path"]) if given else None, inputs_note=note)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"status": "ok", "capture": r.to_json()}
+
+
+def child_cases(req: Mapping[str, Any], state=None) -> dict:
+    """The device gate's extra cases (:func:`mosaic.gate.device_plan`: the campaign's shape with the second seed,
+    two shapes the candidate never saw with every distribution): each case's kernel prepared at its shape on the
+    inputs the campaign's process wrote (``cases[i]["inputs"]``: the request holds no seed), poisoned, run once;
+    its outputs go to ``work/outputs-<i>.npz`` and the campaign's process judges them. Nothing here is kept in the
+    worker's cache (the timed runnables stay)."""
+    import attrs
+    import numpy as np
+
+    from mosaic.gate import digest
+    from mosaic.plugins import host
+    from mosaic.run.live.protocol import read_inputs
+
+    spec0 = KernelSpec.from_json(req["spec"])
+    source = req.get("source")
+    gpu = host().get("gpus", req["gpu"])
+    work = Path(req["work"])
+    tmp = Path(tempfile.mkdtemp(prefix="mosaic-live-cases-"))
+    records = []
+    try:
+        for i, case in enumerate(req["cases"]):
+            spec = attrs.evolve(spec0, shape=dict(case["shape"]))
+            inputs = read_inputs(case["inputs"])
+            rec: dict[str, Any] = {}
+            r = None
+            try:
+                r = prepare(spec, gpu, tmp / str(i), inputs, source)
+                r.poison()
+                r.launch()
+                out = r.output()
+                np.savez(work / f"outputs-{i}.npz", **{k: np.asarray(v) for k, v in out.items()})
+            except Exception as exc:  # noqa: BLE001 - the candidate's failure at this case is a finding
+                first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+                rec["error"] = f"{type(exc).__name__}: {first[:400]}"
+            finally:
+                if r is not None:
+                    try:
+                        r.close()
+                    except Exception:  # noqa: BLE001 - closing must not hide the case's record
+                        pass
+            rec["inputs_after"] = digest(inputs)
+            records.append(rec)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"status": "ok", "cases": records}
+
+
+def spot_check(spec: KernelSpec, inputs: Mapping[str, Any], outputs: Mapping[str, Any], cache) -> dict:
+    """The float64 oracle's verdict on the outputs a timed run left: ``{passed, reason, sha256}``."""
+    from mosaic.errors import BadInput
+    from mosaic.oracle import check, numerics_pass
+
+    try:
+        verdict = check(spec.family, inputs, outputs, spec.dtype, cache=cache)
+    except BadInput as exc:
+        return {"passed": False, "reason": f"the oracle refused the outputs: {exc.what}", "sha256": _sha(outputs)}
+    return {"passed": bool(numerics_pass(verdict)), "reason": verdict.reason, "sha256": _sha(outputs)}
 
 
 def _sha(arrays: Mapping[str, Any]) -> dict:
@@ -112,10 +181,19 @@ def child_time(req: Mapping[str, Any], state=None) -> dict:
     gpu = host().get("gpus", req["gpu"])
     timer = make_timer(req.get("timer", "cupti"))  # before any CUDA context
     seed, values = int(req.get("seed", 0)), req.get("values", "normal")
-    if state is not None:
+    given = req.get("inputs")  # {"path": ...}: the gate's inputs, made by the campaign's process (no seed here)
+    if given and state is not None:
+        inputs, digest = state.file_inputs(given["path"])
+    elif given:
+        from mosaic.run.live.protocol import read_inputs
+
+        inputs, digest = read_inputs(given["path"]), None
+    elif state is not None:
         inputs, digest = state.seeded_inputs(specs[0], seed, values)
     else:
         inputs, digest = make_inputs(specs[0], seed, values), None
+    spot = req.get("spot_check")  # {"round": r, "oracle_cache": dir}: which round's outputs the oracle sees
+    caught = None
     work = Path(tempfile.mkdtemp(prefix="mosaic-live-time-"))
     runnables, keys, flush = [], [], None
     try:
@@ -159,10 +237,22 @@ def child_time(req: Mapping[str, Any], state=None) -> dict:
                 clocks.append({"before": got[0].clocks_before, "after": got[0].clocks_after})
             if got[0].power is not None:  # taken after the round, before the next (mosaic.timing.throttle)
                 power.append(got[0].power.to_json())
+            if spot and i == int(spot["round"]):  # what the candidate's last timed run of this round left (read
+                # between rounds: a copy inside the round would add its kernels to the timer's records)
+                caught = runnables[1].output()
+        spot_record = None
+        if spot:
+            from mosaic.oracle.cache import ReferenceCache
+
+            root = spot.get("oracle_cache")
+            cache = state.reference_cache(root) if state is not None else (ReferenceCache(root) if root else None)
+            spot_record = {"round": int(spot["round"]), "run": "the candidate's last timed run of that round",
+                           **(spot_check(specs[1], inputs, caught, cache) if caught is not None else
+                              {"passed": False, "reason": "the chosen round did not run"})}
         return {"status": "ok", "blocks": blocks, "timer": timer.source,
                 "fallback_reason": getattr(timer, "reason", ""), "launch": launch, "kernel_names": names,
                 "kernels_per_run": per_run, "clocks": clocks, "power_rounds": power,
-                "outputs_sha256": hashes,
+                "outputs_sha256": hashes, "spot_check": spot_record,
                 "flush": flush.description if flush else "none",
                 "serialized": "device synchronise before and after every launch"}
     finally:
@@ -176,7 +266,7 @@ def child_time(req: Mapping[str, Any], state=None) -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-MODES: dict[str, Callable[..., dict]] = {"check": child_check, "time": child_time}
+MODES: dict[str, Callable[..., dict]] = {"check": child_check, "time": child_time, "cases": child_cases}
 
 
 def main(request_path: str) -> int:  # one request per process (isolation = "step")

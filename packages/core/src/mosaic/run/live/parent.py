@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +213,15 @@ class LiveWorkbench:
 
     def __init__(self, campaign, out: str | os.PathLike, *, progress: Callable[[str], None] | None = None,
                  timeouts: Timeouts | None = None, parallel: int | None = None, python: str | None = None,
-                 worker_argv: list[str] | None = None, slot: int = 0, wait_options: Mapping[str, Any] | None = None):
+                 worker_argv: list[str] | None = None, slot: int = 0, wait_options: Mapping[str, Any] | None = None,
+                 gate_seeds: Sequence[int] | None = None):
+        from mosaic import gate
+
         self.c = campaign
+        # the gate's seeds: drawn from the OS's random source when the campaign starts (or as its journal header
+        # recorded them: --resume); the inputs are made here from them, and no request to a kernel's process holds one
+        self.gate_seeds = gate.campaign_seeds(gate_seeds)
+        self._input_files: dict[str, str] = {}
         self.dir = Path(out)
         self.bundles = self.dir / "bundles"
         # slot: which GPU of a several-GPU campaign (the Ray executor); 0 is the primary. Another slot keeps its
@@ -653,7 +660,7 @@ class LiveWorkbench:
             return Built(kernel.key, False, reason, "unbuildable", str(dest), self.cost(kernel.key))
         update_bundle(dest, extra={**run_meta(kernel.key, "candidate", True, "", t_lower, lower_wait_s=round(t_lower, 3)),
                                    "lowering": record})
-        checked = self._cpu_gate(kernel, dest) if kernel.source is not None else None
+        checked = self._cpu_gate(kernel, dest)
         if checked is None:  # no CPU stage for this candidate, or it passed: the device's gate
             where = "its own process" if self.isolation == "step" else "the worker"
             self.progress(f"build {kernel.key}: lowered in {t_lower:.1f} s; numerics gate in {where}")
@@ -663,6 +670,107 @@ class LiveWorkbench:
                       + ("" if checked.passed else f" ({checked.reason}); never timed") + f" ({self._gate_note})")
         # the gate's cost is part of the build step: one figure, the bundle's, for live and offline alike
         return Built(kernel.key, True, "", "", str(dest), self.cost(kernel.key))
+
+    def inputs_file(self, shape: Mapping[str, int], seed: int, values: str) -> str:
+        """The family's inputs for (shape, seed, values), made in this process and written once per campaign to
+        the scratch (``inputs/<random name>.npz``): what a gate's or a timing session's request names instead of
+        a seed."""
+        import secrets
+
+        import numpy as np
+
+        from mosaic.families import make_inputs
+
+        key = json.dumps([dict(shape), int(seed), values], sort_keys=True)
+        if key not in self._input_files or not Path(self._input_files[key]).is_file():
+            spec = KernelSpec(family=self.c.family, shape=dict(shape), dtype=self.c.dtype, language="inputs", knobs={})
+            path = self.work / "inputs" / f"{secrets.token_hex(8)}.npz"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(path, **make_inputs(spec, int(seed), values))
+            self._input_files[key] = str(path.resolve())
+        return self._input_files[key]
+
+    def _domain(self, kernel: Kernel, spec: KernelSpec):
+        """(granules, allowed, why not) of the candidate's domain for the unseen shapes: a kernel file's
+        ``MULTIPLE_OF``; a template's ``can_implement`` (its knob class's ``DEPENDENCIES.check``) as a predicate;
+        neither: no unseen shape (``why not`` says so)."""
+        from mosaic.plugins import host
+        from mosaic.proposers.dependencies import dependencies_of
+
+        if kernel.source is not None:
+            from mosaic.kernel_files import write_source
+
+            with tempfile.TemporaryDirectory(prefix="mosaic-domain-") as tmp:
+                try:
+                    kfile = write_source(spec, kernel.source, tmp)
+                except MosaicError as exc:
+                    return None, None, f"the kernel file's contract is unreadable here: {exc.line()}"
+            own = {k: v for k, v in dict(spec.knobs).items() if kfile.knob(k) is not None}
+            return kfile.granules(own), None, ""
+        try:
+            knob_cls = host().get("languages", spec.language).backend.knobs(spec.family)
+        except (MosaicError, AttributeError) as exc:
+            return None, None, f"no knob class for {spec.language} {spec.family}: {exc}"
+        deps = dependencies_of(knob_cls)
+        if deps is None or deps.check is None:
+            return None, None, f"the {spec.language} template declares no domain (no can_implement)"
+        knobs = knob_cls(**dict(spec.knobs))
+        gpu = self.gpu
+
+        def allowed(shape: Mapping[str, int]) -> str | None:
+            try:
+                found = deps.check(knobs, attrs.evolve(spec, shape=dict(shape)), gpu)
+            except Exception as exc:  # noqa: BLE001 - a predicate that cannot judge a shape refuses it
+                return f"{type(exc).__name__}: {exc}"
+            return "; ".join(d.line() for d in found) or None
+
+        return {}, allowed, ""
+
+    def _device_cases(self, kernel: Kernel, spec: KernelSpec, dest: Path):
+        """The device gate's cases after its capture (:func:`mosaic.gate.device_plan`): the campaign's shape with
+        the second seed, two unseen shapes inside the candidate's domain x both seeds x every distribution; run in
+        the worker (``cases``), judged here. (verdict or None when no case is left, the plan's record, seconds)."""
+        from mosaic import gate
+        from mosaic.oracle import check as oracle_check
+        from mosaic.oracle.cache import ReferenceCache
+        from mosaic.run.live.protocol import read_inputs
+
+        granules, allowed, why_not = self._domain(kernel, spec)
+        if granules is None and allowed is None:  # no domain known: no unseen shape (each draw refused, said so)
+            allowed = lambda shape: why_not  # noqa: E731
+        plan, missing = gate.device_plan(spec.family, spec.shape, spec.dtype, self.gate_seeds, granules or {},
+                                         allowed=allowed)
+        record = {"plan": plan.to_json(), "missing": missing, "domain": (
+            why_not or ("MULTIPLE_OF " + json.dumps(granules) if granules else "can_implement" if allowed else
+                     "any size (the kernel file declares no MULTIPLE_OF)"))}
+        extra = list(plan.cases[1:])
+        if not extra:
+            return None, record, 0.0
+        work = self.work / "cases" / kernel.key
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        files = [self.inputs_file(c.shape, c.seed, c.values) for c in extra]
+        limit, limit_why, _ = self._limit("check")
+        self.progress(f"gate {kernel.key}: {len(extra)} more cases on the device ({len(plan.shapes)} shapes x "
+                      f"{len(plan.seeds)} seeds x distributions)")
+        r = self._serve({"mode": "cases", "spec": spec.to_json(), "source": kernel.source, "gpu": self.c.gpu,
+                         "work": str(work.resolve()), "cases": [{"shape": dict(c.shape), "inputs": f}
+                                                                for c, f in zip(extra, files, strict=True)]},
+                        limit, lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or tail(r.output)}",
+                        f"gate cases {kernel.key}", limit_why=limit_why,
+                        desc=f"the numerics gate's unseen shapes of {kernel.key}")
+        records = list(r.data.get("cases") or []) if r.status == "ok" else \
+            [{"error": f"{r.status}: {r.message or tail(r.output)}"}]
+        outputs = []
+        for i in range(len(extra)):
+            p = work / f"outputs-{i}.npz"
+            outputs.append(read_inputs(p) if p.is_file() else None)
+        cache = ReferenceCache(self.oracle_cache)
+        verdict = gate.judge_cases(plan, [read_inputs(f) for f in files], records, outputs,
+                                   lambda fam, ins, outs, dt: oracle_check(fam, ins, outs, dt, cache=cache), skip=1)
+        shutil.rmtree(work, ignore_errors=True)
+        record["verdict"] = attrs.evolve(verdict, wall_s=r.wall_s).to_json()
+        return verdict, record, r.wall_s
 
     def _cpu_gate(self, kernel: Kernel, dest: Path) -> Checked | None:
         """A source candidate in a language that runs kernel files on the CPU (Pallas: jax's GPU interpreter with
@@ -674,6 +782,17 @@ class LiveWorkbench:
         from mosaic.errors import MosaicError
         from mosaic.kernel_files import write_source
 
+        # what the loop does not write while a build runs (prefetched lowerings write candidate bundles beside
+        # it): the journal and the reference's bundle
+        guard = [self.dir / "journal.jsonl", self.dest(REFERENCE)]
+        if kernel.source is None:  # a template candidate: where its backend runs it in the interpreter
+            if gate.template_interprets(kernel.spec.language, kernel.spec.family) is None:
+                return None
+            self.progress(f"gate {kernel.key}: the CPU stage first ({kernel.spec.language} template in the "
+                          "interpreter, a child process)")
+            v = gate.template_stage(kernel.spec.language, kernel.spec.family, kernel.spec.dtype, kernel.spec.knobs,
+                                    self.gpu, guard=guard, progress=self.progress)
+            return self._cpu_verdict(kernel, dest, v)
         with tempfile.TemporaryDirectory(prefix="mosaic-cpu-gate-") as tmp:
             try:
                 kfile = write_source(kernel.spec, kernel.source, tmp)
@@ -683,9 +802,11 @@ class LiveWorkbench:
                 return None
             self.progress(f"gate {kernel.key}: the CPU stage first ({kernel.spec.language} interpreter, a child process)")
             v = gate.cpu_stage(kfile, kernel.spec.language, kernel.spec.family, kernel.spec.dtype, kernel.spec.knobs,
-                               # what the loop does not write while a build runs (prefetched lowerings write
-                               # candidate bundles beside it): the journal and the reference's bundle
-                               guard=[self.dir / "journal.jsonl", self.dest(REFERENCE)], progress=self.progress)
+                               guard=guard, progress=self.progress)
+        return self._cpu_verdict(kernel, dest, v)
+
+    def _cpu_verdict(self, kernel: Kernel, dest: Path, v) -> Checked | None:
+        """Record the CPU stage's verdict in the bundle (``gate-cpu.json``); a rejection is the gate's verdict."""
         from mosaic.bundle import load_bundle
 
         record = {"gate-cpu.json": ("metrics", json.dumps(v.to_json(), indent=1))}
@@ -715,8 +836,10 @@ class LiveWorkbench:
         if small:
             spec = attrs.evolve(spec, shape=dict(self.c.check_shape))
         limit, limit_why, by_budget = self._limit("check")
-        opts = CaptureOptions(blocks=1, runs=5, warmup=3, timeout=limit,
+        seed = self.gate_seeds[0]
+        opts = CaptureOptions(blocks=1, runs=5, warmup=3, timeout=limit, seed=seed, values="normal",
                               max_array_bytes=0 if small else CaptureOptions().max_array_bytes)
+        inputs = self.inputs_file(spec.shape, seed, "normal")  # made here: the request names a file, not the seed
         tmp = self.work / "gate" / f"{kernel.key}.bundle"
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -729,8 +852,9 @@ class LiveWorkbench:
             return ""
 
         r = self._serve({"mode": "check", "spec": spec.to_json(), "source": kernel.source, "gpu": self.c.gpu,
-                         "out": str(tmp.resolve()), "options": attrs.asdict(opts), "extra": None,
-                         "oracle_cache": str(self.oracle_cache.resolve())}, opts.timeout, problem,
+                         "out": str(tmp.resolve()), "options": {**attrs.asdict(opts), "seed": 0}, "extra": None,
+                         "inputs": {"path": inputs}, "oracle_cache": str(self.oracle_cache.resolve())},
+                        opts.timeout, problem,
                         f"gate {kernel.key}", before_retry=lambda: shutil.rmtree(tmp, ignore_errors=True),
                         limit_why=limit_why, desc=f"the numerics gate of {kernel.key}")
         self._observe("check", r)
@@ -756,18 +880,36 @@ class LiveWorkbench:
             reason = (f"failed the gate in a reused worker (pid {first.get('pid')}, request {first.get('request')}: "
                       f"{first.get('problem')}) and passed in a fresh one: a kernel whose verdict depends on what "
                       "ran before it is not accepted")
-        summary["numerics_pass"] = passed
         files: dict = {}
         if tmp.is_dir():
             g = load_bundle(tmp)
             for f in g.files:
                 name = {"capture.log": "gate.log", "timings.json": "timings.json"}.get(f.path, f.path)
-                if f.role in ("outputs", "inputs", "launch", "timings", "log") or f.path in (
-                        "oracle.json", "outputs-meta.json", "inputs-meta.json"):
+                if f.path == "inputs-meta.json":  # the seed the inputs were made from, recorded here (not there)
+                    meta_in = json.loads(g.read_bytes(f.path, "json_bytes"))
+                    files[name] = (f.role, json.dumps({**meta_in, "seed": seed, "values": "normal"}, indent=1))
+                elif f.role in ("outputs", "inputs", "launch", "timings", "log") or f.path in (
+                        "oracle.json", "outputs-meta.json"):
                     files[name] = (f.role, g.member(f.path))
         else:
             files["gate.log"] = ("log", f"gate {status}: {r.message}\n--- child output ---\n{r.output[-8000:]}")
         cost = r.wall_s
+        if passed:  # the campaign's shape with the other seed, and two shapes it never saw: every case must pass
+            cases, record, cases_s = self._device_cases(kernel, spec, dest)
+            cost += cases_s
+            files["gate-device.json"] = ("metrics", json.dumps(record, indent=1))
+            summary["gate_cases"] = {"shapes": record["plan"]["shapes"], "seeds": record["plan"]["seeds"],
+                                     "cases": len(record["plan"]["cases"]), "missing": record["missing"],
+                                     "passed": cases is None or cases.passed,
+                                     "first": cases.first.to_json() if cases is not None and cases.first else None}
+            if cases is not None and not cases.passed:
+                passed = False
+                status = "numerics-failed"
+                reason = f"failed the device gate: {cases.reason()}"
+                if self.isolation == "worker":  # a failing kernel may have corrupted the context
+                    self.workers.retire(f"gate cases {kernel.key}: {cases.reason()}")
+                    self.workers.start()
+        summary["numerics_pass"] = passed
         from mosaic.bundle import load_bundle as _lb
 
         meta = dict(_lb(dest).manifest["mosaic_run"])
@@ -776,7 +918,8 @@ class LiveWorkbench:
             "mosaic_run": meta,
             "capture": {"status": status, "lower_only": False, "gate": True, "options": attrs.asdict(opts),
                         "timeout": {"s": round(limit, 3), "why": limit_why, "budget": by_budget},
-                        **({"message": reason} if status == "timeout" else {}),
+                        **({"message": reason} if status == "timeout" or "gate_cases" in summary and not passed
+                           else {}),
                         "shape": dict(spec.shape), "summary": summary, "isolation": r.isolation,
                         "wall_s": round(cost, 3)}})
         ref = (summary.get("oracle_reference") or {}).get("source")
@@ -833,10 +976,18 @@ class LiveWorkbench:
         # the yardstick's pairing at the stop is no step of the search: the budget does not cut it (it runs once, up to
         # its timeout, and its seconds are counted: a campaign stopped by its budget may end that much past it)
         limit, limit_why, by_budget = self._limit("time", budgeted=not is_yardstick(kernel.key))
+        import secrets
+
+        # the gate's inputs (its first seed: the runnable the gate prepared is the one timed), and after the session
+        # the outputs of one timed run, the last of a round drawn here, go to the float64 oracle (the spot-check;
+        # not for a yardstick's pairing, which judges no candidate)
+        spot = None if is_yardstick(kernel.key) else {"round": secrets.randbelow(max(1, rounds)),
+                                                      "oracle_cache": str(self.oracle_cache.resolve())}
         r = self._serve({"mode": "time", "gpu": self.c.gpu, "specs": [ref_spec.to_json(), kernel.spec.to_json()],
                          "sources": [ref_source, kernel.source],
-                         "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10, "seed": 0,
-                         "values": "normal", "flush": True, "timer": "cupti"}, limit,
+                         "rounds": rounds, "runs": self.c.runs_per_block, "warmup": 10,
+                         "inputs": {"path": self.inputs_file(kernel.spec.shape, self.gate_seeds[0], "normal")},
+                         "spot_check": spot, "flush": True, "timer": "cupti"}, limit,
                         lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or tail(r.output)}",
                         f"time {name}", limit_why=limit_why,
                         desc=f"timing {name} against {incumbent.key} ({rounds} rounds)")
@@ -859,7 +1010,11 @@ class LiveWorkbench:
                    "kernel_names": d.get("kernel_names"), "clocks": d.get("clocks"),
                    "power_rounds": d.get("power_rounds"),
                    "outputs_sha256": d.get("outputs_sha256"), "wall_s": round(r.wall_s, 3),
-                   "isolation": r.isolation}
+                   "isolation": r.isolation, "inputs": {"seed": self.gate_seeds[0], "values": "normal"}}
+        spot_record = d.get("spot_check") if isinstance(d.get("spot_check"), Mapping) else None
+        if spot is not None:  # asked: a session that answers none has no spot-check to pass
+            spot_record = dict(spot_record or {"passed": False, "reason": "the timing session returned no spot-check"})
+            session["spot_check"] = spot_record
         dest_b = load_bundle(self.dest(kernel.key))
         full = self.c.check_shape is None or dict(self.c.check_shape) == dict(kernel.spec.shape)
         if full and "outputs-meta.json" in dest_b.manifest["files"] and d.get("outputs_sha256"):  # same bits as the gate?
@@ -871,13 +1026,17 @@ class LiveWorkbench:
         if d.get("power_rounds") and isinstance(gpu_at_start, dict):  # per-round clock/power/throttle samples
             gpu_at_start = {**gpu_at_start, "power_rounds": d["power_rounds"]}
         t = Timed(kernel.key, incumbent.key, d["blocks"][0], d["blocks"][1], "ABAB", "same-session",
-                  self.cost(kernel.key) - before, gpu=gpu_at_start)
+                  self.cost(kernel.key) - before, gpu=gpu_at_start, spot_check=spot_record if spot else None)
         self.progress(f"time {name}: {t.t_candidate / 1e3:.2f} us vs {incumbent.key} "
-                      f"{t.t_incumbent / 1e3:.2f} us ({d['timer']}, {r.wall_s:.1f} s, {self._iso_text(r)})")
+                      f"{t.t_incumbent / 1e3:.2f} us ({d['timer']}, {r.wall_s:.1f} s, {self._iso_text(r)})"
+                      + (f"; spot-check of round {spot_record.get('round')}: "
+                         f"{'pass' if spot_record.get('passed') else 'FAIL ' + str(spot_record.get('reason'))}"
+                         if spot else ""))
         return t
 
 
-def open_live_workbench(campaign, out: Path, progress: Callable[[str], None] | None = None) -> LiveWorkbench:
+def open_live_workbench(campaign, out: Path, progress: Callable[[str], None] | None = None,
+                        gate_seeds: Sequence[int] | None = None) -> LiveWorkbench:
     """The live workbench for ``campaign`` on this machine's GPU; :class:`NoGpu` when there is none, one
     clear :class:`~mosaic.errors.BadInput` when the device or a language does not match the campaign."""
     from mosaic.gpus import detect
@@ -900,4 +1059,4 @@ def open_live_workbench(campaign, out: Path, progress: Callable[[str], None] | N
             raise BadInput(f"language '{name}' is not installed with a backend here; installed: "
                            f"{', '.join(n for n, v in sorted(langs.items()) if v.backend is not None) or 'none'}",
                            flag)
-    return LiveWorkbench(campaign, out, progress=progress)
+    return LiveWorkbench(campaign, out, progress=progress, gate_seeds=gate_seeds)

@@ -1,6 +1,6 @@
 """What the live workbench's three processes agree on: the request format and a child's answer.
 
-A request is a JSON object ``{"format": "mosaic-live-request", "mode": "check" | "time", ...}``; the answer
+A request is a JSON object ``{"format": "mosaic-live-request", "mode": "check" | "time" | "cases", ...}``; the answer
 is ``{"status": "ok" | "failed", ...}``. The parent (:mod:`mosaic.run.live.parent`) sends it to a one-request
 child (:mod:`mosaic.run.live.child`) or to the persistent worker (:mod:`mosaic.run.live.worker`) and gets a
 :class:`ChildResult` back either way.
@@ -8,6 +8,7 @@ child (:mod:`mosaic.run.live.child`) or to the persistent worker (:mod:`mosaic.r
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import attrs
@@ -32,6 +33,15 @@ def result_problem(data: Any) -> str:
     if not isinstance(data, dict) or data.get("status") not in ("ok", "failed"):
         return "the child's result has no status ok|failed"
     return ""
+
+
+def read_inputs(path: str | os.PathLike) -> dict:
+    """The arrays of an inputs file the campaign's process wrote for a request (``.npz``, no pickles): a gate's
+    and a timing session's requests name such a file instead of a seed."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
 
 
 def knob_label(spec: KernelSpec) -> str:

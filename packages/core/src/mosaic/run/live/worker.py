@@ -46,7 +46,7 @@ from typing import Any
 from mosaic.run.live.child import MODES
 from mosaic.run.live.child import answer as answer_request
 from mosaic.run.live.child import prepare as prepare_kernel
-from mosaic.run.live.protocol import REQUEST_FORMAT, ChildResult, knob_label, result_problem
+from mosaic.run.live.protocol import REQUEST_FORMAT, ChildResult, knob_label, read_inputs, result_problem
 
 CAPACITY = 12  # prepared runnables kept per worker (4096^3 bf16 GEMM: ~100 MB of device memory each)
 READY_TIMEOUT = 300.0
@@ -126,6 +126,17 @@ class WorkerState:
             self.inputs[key] = (arrays, inputs_digest(arrays))
         arrays, digest = self.inputs[key]
         return {k: v.copy() for k, v in arrays.items()}, digest  # the kept arrays are never handed out
+
+    def file_inputs(self, path: str) -> tuple[dict, str]:
+        """Inputs the campaign's process made (from a gate seed this process never sees) and wrote to ``path``:
+        read once per worker, kept read-only; each request gets a copy and the digest of their bytes."""
+        if path not in self.inputs:
+            arrays = read_inputs(path)
+            for a in arrays.values():
+                a.flags.writeable = False
+            self.inputs[path] = (arrays, inputs_digest(arrays))
+        arrays, digest = self.inputs[path]
+        return {k: v.copy() for k, v in arrays.items()}, digest
 
     def runnable(self, spec, gpu, inputs: Mapping[str, Any], digest: str | None = None,
                  prepare: Callable | None = None, source: str | None = None):

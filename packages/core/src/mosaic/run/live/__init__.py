@@ -31,14 +31,19 @@ bundles go to a scratch directory in the user cache (``$MOSAIC_CACHE_DIR/scratch
   from CUPTI. The gate runs inside the build step so that the bundle the loop lifts is final (the launch
   record is part of the fingerprint; the offline re-decision lifts the same files). A kernel that fails
   the gate or crashes is never timed. ``check`` answers the gate's recorded verdict. The float64 reference
-  is computed once per campaign (:mod:`mosaic.oracle.cache`, ``$MOSAIC_CACHE_DIR/oracle``, shared by campaigns of one problem; the yardstick's capture
-  usually computes it) and read by later gates after its key (the inputs' SHA-256 among it) is verified;
-  the gate's ``capture.summary.oracle_reference`` says computed or read.
+  is computed once per campaign and gate seed (:mod:`mosaic.oracle.cache`, ``$MOSAIC_CACHE_DIR/oracle``) and read
+  by later gates after its key (the inputs' SHA-256 among it) is verified; the gate's
+  ``capture.summary.oracle_reference`` says computed or read. The inputs come from the campaign's gate seeds
+  (drawn when it starts, in the journal header), made in the loop's process: a request names an inputs file,
+  never a seed. A passing capture is followed by the device cases (the second seed, two unseen shapes inside the
+  candidate's domain, every distribution: :func:`mosaic.gate.device_plan`), judged in the loop's process.
 * **Time** (``time``): one process (the worker, reusing the kernels it compiled, or a fresh child) prepares
   the incumbent and the candidate with their backends' ``prepare()`` on the same seeded inputs and runs ``timer.time_interleaved([incumbent, candidate], runs)``
   ``rounds`` times with an L2 flush (:class:`mosaic.timing.device.L2Flush`) before every run; each run is
   bracketed by device synchronisations so kernels on different streams (jax's, the default stream) never
-  overlap. The session is appended to the candidate bundle's ``timings.json`` ``sessions``.
+  overlap. The session is appended to the candidate bundle's ``timings.json`` ``sessions``, with its spot-check:
+  the outputs of the candidate's last timed run of a round drawn by the loop's process, judged by the float64
+  oracle (a failure rejects the candidate).
 * **Prefetch** (``prefetch``): languages whose lowering never touches the GPU (:data:`~mosaic.run.live.parent.PREFETCH_LANGUAGES`)
   are lowered ahead in background processes (``CUDA_VISIBLE_DEVICES=""``), up to ``parallel`` at a time:
   the loop names the naive translation before the reference capture and the next few proposals after each

@@ -439,7 +439,7 @@ class LiveWorkbench:
             with self._waiting(f"the reference capture ({spec.language}: {knob_label(spec)})", opts.timeout,
                                "the reference capture's cap", "its own process"):
                 res = capture(spec, self.c.gpu, dest, opts, extra=self._reference_meta(),
-                              oracle_cache=self.oracle_cache)  # the yardstick and every gate read it back
+                              oracle_cache=self.oracle_cache)  # the yardstick reads it back
         cost = time.monotonic() - t0
         self.seen.setdefault("reference", []).append(cost)  # what the first gate's and timing's limits scale from
         if res.status != "ok":

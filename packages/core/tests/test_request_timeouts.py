@@ -128,6 +128,37 @@ def test_a_gate_is_cut_at_the_device_budget(tmp_path):
     assert meta["mosaic_run"]["cost_s"] >= 0.1 * 60 - 0.5
 
 
+def test_the_gates_other_cases_cut_at_the_device_budget_are_unjudged_live_and_offline(tmp_path):
+    # 0.1 device minutes = 6 s; the gate's capture passes (a stand-in), then its other cases hang past the budget
+    bench = LiveWorkbench(campaign(budget_min=0.1), tmp_path, progress=lambda line: None, worker_argv=SCRIPT)
+    try:
+        k = _candidate(bench, 64, cost_s=2.0)
+        real = bench._serve
+
+        def routed(request, *a, **kw):
+            mode = {"check": "flaky_check", "cases": "hang"}.get(request.get("mode"), request.get("mode"))
+            return real({**request, "mode": mode, "pidfile": str(tmp_path / "h.pid")}, *a, **kw)
+
+        bench._serve = routed
+        checked = bench._gate(k, bench.dest(k.key))
+    finally:
+        bench.close()
+    assert not checked.passed and checked.judged is False
+    assert checked.reason.startswith("budget: killed after ") and "other cases in flight" in checked.reason
+    cap = load_bundle(bench.dest(k.key)).manifest["capture"]
+    assert cap["status"] == "timeout" and cap["timeout"]["budget"] is True
+    assert cap["summary"]["gate_cases"]["passed"] is None
+    from mosaic.bundle import save_bundle
+    from mosaic.run.offline import OfflineWorkbench
+    from mosaic.run.workbench import REFERENCE
+
+    save_bundle(tmp_path / "bundles" / "reference.bundle", kernel=k.spec, language="cublas", files={}, gpu="h200",
+                extra={"mosaic_run": {"key": REFERENCE, "role": "reference", "build": {"ok": True}, "cost_s": 1.0}})
+    off = OfflineWorkbench(tmp_path, "gemm", "bf16")
+    again = off.check(k, off.build(k), Kernel(REFERENCE, k.spec))
+    assert not again.passed and again.judged is False
+
+
 def test_a_hanging_timing_session_is_killed_at_its_limit(tmp_path):
     bench = LiveWorkbench(campaign(), tmp_path, progress=lambda line: None, worker_argv=SCRIPT,
                           timeouts=Timeouts(floor=2.0, time=2.0))

@@ -263,13 +263,16 @@ def device_plan(family: str, shape: Mapping[str, int], dtype: str, seeds: Sequen
             s = _past_campaign(s, dims, order[len(unseen) % len(order)], shape, granules, limit)
             if s == dict(shape) or s in unseen:
                 continue
+            if int(np.prod([s[d] for d in dims])) > limit:  # granules too coarse to fit under the limit
+                why = f"{s} has more than {limit} elements"
+                continue
             why = allowed({**dict(shape), **s}) if allowed is not None else None
             if why is None:
                 got = s
                 break
         if got is None:
             missing.append(f"no unseen shape inside the candidate's domain in {tries} draws"
-                           + (f" (last refused: {why})" if allowed is not None and why else ""))
+                           + (f" (last refused: {why})" if why else ""))
         else:
             unseen.append(got)
     dists = tuple(fam.distributions or ("normal",))

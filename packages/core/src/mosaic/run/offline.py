@@ -173,6 +173,11 @@ class OfflineWorkbench:
         b = self.by_key[kernel.key]
         cap = b.manifest.get("capture") if isinstance(b.manifest.get("capture"), Mapping) else {}
         summary = cap.get("summary") if isinstance(cap.get("summary"), Mapping) else {}
+        limit = cap.get("timeout") if isinstance(cap.get("timeout"), Mapping) else {}
+        if cap.get("status") == "timeout" and limit.get("budget"):  # the live gate was cut by the budget
+            # capture.timeout's fields were checked on load (_check_capture)
+            return Checked(kernel.key, False, f"budget: the gate was killed after {limit.get('s', 0):.0f} s, when "
+                           "the device-minute budget ran out (no verdict on the kernel's numerics)", judged=False)
         cases = summary.get("gate_cases") if isinstance(summary.get("gate_cases"), Mapping) else None
         if cases is not None and cases.get("passed") is False:  # the device gate's other cases (outputs not kept)
             first = cases.get("first") if isinstance(cases.get("first"), Mapping) else {}
@@ -181,11 +186,6 @@ class OfflineWorkbench:
         outputs = b.arrays("outputs")
         inputs = self.inputs_of(b) if outputs else None
         if not outputs or not inputs:
-            limit = cap.get("timeout") if isinstance(cap.get("timeout"), Mapping) else {}
-            if cap.get("status") == "timeout" and limit.get("budget"):  # the live gate was cut by the budget
-                # capture.timeout's fields were checked on load (_check_capture)
-                return Checked(kernel.key, False, f"budget: the gate was killed after {limit.get('s', 0):.0f} s, when "
-                               "the device-minute budget ran out (no verdict on the kernel's numerics)", judged=False)
             if isinstance(summary.get("numerics_pass"), bool):  # outputs too large to keep: the capture's own verdict, said so
                 return Checked(kernel.key, bool(summary["numerics_pass"]),
                                "recorded verdict of the capture (outputs kept by SHA-256 only)"

@@ -729,7 +729,10 @@ class LiveWorkbench:
     def _device_cases(self, kernel: Kernel, spec: KernelSpec, dest: Path):
         """The device gate's cases after its capture (:func:`mosaic.gate.device_plan`): the campaign's shape with
         the second seed, two unseen shapes inside the candidate's domain x both seeds x every distribution; run in
-        the worker (``cases``), judged here. (verdict or None when no case is left, the plan's record, seconds)."""
+        the worker (``cases``), judged here. (verdict or None when no case is left, the plan's record, seconds,
+        the limit when the budget cut the request, else None). The request's limit is the gate's scaled limit
+        times the cases over 4 (each case prepares the kernel again; a compile per unseen shape), at most 3 x
+        the gate's cap, or what is left of the budget."""
         from mosaic import gate
         from mosaic.oracle import check as oracle_check
         from mosaic.oracle.cache import ReferenceCache
@@ -745,12 +748,18 @@ class LiveWorkbench:
                      "any size (the kernel file declares no MULTIPLE_OF)"))}
         extra = list(plan.cases[1:])
         if not extra:
-            return None, record, 0.0
+            return None, record, 0.0, None
         work = self.work / "cases" / kernel.key
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         files = [self.inputs_file(c.shape, c.seed, c.values) for c in extra]
-        limit, limit_why, _ = self._limit("check")
+        base, limit_why, _ = self._limit("check", budgeted=False)
+        limit = min(3 * self.timeouts.check, base * max(1.0, len(extra) / 4))
+        limit_why = f"{limit_why}, x {max(1.0, len(extra) / 4):g} for {len(extra)} cases"
+        left = self.c.budget_min * 60 - self.spent_s()
+        by_budget = left < limit
+        if by_budget:
+            limit, limit_why = max(1.0, left), f"what is left of the {self.c.budget_min:g} device-minute budget"
         self.progress(f"gate {kernel.key}: {len(extra)} more cases on the device ({len(plan.shapes)} shapes x "
                       f"{len(plan.seeds)} seeds x distributions)")
         r = self._serve({"mode": "cases", "spec": spec.to_json(), "source": kernel.source, "gpu": self.c.gpu,
@@ -759,6 +768,10 @@ class LiveWorkbench:
                         limit, lambda r: "" if r.status == "ok" else f"{r.status}: {r.message or tail(r.output)}",
                         f"gate cases {kernel.key}", limit_why=limit_why,
                         desc=f"the numerics gate's unseen shapes of {kernel.key}")
+        if r.status == "timeout" and by_budget:  # no verdict: the budget ran out with the cases in flight
+            shutil.rmtree(work, ignore_errors=True)
+            record["cut"] = {"s": round(limit, 3), "why": limit_why}
+            return None, record, r.wall_s, limit
         records = list(r.data.get("cases") or []) if r.status == "ok" else \
             [{"error": f"{r.status}: {r.message or tail(r.output)}"}]
         outputs = []
@@ -770,7 +783,7 @@ class LiveWorkbench:
                                    lambda fam, ins, outs, dt: oracle_check(fam, ins, outs, dt, cache=cache), skip=1)
         shutil.rmtree(work, ignore_errors=True)
         record["verdict"] = attrs.evolve(verdict, wall_s=r.wall_s).to_json()
-        return verdict, record, r.wall_s
+        return verdict, record, r.wall_s, None
 
     def _cpu_gate(self, kernel: Kernel, dest: Path) -> Checked | None:
         """A source candidate in a language that runs kernel files on the CPU (Pallas: jax's GPU interpreter with
@@ -895,14 +908,20 @@ class LiveWorkbench:
             files["gate.log"] = ("log", f"gate {status}: {r.message}\n--- child output ---\n{r.output[-8000:]}")
         cost = r.wall_s
         if passed:  # the campaign's shape with the other seed, and two shapes it never saw: every case must pass
-            cases, record, cases_s = self._device_cases(kernel, spec, dest)
+            cases, record, cases_s, cut = self._device_cases(kernel, spec, dest)
             cost += cases_s
             files["gate-device.json"] = ("metrics", json.dumps(record, indent=1))
             summary["gate_cases"] = {"shapes": record["plan"]["shapes"], "seeds": record["plan"]["seeds"],
                                      "cases": len(record["plan"]["cases"]), "missing": record["missing"],
                                      "passed": cases is None or cases.passed,
                                      "first": cases.first.to_json() if cases is not None and cases.first else None}
-            if cases is not None and not cases.passed:
+            if cut is not None:
+                passed, status, by_budget, limit = False, "timeout", True, cut
+                limit_why = record["cut"]["why"]
+                reason = (f"budget: killed after {limit:.0f} s, {limit_why}, with the gate's other cases in flight "
+                          "(no verdict on the kernel's numerics)")
+                summary["gate_cases"]["passed"] = None
+            elif cases is not None and not cases.passed:
                 passed = False
                 status = "numerics-failed"
                 reason = f"failed the device gate: {cases.reason()}"

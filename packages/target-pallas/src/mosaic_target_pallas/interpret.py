@@ -21,6 +21,19 @@ class InterpretResult:
     races_found: bool
 
 
+def unavailable() -> str | None:
+    """Why this machine cannot run the GPU interpreter with its race detector (None when it can): it needs
+    jax >= 0.11.2 (Python >= 3.12)."""
+    try:
+        from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # noqa: F401
+        from jax.experimental.pallas import mosaic_gpu as plgpu
+    except ImportError as exc:
+        return f"jax's Pallas GPU interpreter is not importable here ({exc}); it needs jax >= 0.11.2 (Python 3.12)"
+    if not hasattr(plgpu, "InterpretGPUParams"):
+        return "this jax has no Pallas GPU interpreter (plgpu.InterpretGPUParams); it needs jax >= 0.11.2"
+    return None
+
+
 def run(fn: Callable[..., Any], *args: Any, detect_races: bool = True) -> InterpretResult:
     """Run ``fn(*args)`` (a Pallas Mosaic GPU call) in the GPU interpreter; return outputs and the race flag."""
     import jax

@@ -184,14 +184,9 @@ class PallasFileBackend(PythonFileBackend):
     def interpret_unavailable(self) -> str | None:
         """Why this machine cannot run :meth:`interpret` (None when it can): jax's GPU interpreter with its race
         detector needs jax >= 0.11.2 (Python >= 3.12)."""
-        try:
-            from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # noqa: F401
-            from jax.experimental.pallas import mosaic_gpu as plgpu
-        except ImportError as exc:
-            return f"jax's Pallas GPU interpreter is not importable here ({exc}); it needs jax >= 0.11.2 (Python 3.12)"
-        if not hasattr(plgpu, "InterpretGPUParams"):
-            return "this jax has no Pallas GPU interpreter (plgpu.InterpretGPUParams); it needs jax >= 0.11.2"
-        return None
+        from mosaic_target_pallas import interpret
+
+        return interpret.unavailable()
 
     def interpret(self, spec: KernelSpec, inputs: dict[str, Any]) -> dict:
         """Run the file's entry on ``inputs`` in jax's GPU interpreter on the CPU (``interpret.py``: race detector on,
